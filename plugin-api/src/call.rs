@@ -1,0 +1,410 @@
+//! The endpoint kinds every platform can serve, their parameters, and the rules
+//! that decide whether a caller's parameters are valid.
+//!
+//! The host applies these rules before any provider is asked, so invalid input
+//! never reaches an upstream; a provider may refuse more (a platform-specific
+//! format) with [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput)
+//! before its first request.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::ops::RangeInclusive;
+
+/// One of the read endpoints. A platform serves any subset of them; a
+/// provider's [`Manifest`](crate::Manifest) lists the ones it serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Endpoint {
+    /// A creator's profile, by `username`.
+    Profile,
+    /// A creator's posts, by `username`; paged.
+    Posts,
+    /// One post, by `id`.
+    Post,
+    /// Comments on a post, by `id`; paged.
+    Comments,
+    /// Creators matching `query`; paged.
+    Search,
+}
+
+impl Endpoint {
+    /// Every endpoint, in the order the documentation lists them.
+    pub const ALL: [Endpoint; 5] = [
+        Endpoint::Profile,
+        Endpoint::Posts,
+        Endpoint::Post,
+        Endpoint::Comments,
+        Endpoint::Search,
+    ];
+
+    /// The path segment, as in `/v1/{platform}/{segment}`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Endpoint::Profile => "profile",
+            Endpoint::Posts => "posts",
+            Endpoint::Post => "post",
+            Endpoint::Comments => "comments",
+            Endpoint::Search => "search",
+        }
+    }
+
+    /// The endpoint of an exact, case-sensitive path segment.
+    pub fn from_segment(segment: &str) -> Option<Endpoint> {
+        Endpoint::ALL.into_iter().find(|e| e.as_str() == segment)
+    }
+
+    /// Whether answers are lists that carry a `next_cursor`.
+    pub fn is_list(self) -> bool {
+        matches!(
+            self,
+            Endpoint::Posts | Endpoint::Comments | Endpoint::Search
+        )
+    }
+
+    /// The `count` parameter's allowed range and default, for list endpoints.
+    pub fn count_rule(self) -> Option<(RangeInclusive<u32>, u32)> {
+        match self {
+            Endpoint::Posts | Endpoint::Search => Some((1..=30, 10)),
+            Endpoint::Comments => Some((1..=200, 20)),
+            Endpoint::Profile | Endpoint::Post => None,
+        }
+    }
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A validated request for one endpoint, as a provider receives it.
+///
+/// `cursor` is the provider's own upstream cursor from an earlier
+/// [`Done::next_cursor`](crate::Done::next_cursor); the host only hands a
+/// cursor back to the provider that issued it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "endpoint", rename_all = "lowercase", deny_unknown_fields)]
+pub enum Call {
+    Profile {
+        /// 1-64 of `[A-Za-z0-9._]`, without `@`.
+        username: String,
+    },
+    Posts {
+        username: String,
+        /// Requested page size, 1-30. Approximate: providers may give more or fewer.
+        count: u32,
+        cursor: Option<String>,
+    },
+    Post {
+        /// 1-20 ASCII digits. May exceed `u64`; keep it a string.
+        id: String,
+    },
+    Comments {
+        id: String,
+        /// Exact page size, 1-200: page the upstream as needed.
+        count: u32,
+        cursor: Option<String>,
+    },
+    Search {
+        /// 1-100 characters of free text.
+        query: String,
+        /// Requested page size, 1-30.
+        count: u32,
+        cursor: Option<String>,
+    },
+}
+
+/// Why a caller's parameters were refused. `Display` is safe to show the caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParamError {
+    /// The parameter at fault.
+    pub name: &'static str,
+    /// What is wrong with it, in words a caller can act on.
+    pub reason: String,
+}
+
+impl fmt::Display for ParamError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "parameter `{}` {}", self.name, self.reason)
+    }
+}
+
+impl std::error::Error for ParamError {}
+
+impl Call {
+    /// The endpoint this call is for.
+    pub fn endpoint(&self) -> Endpoint {
+        match self {
+            Call::Profile { .. } => Endpoint::Profile,
+            Call::Posts { .. } => Endpoint::Posts,
+            Call::Post { .. } => Endpoint::Post,
+            Call::Comments { .. } => Endpoint::Comments,
+            Call::Search { .. } => Endpoint::Search,
+        }
+    }
+
+    /// The value that names what is asked for: the username, post ID or query.
+    /// A cursor is only valid for the same endpoint and subject.
+    pub fn subject(&self) -> &str {
+        match self {
+            Call::Profile { username } | Call::Posts { username, .. } => username,
+            Call::Post { id } | Call::Comments { id, .. } => id,
+            Call::Search { query, .. } => query,
+        }
+    }
+
+    /// The upstream cursor this call continues from, if any.
+    pub fn cursor(&self) -> Option<&str> {
+        match self {
+            Call::Posts { cursor, .. }
+            | Call::Comments { cursor, .. }
+            | Call::Search { cursor, .. } => cursor.as_deref(),
+            Call::Profile { .. } | Call::Post { .. } => None,
+        }
+    }
+
+    /// The same call continuing from another upstream cursor.
+    pub fn with_cursor(mut self, upstream: Option<String>) -> Call {
+        match &mut self {
+            Call::Posts { cursor, .. }
+            | Call::Comments { cursor, .. }
+            | Call::Search { cursor, .. } => *cursor = upstream,
+            Call::Profile { .. } | Call::Post { .. } => {}
+        }
+        self
+    }
+
+    /// Validates a caller's query-string parameters for `endpoint`.
+    ///
+    /// `params` are already form-decoded. An empty value counts as missing; a
+    /// parameter given twice is refused; unknown parameters are ignored;
+    /// numbers out of range are refused, never clamped. `cursor` is not
+    /// looked at: it is the host's opaque token, resolved separately.
+    pub fn from_params<'a, I>(endpoint: Endpoint, params: I) -> Result<Call, ParamError>
+    where
+        I: IntoIterator<Item = (&'a str, &'a str)>,
+    {
+        let params = Params::collect(params)?;
+        let count = |endpoint: Endpoint| -> Result<u32, ParamError> {
+            let (range, default) = endpoint.count_rule().expect("list endpoint");
+            params.count(range, default)
+        };
+        Ok(match endpoint {
+            Endpoint::Profile => Call::Profile {
+                username: params.username()?,
+            },
+            Endpoint::Posts => Call::Posts {
+                username: params.username()?,
+                count: count(endpoint)?,
+                cursor: None,
+            },
+            Endpoint::Post => Call::Post { id: params.id()? },
+            Endpoint::Comments => Call::Comments {
+                id: params.id()?,
+                count: count(endpoint)?,
+                cursor: None,
+            },
+            Endpoint::Search => Call::Search {
+                query: params.query()?,
+                count: count(endpoint)?,
+                cursor: None,
+            },
+        })
+    }
+}
+
+/// The parameters this module knows, each seen at most once.
+#[derive(Default)]
+struct Params<'a> {
+    username: Option<&'a str>,
+    id: Option<&'a str>,
+    query: Option<&'a str>,
+    count: Option<&'a str>,
+}
+
+impl<'a> Params<'a> {
+    fn collect<I>(params: I) -> Result<Params<'a>, ParamError>
+    where
+        I: IntoIterator<Item = (&'a str, &'a str)>,
+    {
+        let mut seen = Params::default();
+        // Duplicates are refused for every parameter we read, including
+        // `cursor`, which the host resolves itself.
+        let mut cursor_seen = false;
+        for (name, value) in params {
+            let (slot, name): (&mut Option<&'a str>, &'static str) = match name {
+                "username" => (&mut seen.username, "username"),
+                "id" => (&mut seen.id, "id"),
+                "query" => (&mut seen.query, "query"),
+                "count" => (&mut seen.count, "count"),
+                "cursor" => {
+                    if std::mem::replace(&mut cursor_seen, true) {
+                        return Err(duplicate("cursor"));
+                    }
+                    continue;
+                }
+                _ => continue,
+            };
+            if slot.replace(value).is_some() {
+                return Err(duplicate(name));
+            }
+        }
+        Ok(seen)
+    }
+
+    fn required(value: Option<&'a str>, name: &'static str) -> Result<&'a str, ParamError> {
+        value.filter(|v| !v.is_empty()).ok_or(ParamError {
+            name,
+            reason: "is required".into(),
+        })
+    }
+
+    fn username(&self) -> Result<String, ParamError> {
+        let raw = Self::required(self.username, "username")?;
+        let handle = raw.strip_prefix('@').unwrap_or(raw);
+        let valid = (1..=64).contains(&handle.len())
+            && handle
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_');
+        if !valid {
+            return Err(ParamError {
+                name: "username",
+                reason: "must be 1-64 characters of A-Z, a-z, 0-9, `.` and `_`, \
+                         optionally after one leading `@`"
+                    .into(),
+            });
+        }
+        Ok(handle.to_owned())
+    }
+
+    fn id(&self) -> Result<String, ParamError> {
+        let id = Self::required(self.id, "id")?;
+        if !(1..=20).contains(&id.len()) || !id.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(ParamError {
+                name: "id",
+                reason: "must be 1-20 digits".into(),
+            });
+        }
+        Ok(id.to_owned())
+    }
+
+    fn query(&self) -> Result<String, ParamError> {
+        let query = Self::required(self.query, "query")?;
+        let chars = query.chars().count();
+        if chars > 100 || query.chars().any(char::is_control) {
+            return Err(ParamError {
+                name: "query",
+                reason: "must be 1-100 characters with no control characters".into(),
+            });
+        }
+        Ok(query.to_owned())
+    }
+
+    fn count(&self, range: RangeInclusive<u32>, default: u32) -> Result<u32, ParamError> {
+        let Some(text) = self.count.filter(|v| !v.is_empty()) else {
+            return Ok(default);
+        };
+        let out_of_range = || ParamError {
+            name: "count",
+            reason: format!(
+                "must be an integer from {} to {}",
+                range.start(),
+                range.end()
+            ),
+        };
+        if !text.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(out_of_range());
+        }
+        match text.parse::<u32>() {
+            Ok(n) if range.contains(&n) => Ok(n),
+            _ => Err(out_of_range()),
+        }
+    }
+}
+
+fn duplicate(name: &'static str) -> ParamError {
+    ParamError {
+        name,
+        reason: "is given more than once".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(endpoint: Endpoint, query: &[(&'static str, &'static str)]) -> Result<Call, ParamError> {
+        Call::from_params(endpoint, query.iter().copied())
+    }
+
+    #[test]
+    fn username_strips_one_at_and_checks_charset() {
+        let ok = call(Endpoint::Profile, &[("username", "@luna.bakes_1")]).unwrap();
+        assert_eq!(ok.subject(), "luna.bakes_1");
+        for bad in ["@@luna", "luna bakes", "lüna", "@", "", &"a".repeat(65)] {
+            let bad: &'static str = Box::leak(bad.to_string().into_boxed_str());
+            let err = call(Endpoint::Profile, &[("username", bad)]).unwrap_err();
+            assert_eq!(err.name, "username", "{bad:?}");
+        }
+        assert!(call(Endpoint::Profile, &[("username", Box::leak("a".repeat(64).into_boxed_str()))]).is_ok());
+    }
+
+    #[test]
+    fn ids_are_digits_and_may_exceed_u64() {
+        let big = "99999999999999999999";
+        assert_eq!(call(Endpoint::Post, &[("id", big)]).unwrap().subject(), big);
+        for bad in ["", "12a", "-1", "123456789012345678901", " 1"] {
+            let bad: &'static str = Box::leak(bad.to_string().into_boxed_str());
+            assert_eq!(call(Endpoint::Post, &[("id", bad)]).unwrap_err().name, "id");
+        }
+    }
+
+    #[test]
+    fn count_defaults_and_bounds_per_endpoint() {
+        let posts = call(Endpoint::Posts, &[("username", "a")]).unwrap();
+        assert!(matches!(posts, Call::Posts { count: 10, .. }));
+        let comments = call(Endpoint::Comments, &[("id", "1"), ("count", "200")]).unwrap();
+        assert!(matches!(comments, Call::Comments { count: 200, .. }));
+        for (endpoint, subject, bad) in [
+            (Endpoint::Posts, ("username", "a"), "31"),
+            (Endpoint::Posts, ("username", "a"), "0"),
+            (Endpoint::Comments, ("id", "1"), "201"),
+            (Endpoint::Search, ("query", "x"), "2.5"),
+            (Endpoint::Search, ("query", "x"), "+3"),
+            (Endpoint::Search, ("query", "x"), "99999999999"),
+        ] {
+            let err = call(endpoint, &[subject, ("count", bad)]).unwrap_err();
+            assert_eq!(err.name, "count", "{endpoint} {bad}");
+        }
+    }
+
+    #[test]
+    fn duplicates_refused_unknown_ignored_empty_is_missing() {
+        let err = call(Endpoint::Profile, &[("username", "a"), ("username", "b")]).unwrap_err();
+        assert_eq!(err.to_string(), "parameter `username` is given more than once");
+        let err = call(Endpoint::Posts, &[("username", "a"), ("cursor", "x"), ("cursor", "y")]).unwrap_err();
+        assert_eq!(err.name, "cursor");
+        assert!(call(Endpoint::Profile, &[("username", "a"), ("utm", "1"), ("utm", "2")]).is_ok());
+        let err = call(Endpoint::Search, &[("query", "")]).unwrap_err();
+        assert_eq!(err.to_string(), "parameter `query` is required");
+    }
+
+    #[test]
+    fn query_counts_characters_not_bytes() {
+        let emoji: &'static str = Box::leak("🥐".repeat(100).into_boxed_str());
+        assert!(call(Endpoint::Search, &[("query", emoji)]).is_ok());
+        let long: &'static str = Box::leak("🥐".repeat(101).into_boxed_str());
+        assert_eq!(call(Endpoint::Search, &[("query", long)]).unwrap_err().name, "query");
+    }
+
+    #[test]
+    fn calls_cross_the_boundary_as_json() {
+        let c = Call::Comments {
+            id: "18446744073709551616".into(),
+            count: 120,
+            cursor: Some("50".into()),
+        };
+        let json = serde_json::to_string(&c).unwrap();
+        assert_eq!(serde_json::from_str::<Call>(&json).unwrap(), c);
+    }
+}

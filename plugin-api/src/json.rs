@@ -1,0 +1,204 @@
+//! Lenient readers for upstream JSON, where the same field arrives in more than
+//! one shape: IDs as strings or bare integers beyond 2^53, counters as
+//! integers or numeric strings, flags as booleans or 0/1.
+//!
+//! Deserialize upstream bodies straight from bytes into typed structs (as
+//! [`UpstreamResponse::json`](crate::UpstreamResponse::json) does): [`Id`]
+//! reads the raw number text so no digit is lost through a float, which only
+//! works on serde_json's own deserializer, not through `serde_json::Value`,
+//! `#[serde(flatten)]` or untagged enums.
+
+use serde::de::{self, Deserializer, Visitor};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use std::fmt;
+
+use crate::Timestamp;
+
+/// An identifier or cursor that arrives as a JSON string or a bare integer
+/// of any length, kept exactly as text.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Id(pub String);
+
+impl Id {
+    /// The text, or `None` when empty.
+    pub fn non_empty(self) -> Option<String> {
+        (!self.0.is_empty()).then_some(self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Id {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = Box::<RawValue>::deserialize(deserializer)?;
+        let text = raw.get();
+        if text.starts_with('"') {
+            return serde_json::from_str(text).map(Id).map_err(de::Error::custom);
+        }
+        let digits = text.strip_prefix('-').unwrap_or(text);
+        if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+            return Ok(Id(text.to_owned()));
+        }
+        Err(de::Error::custom(format_args!(
+            "expected an ID as a string or integer, found {}",
+            text.chars().take(32).collect::<String>()
+        )))
+    }
+}
+
+/// A non-negative counter sent as an integer, an integral float, or a string
+/// of digits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Count(pub u64);
+
+impl<'de> Deserialize<'de> for Count {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct CountVisitor;
+        impl Visitor<'_> for CountVisitor {
+            type Value = Count;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a non-negative integer or a string of digits")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Count, E> {
+                Ok(Count(v))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Count, E> {
+                u64::try_from(v)
+                    .map(Count)
+                    .map_err(|_| E::custom(format_args!("negative counter {v}")))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Count, E> {
+                // 2^64 is exactly representable; anything from it up overflows.
+                if v.is_finite() && v >= 0.0 && v.fract() == 0.0 && v < 18_446_744_073_709_551_616.0 {
+                    Ok(Count(v as u64))
+                } else {
+                    Err(E::custom(format_args!("not a counter: {v}")))
+                }
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Count, E> {
+                let t = v.trim();
+                if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
+                    t.parse().map(Count).map_err(E::custom)
+                } else {
+                    Err(E::custom(format_args!("not a counter: {v:?}")))
+                }
+            }
+        }
+        deserializer.deserialize_any(CountVisitor)
+    }
+}
+
+/// A flag sent as a boolean, 0/1, or `"true"`/`"false"`/`"0"`/`"1"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Flag(pub bool);
+
+impl<'de> Deserialize<'de> for Flag {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct FlagVisitor;
+        impl Visitor<'_> for FlagVisitor {
+            type Value = Flag;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a boolean or 0/1")
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Flag, E> {
+                Ok(Flag(v))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Flag, E> {
+                match v {
+                    0 => Ok(Flag(false)),
+                    1 => Ok(Flag(true)),
+                    _ => Err(E::custom(format_args!("not a flag: {v}"))),
+                }
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Flag, E> {
+                u64::try_from(v)
+                    .map_err(|_| E::custom(format_args!("not a flag: {v}")))
+                    .and_then(|v| self.visit_u64(v))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Flag, E> {
+                match v {
+                    "true" | "1" => Ok(Flag(true)),
+                    "false" | "0" => Ok(Flag(false)),
+                    _ => Err(E::custom(format_args!("not a flag: {v:?}"))),
+                }
+            }
+        }
+        deserializer.deserialize_any(FlagVisitor)
+    }
+}
+
+/// Unix seconds (any [`Count`] shape) as a [`Timestamp`]; `None` when absent
+/// or not writable as a date.
+pub fn unix_time(seconds: Option<Count>) -> Option<Timestamp> {
+    seconds
+        .and_then(|Count(s)| i64::try_from(s).ok())
+        .and_then(Timestamp::from_unix)
+}
+
+/// `None` for an absent or empty string.
+pub fn non_empty(text: Option<String>) -> Option<String> {
+    text.filter(|t| !t.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Deserialize)]
+    struct Sample {
+        id: Id,
+        n: Option<Count>,
+        f: Option<Flag>,
+    }
+
+    fn parse(json: &str) -> Result<Sample, serde_json::Error> {
+        serde_json::from_slice(json.as_bytes())
+    }
+
+    #[test]
+    fn ids_keep_every_digit() {
+        for (json, want) in [
+            (r#"{"id":"7312345678901234567"}"#, "7312345678901234567"),
+            (r#"{"id":7312345678901234567}"#, "7312345678901234567"),
+            (r#"{"id":99999999999999999999}"#, "99999999999999999999"),
+            (r#"{"id":9007199254740993}"#, "9007199254740993"),
+            (r#"{"id":"a\"b\\c"}"#, "a\"b\\c"),
+        ] {
+            assert_eq!(parse(json).unwrap().id.0, want, "{json}");
+        }
+        for bad in [r#"{"id":1.5}"#, r#"{"id":true}"#, r#"{"id":{}}"#, r#"{"id":1e3}"#] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn counters_take_numbers_and_numeric_strings() {
+        let n = |json: &str| parse(json).map(|s| s.n);
+        assert_eq!(n(r#"{"id":"1","n":1234}"#).unwrap(), Some(Count(1234)));
+        assert_eq!(n(r#"{"id":"1","n":"1234"}"#).unwrap(), Some(Count(1234)));
+        assert_eq!(n(r#"{"id":"1","n":1400000.0}"#).unwrap(), Some(Count(1_400_000)));
+        assert_eq!(n(r#"{"id":"1","n":null}"#).unwrap(), None);
+        assert_eq!(n(r#"{"id":"1"}"#).unwrap(), None);
+        for bad in [r#""12a""#, "-1", "1.5", r#""""#, r#""-3""#] {
+            assert!(n(&format!(r#"{{"id":"1","n":{bad}}}"#)).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn flags_take_bools_and_bits() {
+        let f = |v: &str| parse(&format!(r#"{{"id":"1","f":{v}}}"#)).map(|s| s.f);
+        assert_eq!(f("true").unwrap(), Some(Flag(true)));
+        assert_eq!(f("0").unwrap(), Some(Flag(false)));
+        assert_eq!(f("1").unwrap(), Some(Flag(true)));
+        assert!(f("2").is_err());
+    }
+
+    #[test]
+    fn unix_time_formats() {
+        assert_eq!(
+            unix_time(Some(Count(1_763_700_000))).unwrap().to_string(),
+            "2025-11-21T04:40:00Z"
+        );
+        assert_eq!(unix_time(Some(Count(u64::MAX))), None);
+        assert_eq!(unix_time(None), None);
+    }
+}

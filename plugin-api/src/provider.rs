@@ -1,0 +1,273 @@
+//! What a provider author implements: [`Provider`] to set up and to start
+//! work, [`Attempt`] to drive one request to an answer one upstream exchange
+//! at a time.
+
+use crate::{Call, Comment, Endpoint, Post, Profile, UpstreamRequest, UpstreamResponse};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::time::Duration;
+
+/// Who a provider is and what it serves. The host routes by it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// The provider's name, e.g. `shortvideo-primary`.
+    pub name: String,
+    /// The provider's own version.
+    pub version: String,
+    /// The platform it serves, as in `/v1/{platform}/...`.
+    pub platform: String,
+    /// The endpoints it serves; the host never asks it for any other.
+    pub endpoints: Vec<Endpoint>,
+}
+
+/// A provider's configuration, from its `[providers.NAME]` table.
+#[derive(Clone, Serialize, Deserialize)]
+pub struct ProviderConfig {
+    /// The upstream's base URL; may or may not end in `/`.
+    pub base_url: String,
+    /// The upstream key, read by the host from the variable named by
+    /// `api_key_env`. Secret: never log it or put it in an error.
+    pub api_key: String,
+    /// The `[providers.NAME.settings]` table as given, or an empty object.
+    pub settings: serde_json::Value,
+}
+
+/// The key is left out.
+impl fmt::Debug for ProviderConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProviderConfig")
+            .field("base_url", &self.base_url)
+            .field("api_key", &"<redacted>")
+            .field("settings", &self.settings)
+            .finish()
+    }
+}
+
+/// A provider plugin. Implement it and export it with
+/// [`export_provider!`](crate::export_provider).
+///
+/// One value serves every request of the process, from many threads at once.
+pub trait Provider: Send + Sync + Sized + 'static {
+    /// Who this provider is; called once when the library is loaded.
+    fn manifest() -> Manifest;
+
+    /// Sets up from configuration. An `Err` fails the load with that reason,
+    /// which the operator sees; keep the key out of it.
+    fn new(config: ProviderConfig) -> Result<Self, String>;
+
+    /// Starts work on one request. Only calls for endpoints in the manifest
+    /// arrive here.
+    fn begin(&self, call: Call) -> Box<dyn Attempt>;
+}
+
+/// One request being served: the host calls [`step`](Attempt::step) first
+/// with `None`, then with the response to each request it returned, until it
+/// returns [`Next::Done`] or an error. The host bounds the number of steps
+/// and the time they take.
+pub trait Attempt: Send {
+    fn step(&mut self, response: Option<UpstreamResponse<'_>>) -> Result<Next, ProviderError>;
+}
+
+/// What an [`Attempt`] wants next.
+#[derive(Debug)]
+pub enum Next {
+    /// Perform this upstream request and call `step` with its response.
+    Fetch(UpstreamRequest),
+    /// The answer.
+    Done(Done),
+}
+
+/// A finished answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Done {
+    pub output: Output,
+    /// For list endpoints: the upstream cursor of the next page, `None` at
+    /// the end. The host wraps it in an opaque token for the caller and
+    /// brings it back in [`Call`] only to this provider.
+    pub next_cursor: Option<String>,
+}
+
+impl Done {
+    /// An answer with no further page.
+    pub fn last(output: Output) -> Done {
+        Done {
+            output,
+            next_cursor: None,
+        }
+    }
+}
+
+impl From<Done> for Next {
+    fn from(done: Done) -> Next {
+        Next::Done(done)
+    }
+}
+
+/// The normalized data of an answer; the variant must match the call's
+/// endpoint, or the host treats the answer as a bad response.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Output {
+    Profile(Profile),
+    Posts(Vec<Post>),
+    Post(Post),
+    Comments(Vec<Comment>),
+    Search(Vec<Profile>),
+}
+
+impl Output {
+    /// The endpoint this output answers.
+    pub fn endpoint(&self) -> Endpoint {
+        match self {
+            Output::Profile(_) => Endpoint::Profile,
+            Output::Posts(_) => Endpoint::Posts,
+            Output::Post(_) => Endpoint::Post,
+            Output::Comments(_) => Endpoint::Comments,
+            Output::Search(_) => Endpoint::Search,
+        }
+    }
+}
+
+/// How an attempt failed, which decides what the host does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The caller's input is invalid for this platform; found before any
+    /// upstream request. Ends the chain with a 400.
+    InvalidInput,
+    /// The user or post does not exist. Authoritative: ends the chain with 404.
+    NotFound,
+    /// This provider cannot serve the call. The next provider is tried.
+    Unsupported,
+    /// A passing upstream failure; the next provider is tried.
+    Transient,
+    /// The upstream's quota is exhausted; the next provider is tried.
+    RateLimited,
+    /// The upstream refused our key (401/403).
+    KeyRejected,
+    /// The upstream answered something unusable: unparseable, a soft block,
+    /// a required field missing.
+    BadResponse,
+    /// The plugin panicked; the host recorded it as a failed attempt.
+    Panicked,
+}
+
+impl ErrorKind {
+    /// A stable name for logs and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::InvalidInput => "invalid_input",
+            ErrorKind::NotFound => "not_found",
+            ErrorKind::Unsupported => "unsupported",
+            ErrorKind::Transient => "transient",
+            ErrorKind::RateLimited => "rate_limited",
+            ErrorKind::KeyRejected => "key_rejected",
+            ErrorKind::BadResponse => "bad_response",
+            ErrorKind::Panicked => "panicked",
+        }
+    }
+
+    pub(crate) const fn code(self) -> u8 {
+        match self {
+            ErrorKind::InvalidInput => 1,
+            ErrorKind::NotFound => 2,
+            ErrorKind::Unsupported => 3,
+            ErrorKind::Transient => 4,
+            ErrorKind::RateLimited => 5,
+            ErrorKind::KeyRejected => 6,
+            ErrorKind::BadResponse => 7,
+            ErrorKind::Panicked => 8,
+        }
+    }
+
+    /// Unknown codes (a newer plugin) count as a bad response.
+    pub(crate) fn from_code(code: u8) -> ErrorKind {
+        match code {
+            1 => ErrorKind::InvalidInput,
+            2 => ErrorKind::NotFound,
+            3 => ErrorKind::Unsupported,
+            4 => ErrorKind::Transient,
+            5 => ErrorKind::RateLimited,
+            6 => ErrorKind::KeyRejected,
+            8 => ErrorKind::Panicked,
+            _ => ErrorKind::BadResponse,
+        }
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A classified failure of one attempt.
+///
+/// The message goes to the operator's log, never to the caller, except for
+/// [`ErrorKind::InvalidInput`], whose message the caller sees: say what is
+/// wrong with their parameter and nothing about the upstream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderError {
+    kind: ErrorKind,
+    message: String,
+    retry_after: Option<Duration>,
+}
+
+impl ProviderError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> ProviderError {
+        ProviderError {
+            kind,
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// The upstream said when to come back (e.g. `Retry-After`).
+    pub fn retry_after(mut self, after: Duration) -> ProviderError {
+        self.retry_after = Some(after);
+        self
+    }
+
+    /// The input is invalid for this platform. `parameter` names it.
+    pub fn invalid_input(parameter: &str, reason: impl fmt::Display) -> ProviderError {
+        ProviderError::new(
+            ErrorKind::InvalidInput,
+            format!("parameter `{parameter}` {reason}"),
+        )
+    }
+
+    /// The user or post does not exist.
+    pub fn not_found(what: impl Into<String>) -> ProviderError {
+        ProviderError::new(ErrorKind::NotFound, what)
+    }
+
+    /// The upstream answered something unusable.
+    pub fn bad_response(why: impl Into<String>) -> ProviderError {
+        ProviderError::new(ErrorKind::BadResponse, why)
+    }
+
+    /// A required field is missing from the upstream's answer.
+    pub fn missing(field: &str) -> ProviderError {
+        ProviderError::bad_response(format!("required field `{field}` missing"))
+    }
+
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    pub fn retry_after_hint(&self) -> Option<Duration> {
+        self.retry_after
+    }
+}
+
+impl fmt::Display for ProviderError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.kind, self.message)
+    }
+}
+
+impl std::error::Error for ProviderError {}
