@@ -1,1 +1,35 @@
+//! socialgate: a read-only HTTP API over public short-video data, served by
+//! failover chains of provider plugins.
+//!
+//! # Layout
+//!
+//! A request flows one way through these modules:
+//!
+//! - [`http::server`] accepts connections; [`http::api`] runs each request's
+//!   checks in order (method, key, platform, endpoint, parameters) and
+//!   answers with [`http::response`]'s envelopes.
+//! - [`auth`] recognises API keys (and issues and revokes them).
+//! - [`routing`] is the table from platform and endpoint to a chain of
+//!   providers; [`state`] holds the current table as one swappable snapshot.
+//! - [`chain`] asks the chain's providers in order; each attempt drives a
+//!   plugin's steps and performs its requests through [`upstream`].
+//! - [`cursor`] seals a provider's upstream cursor into the opaque token
+//!   callers page with.
+//! - [`error`] is the catalogue of every error a caller can see.
+//!
+//! Around it: [`config`] reads `platforms.toml`, [`plugins`] loads provider
+//! libraries, [`cli`] is the command line, and [`demo`] runs everything
+//! against built-in sandbox upstreams.
 
+pub mod auth;
+pub mod chain;
+pub mod cli;
+pub mod config;
+pub mod cursor;
+pub mod demo;
+pub mod error;
+pub mod http;
+pub mod plugins;
+pub mod routing;
+pub mod state;
+pub mod upstream;

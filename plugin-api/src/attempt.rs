@@ -76,7 +76,9 @@ pub struct OffsetPaged<T, R, P, W> {
 /// this provider issued earlier; `None` for the first page).
 ///
 /// `request(offset, page_size)` builds one page's request, `parse` reads a
-/// page, `wrap` turns the items into the answer.
+/// page, `wrap` turns the items into the answer. Type `parse`'s argument
+/// (`|response: UpstreamResponse<'_>| ...`): closures taking a borrowed
+/// argument need it spelled out to infer their higher-ranked type.
 pub fn offset_paged<T, R, P, W>(
     want: u32,
     max_page: u32,
@@ -156,9 +158,14 @@ where
         } else {
             page.next
         };
+        if returned == 0 {
+            // An empty page that claims more would send us (or the caller,
+            // through the cursor) round the same offset for ever: end here.
+            return Ok(self.finish(None));
+        }
         match next {
-            // An empty page that claims more would loop forever: stop here.
-            Some(next) if self.items.len() < self.want && returned > 0 => {
+            // A cursor that does not move forward would repeat pages.
+            Some(next) if self.items.len() < self.want && next > self.offset => {
                 self.offset = next;
                 Ok(self.fetch_next())
             }
@@ -212,7 +219,11 @@ mod tests {
         let mut response: Option<Vec<u8>> = None;
         for _ in 0..16 {
             let next = attempt
-                .step(response.as_deref().map(|b| UpstreamResponse::new(200, &[], b)))
+                .step(
+                    response
+                        .as_deref()
+                        .map(|b| UpstreamResponse::new(200, &[], b)),
+                )
                 .unwrap();
             match next {
                 Next::Fetch(_) => {
@@ -229,7 +240,9 @@ mod tests {
     fn pages_until_exact_count() {
         let (asked, done) = run(120, 811, None);
         assert_eq!(asked, vec![(0, 50), (50, 50), (100, 20)]);
-        let Output::Comments(items) = done.output else { panic!() };
+        let Output::Comments(items) = done.output else {
+            panic!()
+        };
         assert_eq!(items.len(), 120);
         assert_eq!(items[119].id, "119");
         assert_eq!(done.next_cursor.as_deref(), Some("120"));
@@ -240,7 +253,9 @@ mod tests {
         let (asked, done) = run(20, 30, Some("15"));
         assert_eq!(asked, vec![(15, 20)]);
         assert_eq!(done.next_cursor, None);
-        let Output::Comments(items) = done.output else { panic!() };
+        let Output::Comments(items) = done.output else {
+            panic!()
+        };
         assert_eq!(items.len(), 15);
     }
 

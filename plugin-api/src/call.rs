@@ -333,7 +333,10 @@ fn duplicate(name: &'static str) -> ParamError {
 mod tests {
     use super::*;
 
-    fn call(endpoint: Endpoint, query: &[(&'static str, &'static str)]) -> Result<Call, ParamError> {
+    fn call(
+        endpoint: Endpoint,
+        query: &[(&'static str, &'static str)],
+    ) -> Result<Call, ParamError> {
         Call::from_params(endpoint, query.iter().copied())
     }
 
@@ -346,7 +349,11 @@ mod tests {
             let err = call(Endpoint::Profile, &[("username", bad)]).unwrap_err();
             assert_eq!(err.name, "username", "{bad:?}");
         }
-        assert!(call(Endpoint::Profile, &[("username", Box::leak("a".repeat(64).into_boxed_str()))]).is_ok());
+        assert!(call(
+            Endpoint::Profile,
+            &[("username", Box::leak("a".repeat(64).into_boxed_str()))]
+        )
+        .is_ok());
     }
 
     #[test]
@@ -381,10 +388,21 @@ mod tests {
     #[test]
     fn duplicates_refused_unknown_ignored_empty_is_missing() {
         let err = call(Endpoint::Profile, &[("username", "a"), ("username", "b")]).unwrap_err();
-        assert_eq!(err.to_string(), "parameter `username` is given more than once");
-        let err = call(Endpoint::Posts, &[("username", "a"), ("cursor", "x"), ("cursor", "y")]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "parameter `username` is given more than once"
+        );
+        let err = call(
+            Endpoint::Posts,
+            &[("username", "a"), ("cursor", "x"), ("cursor", "y")],
+        )
+        .unwrap_err();
         assert_eq!(err.name, "cursor");
-        assert!(call(Endpoint::Profile, &[("username", "a"), ("utm", "1"), ("utm", "2")]).is_ok());
+        assert!(call(
+            Endpoint::Profile,
+            &[("username", "a"), ("utm", "1"), ("utm", "2")]
+        )
+        .is_ok());
         let err = call(Endpoint::Search, &[("query", "")]).unwrap_err();
         assert_eq!(err.to_string(), "parameter `query` is required");
     }
@@ -394,7 +412,10 @@ mod tests {
         let emoji: &'static str = Box::leak("🥐".repeat(100).into_boxed_str());
         assert!(call(Endpoint::Search, &[("query", emoji)]).is_ok());
         let long: &'static str = Box::leak("🥐".repeat(101).into_boxed_str());
-        assert_eq!(call(Endpoint::Search, &[("query", long)]).unwrap_err().name, "query");
+        assert_eq!(
+            call(Endpoint::Search, &[("query", long)]).unwrap_err().name,
+            "query"
+        );
     }
 
     #[test]

@@ -26,7 +26,9 @@ use abi_stable::library::{
 };
 use abi_stable::prefix_type::PrefixTypeTrait;
 use abi_stable::sabi_trait::TD_Opaque;
-use abi_stable::std_types::{RBox, RErr, ROk, ROption, RResult, RSlice, RStr, RString, RVec, Tuple2};
+use abi_stable::std_types::{
+    RBox, RErr, ROk, ROption, RResult, RSlice, RStr, RString, RVec, Tuple2,
+};
 use abi_stable::{declare_root_module_statics, package_version_strings, sabi_trait, StableAbi};
 
 #[doc(hidden)]
@@ -346,8 +348,8 @@ impl Library {
             .init_root_module::<PluginModuleRef>()
             .map_err(LoadError::Library)?;
         let json = (module.manifest())();
-        let manifest: Manifest = serde_json::from_str(json.as_str())
-            .map_err(|e| LoadError::Manifest(e.to_string()))?;
+        let manifest: Manifest =
+            serde_json::from_str(json.as_str()).map_err(|e| LoadError::Manifest(e.to_string()))?;
         Ok(Library { module, manifest })
     }
 
@@ -428,7 +430,9 @@ impl AttemptHandle {
                 next_cursor,
             } => {
                 let output: Output = serde_json::from_str(output.as_str()).map_err(|e| {
-                    ProviderError::bad_response(format!("plugin output does not fit the schema: {e}"))
+                    ProviderError::bad_response(format!(
+                        "plugin output does not fit the schema: {e}"
+                    ))
                 })?;
                 if output.endpoint() != self.endpoint {
                     return Err(ProviderError::bad_response(format!(

@@ -7,6 +7,9 @@
 //! reads the raw number text so no digit is lost through a float, which only
 //! works on serde_json's own deserializer, not through `serde_json::Value`,
 //! `#[serde(flatten)]` or untagged enums.
+//!
+//! Their errors never quote the offending value: an upstream may echo
+//! anything into a field, our key included, and errors reach the log.
 
 use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
@@ -32,16 +35,16 @@ impl<'de> Deserialize<'de> for Id {
         let raw = Box::<RawValue>::deserialize(deserializer)?;
         let text = raw.get();
         if text.starts_with('"') {
-            return serde_json::from_str(text).map(Id).map_err(de::Error::custom);
+            return serde_json::from_str(text)
+                .map(Id)
+                .map_err(de::Error::custom);
         }
         let digits = text.strip_prefix('-').unwrap_or(text);
         if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
             return Ok(Id(text.to_owned()));
         }
-        Err(de::Error::custom(format_args!(
-            "expected an ID as a string or integer, found {}",
-            text.chars().take(32).collect::<String>()
-        )))
+        // Never quote the value: upstream text may echo anything, keys included.
+        Err(de::Error::custom("expected an ID as a string or integer"))
     }
 }
 
@@ -64,22 +67,27 @@ impl<'de> Deserialize<'de> for Count {
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<Count, E> {
                 u64::try_from(v)
                     .map(Count)
-                    .map_err(|_| E::custom(format_args!("negative counter {v}")))
+                    .map_err(|_| E::custom("negative counter"))
             }
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<Count, E> {
                 // 2^64 is exactly representable; anything from it up overflows.
-                if v.is_finite() && v >= 0.0 && v.fract() == 0.0 && v < 18_446_744_073_709_551_616.0 {
+                if v.is_finite() && v >= 0.0 && v.fract() == 0.0 && v < 18_446_744_073_709_551_616.0
+                {
                     Ok(Count(v as u64))
                 } else {
-                    Err(E::custom(format_args!("not a counter: {v}")))
+                    Err(E::custom("not an integral counter"))
                 }
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Count, E> {
                 let t = v.trim();
                 if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
-                    t.parse().map(Count).map_err(E::custom)
+                    t.parse()
+                        .map(Count)
+                        .map_err(|_| E::custom("counter out of range"))
                 } else {
-                    Err(E::custom(format_args!("not a counter: {v:?}")))
+                    Err(E::custom(
+                        "a string counter holds something other than digits",
+                    ))
                 }
             }
         }
@@ -106,19 +114,19 @@ impl<'de> Deserialize<'de> for Flag {
                 match v {
                     0 => Ok(Flag(false)),
                     1 => Ok(Flag(true)),
-                    _ => Err(E::custom(format_args!("not a flag: {v}"))),
+                    _ => Err(E::custom("a numeric flag other than 0 or 1")),
                 }
             }
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<Flag, E> {
                 u64::try_from(v)
-                    .map_err(|_| E::custom(format_args!("not a flag: {v}")))
+                    .map_err(|_| E::custom("a negative flag"))
                     .and_then(|v| self.visit_u64(v))
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Flag, E> {
                 match v {
                     "true" | "1" => Ok(Flag(true)),
                     "false" | "0" => Ok(Flag(false)),
-                    _ => Err(E::custom(format_args!("not a flag: {v:?}"))),
+                    _ => Err(E::custom("a string flag other than true/false/0/1")),
                 }
             }
         }
@@ -165,7 +173,12 @@ mod tests {
         ] {
             assert_eq!(parse(json).unwrap().id.0, want, "{json}");
         }
-        for bad in [r#"{"id":1.5}"#, r#"{"id":true}"#, r#"{"id":{}}"#, r#"{"id":1e3}"#] {
+        for bad in [
+            r#"{"id":1.5}"#,
+            r#"{"id":true}"#,
+            r#"{"id":{}}"#,
+            r#"{"id":1e3}"#,
+        ] {
             assert!(parse(bad).is_err(), "{bad}");
         }
     }
@@ -175,7 +188,10 @@ mod tests {
         let n = |json: &str| parse(json).map(|s| s.n);
         assert_eq!(n(r#"{"id":"1","n":1234}"#).unwrap(), Some(Count(1234)));
         assert_eq!(n(r#"{"id":"1","n":"1234"}"#).unwrap(), Some(Count(1234)));
-        assert_eq!(n(r#"{"id":"1","n":1400000.0}"#).unwrap(), Some(Count(1_400_000)));
+        assert_eq!(
+            n(r#"{"id":"1","n":1400000.0}"#).unwrap(),
+            Some(Count(1_400_000))
+        );
         assert_eq!(n(r#"{"id":"1","n":null}"#).unwrap(), None);
         assert_eq!(n(r#"{"id":"1"}"#).unwrap(), None);
         for bad in [r#""12a""#, "-1", "1.5", r#""""#, r#""-3""#] {

@@ -112,6 +112,8 @@ pub mod schema;
 pub mod upstream;
 
 pub use call::{Call, Endpoint, ParamError};
-pub use provider::{Attempt, Done, ErrorKind, Manifest, Next, Output, Provider, ProviderConfig, ProviderError};
+pub use provider::{
+    Attempt, Done, ErrorKind, Manifest, Next, Output, Provider, ProviderConfig, ProviderError,
+};
 pub use schema::{Comment, Post, Profile, Timestamp};
 pub use upstream::{UpstreamRequest, UpstreamResponse};

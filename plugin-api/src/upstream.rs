@@ -91,7 +91,10 @@ impl fmt::Debug for UpstreamRequest {
         f.debug_struct("UpstreamRequest")
             .field("method", &self.method)
             .field("url", &self.url)
-            .field("headers", &format_args!("<{} redacted>", self.headers.len()))
+            .field(
+                "headers",
+                &format_args!("<{} redacted>", self.headers.len()),
+            )
             .finish()
     }
 }
@@ -205,10 +208,17 @@ mod tests {
     #[test]
     fn gateway_statuses_classify() {
         let h = vec![("Retry-After".to_string(), "7".to_string())];
-        let e = UpstreamResponse::new(429, &h, b"").check_status().unwrap_err();
+        let e = UpstreamResponse::new(429, &h, b"")
+            .check_status()
+            .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::RateLimited);
         assert_eq!(e.retry_after_hint(), Some(Duration::from_secs(7)));
-        let kind = |s| UpstreamResponse::new(s, &[], b"").check_status().unwrap_err().kind();
+        let kind = |s| {
+            UpstreamResponse::new(s, &[], b"")
+                .check_status()
+                .unwrap_err()
+                .kind()
+        };
         assert_eq!(kind(401), ErrorKind::KeyRejected);
         assert_eq!(kind(403), ErrorKind::KeyRejected);
         assert_eq!(kind(503), ErrorKind::Transient);

@@ -1,1 +1,202 @@
+#![forbid(unsafe_code)]
+//! The `shortvideo` fallback provider: a RapidAPI-style `{code,msg,data}`
+//! wrapper of the platform (fixtures/upstreams/CONTRACT.md, "Fallback").
+//!
+//! # Layout
+//!
+//! - this file: configuration, the upstream request of each endpoint and
+//!   the reading of its answer.
+//! - [`wire`]: the upstream payloads, the wrapper's error classification,
+//!   and the mapping to the normalized schema.
 
+use plugin_api::attempt::{self, Page};
+use plugin_api::{
+    Attempt, Call, Done, Endpoint, Manifest, Output, Provider, ProviderConfig, ProviderError,
+    UpstreamRequest, UpstreamResponse,
+};
+use serde::Deserialize;
+use std::sync::Arc;
+
+mod wire;
+use wire::PostId;
+
+/// F4 gives at most this many comments a call.
+const COMMENTS_PER_CALL: u32 = 50;
+
+/// The provider; one value serves every request.
+pub struct Fallback {
+    upstream: Arc<Upstream>,
+}
+
+/// Where requests go and how they authenticate. No `Debug`: it holds the key.
+struct Upstream {
+    base_url: String,
+    api_key: String,
+    host: String,
+}
+
+impl Upstream {
+    /// A GET with the two RapidAPI headers every request needs.
+    fn get(&self, path: &str) -> UpstreamRequest {
+        UpstreamRequest::get(&self.base_url, path)
+            .header("X-RapidAPI-Key", self.api_key.as_str())
+            .header("X-RapidAPI-Host", self.host.as_str())
+    }
+}
+
+/// `[providers.NAME.settings]`; an unknown key is a typo to report, not ignore.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct Settings {
+    /// The `X-RapidAPI-Host` value, when it differs from the base URL's host.
+    rapidapi_host: Option<String>,
+}
+
+/// The host of `base_url` without scheme, userinfo, port or path, as RapidAPI
+/// expects in `X-RapidAPI-Host`. IPv6 literals keep their brackets.
+fn host_of(base_url: &str) -> Option<&str> {
+    let (_scheme, rest) = base_url.split_once("://")?;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = if host_port.starts_with('[') {
+        &host_port[..=host_port.find(']')?]
+    } else {
+        host_port.split(':').next()?
+    };
+    (!host.is_empty()).then_some(host)
+}
+
+impl Provider for Fallback {
+    fn manifest() -> Manifest {
+        Manifest {
+            name: "shortvideo-fallback".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            platform: "shortvideo".into(),
+            endpoints: Endpoint::ALL.to_vec(),
+        }
+    }
+
+    fn new(config: ProviderConfig) -> Result<Self, String> {
+        let settings: Settings = match config.settings {
+            serde_json::Value::Null => Settings::default(),
+            value => serde_json::from_value(value).map_err(|e| format!("settings: {e}"))?,
+        };
+        // The URL is not echoed: it might carry credentials as userinfo.
+        let base_host = host_of(&config.base_url).ok_or("base_url has no host")?;
+        let host = match settings.rapidapi_host {
+            Some(host) if host.trim().is_empty() => {
+                return Err("settings.rapidapi_host is empty".into())
+            }
+            Some(host) => host,
+            None => base_host.to_owned(),
+        };
+        Ok(Fallback {
+            upstream: Arc::new(Upstream {
+                base_url: config.base_url,
+                api_key: config.api_key,
+                host,
+            }),
+        })
+    }
+
+    fn begin(&self, call: Call) -> Box<dyn Attempt> {
+        let up = &self.upstream;
+        let (subject, start) = (call.subject(), call.cursor());
+        // F2 and F5 take the upstream's cursor as is; 0 asks for the first page.
+        let cursor = start.unwrap_or("0");
+        match &call {
+            Call::Profile { .. } => attempt::single(
+                up.get("/user/info").query("unique_id", subject),
+                read_profile,
+            ),
+            Call::Posts { count, .. } => attempt::single(
+                up.get("/user/posts")
+                    .query("unique_id", subject)
+                    .query("count", count)
+                    .query("cursor", cursor),
+                read_posts,
+            ),
+            Call::Post { .. } => {
+                attempt::single(up.get("/").query("url", subject).query("hd", 1), read_post)
+            }
+            Call::Comments { count, .. } => {
+                let (up, id) = (Arc::clone(up), subject.to_owned());
+                let request = move |offset: u64, size: usize| {
+                    up.get("/comment/list")
+                        .query("url", &id)
+                        .query("count", size)
+                        .query("cursor", offset)
+                };
+                attempt::offset_paged(
+                    *count,
+                    COMMENTS_PER_CALL,
+                    start,
+                    request,
+                    read_comments,
+                    Output::Comments,
+                )
+            }
+            Call::Search { count, .. } => attempt::single(
+                up.get("/user/search")
+                    .query("keywords", subject)
+                    .query("count", count)
+                    .query("cursor", cursor),
+                read_search,
+            ),
+        }
+    }
+}
+
+fn read_profile(response: UpstreamResponse<'_>) -> Result<Done, ProviderError> {
+    let account: wire::Account = wire::data(&response)?;
+    Ok(Done::last(Output::Profile(account.into_profile()?)))
+}
+
+fn read_posts(response: UpstreamResponse<'_>) -> Result<Done, ProviderError> {
+    let list: wire::VideoList = wire::data(&response)?;
+    let posts = list
+        .videos
+        .into_iter()
+        .map(|v| v.into_post(PostId::VideoId));
+    Ok(Done {
+        output: Output::Posts(posts.collect::<Result<_, _>>()?),
+        next_cursor: wire::next_cursor(list.has_more, list.cursor),
+    })
+}
+
+fn read_post(response: UpstreamResponse<'_>) -> Result<Done, ProviderError> {
+    let video: wire::Video = wire::data(&response)?;
+    Ok(Done::last(Output::Post(video.into_post(PostId::Id)?)))
+}
+
+fn read_comments(
+    response: UpstreamResponse<'_>,
+) -> Result<Page<plugin_api::Comment>, ProviderError> {
+    let list: wire::CommentList = wire::data(&response)?;
+    let next = wire::next_cursor(list.has_more, list.cursor)
+        .map(|c| c.parse::<u64>())
+        .transpose()
+        .map_err(|_| ProviderError::bad_response("comment `cursor` is not an offset"))?;
+    let items = list
+        .comments
+        .into_iter()
+        .map(wire::CommentItem::into_comment);
+    Ok(Page {
+        items: items.collect::<Result<_, _>>()?,
+        next,
+    })
+}
+
+fn read_search(response: UpstreamResponse<'_>) -> Result<Done, ProviderError> {
+    let list: wire::AccountList = wire::data(&response)?;
+    let profiles = list.user_list.into_iter().map(wire::Account::into_profile);
+    Ok(Done {
+        output: Output::Search(profiles.collect::<Result<_, _>>()?),
+        next_cursor: wire::next_cursor(list.has_more, list.cursor),
+    })
+}
+
+plugin_api::export_provider!(Fallback);
+
+#[cfg(test)]
+mod tests;

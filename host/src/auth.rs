@@ -1,0 +1,276 @@
+//! API keys: issuing and revoking them in the keys file, and recognising
+//! them on requests.
+//!
+//! The file stores only each key's SHA-256, so a leaked file grants nothing.
+//! It is replaced atomically (write, sync, rename) with mode 0600. A request's
+//! key is hashed and compared with every stored hash in constant time.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+#[derive(Debug, thiserror::Error)]
+pub enum KeysError {
+    #[error("{path}: cannot read: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: cannot write: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: not a keys file: {message}")]
+    Format { path: PathBuf, message: String },
+    #[error("a key named `{0}` already exists")]
+    Duplicate(String),
+    #[error("no key named `{0}`")]
+    Unknown(String),
+    #[error("a key name is 1-64 of A-Z, a-z, 0-9, `.`, `_` and `-`; got `{0}`")]
+    BadName(String),
+    #[error("no randomness available: {0}")]
+    Random(String),
+}
+
+/// One issued key, as stored.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct KeyRecord {
+    pub name: String,
+    /// Hex SHA-256 of the key.
+    pub sha256: String,
+    /// When it was issued, `YYYY-MM-DDTHH:MM:SSZ`.
+    pub created: String,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeysFile {
+    #[serde(default, rename = "key")]
+    keys: Vec<KeyRecord>,
+}
+
+/// The keys file at a path.
+pub struct KeysFileAt<'a>(pub &'a Path);
+
+impl KeysFileAt<'_> {
+    /// Every record; a missing file holds none.
+    pub fn records(&self) -> Result<Vec<KeyRecord>, KeysError> {
+        let path = self.0;
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(source) => {
+                return Err(KeysError::Read {
+                    path: path.to_owned(),
+                    source,
+                })
+            }
+        };
+        let file: KeysFile = toml::from_str(&text).map_err(|e| KeysError::Format {
+            path: path.to_owned(),
+            message: e.message().trim().replace('\n', " "),
+        })?;
+        Ok(file.keys)
+    }
+
+    /// Issues a key named `name`; returns the key, which is shown only now.
+    pub fn issue(&self, name: &str) -> Result<String, KeysError> {
+        let valid = (1..=64).contains(&name.len())
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+        if !valid {
+            return Err(KeysError::BadName(name.to_owned()));
+        }
+        let mut records = self.records()?;
+        if records.iter().any(|r| r.name == name) {
+            return Err(KeysError::Duplicate(name.to_owned()));
+        }
+        let key = new_key()?;
+        records.push(KeyRecord {
+            name: name.to_owned(),
+            sha256: hex(&Sha256::digest(key.as_bytes())),
+            created: now_utc(),
+        });
+        self.write(records)?;
+        Ok(key)
+    }
+
+    /// Revokes the key named `name`.
+    pub fn revoke(&self, name: &str) -> Result<(), KeysError> {
+        let mut records = self.records()?;
+        let before = records.len();
+        records.retain(|r| r.name != name);
+        if records.len() == before {
+            return Err(KeysError::Unknown(name.to_owned()));
+        }
+        self.write(records)
+    }
+
+    /// Replaces the file atomically, readable by its owner only.
+    fn write(&self, keys: Vec<KeyRecord>) -> Result<(), KeysError> {
+        let path = self.0;
+        let failed = |source| KeysError::Write {
+            path: path.to_owned(),
+            source,
+        };
+        let body =
+            toml::to_string(&KeysFile { keys }).map_err(|e| failed(std::io::Error::other(e)))?;
+        let dir = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir).map_err(failed)?;
+        let tmp = dir.join(format!(
+            ".{}.{}.tmp",
+            path.file_name().and_then(|n| n.to_str()).unwrap_or("keys"),
+            std::process::id()
+        ));
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let result = (|| {
+            let mut file = options.open(&tmp)?;
+            file.write_all(b"# socialgate API keys: names and SHA-256 hashes only.\n")?;
+            file.write_all(body.as_bytes())?;
+            file.sync_all()?;
+            std::fs::rename(&tmp, path)
+        })();
+        if result.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        result.map_err(failed)
+    }
+}
+
+/// The keys a server accepts, loaded from the keys file.
+#[derive(Default)]
+pub struct KeyStore {
+    keys: Vec<(String, [u8; 32])>,
+}
+
+impl KeyStore {
+    /// Loads the file; a missing file means no key is valid.
+    pub fn load(path: &Path) -> Result<KeyStore, KeysError> {
+        let mut keys = Vec::new();
+        for record in KeysFileAt(path).records()? {
+            let hash = unhex(&record.sha256).ok_or_else(|| KeysError::Format {
+                path: path.to_owned(),
+                message: format!("key `{}` has a malformed sha256", record.name),
+            })?;
+            keys.push((record.name, hash));
+        }
+        Ok(KeyStore { keys })
+    }
+
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// The name of the key `presented`, if it is valid. Every stored hash is
+    /// compared, in constant time, whatever matches.
+    pub fn verify(&self, presented: &[u8]) -> Option<&str> {
+        let hash: [u8; 32] = Sha256::digest(presented).into();
+        let mut found = None;
+        for (name, stored) in &self.keys {
+            if bool::from(stored.ct_eq(&hash)) {
+                found = Some(name.as_str());
+            }
+        }
+        found
+    }
+}
+
+/// A new key: `sg_` and 256 random bits.
+fn new_key() -> Result<String, KeysError> {
+    let mut bytes = [0u8; 32];
+    getrandom::getrandom(&mut bytes).map_err(|e| KeysError::Random(e.to_string()))?;
+    Ok(format!(
+        "sg_{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    ))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &str) -> Option<[u8; 32]> {
+    if text.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+fn now_utc() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    plugin_api::Timestamp::from_unix(secs)
+        .map(|t| t.to_string())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn issue_verify_revoke() {
+        let dir = std::env::temp_dir().join(format!("sg-keys-{}", std::process::id()));
+        let path = dir.join("keys.toml");
+        let file = KeysFileAt(&path);
+        assert!(
+            KeyStore::load(&path).unwrap().is_empty(),
+            "missing file: no keys"
+        );
+        let alice = file.issue("alice").unwrap();
+        let bob = file.issue("bob").unwrap();
+        assert!(alice.starts_with("sg_") && alice.len() == 46);
+        assert!(matches!(file.issue("alice"), Err(KeysError::Duplicate(_))));
+        assert!(matches!(
+            file.issue("no spaces"),
+            Err(KeysError::BadName(_))
+        ));
+
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            !text.contains(&alice) && !text.contains(&bob),
+            "only hashes are stored"
+        );
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+
+        let store = KeyStore::load(&path).unwrap();
+        assert_eq!(store.verify(alice.as_bytes()), Some("alice"));
+        assert_eq!(store.verify(bob.as_bytes()), Some("bob"));
+        assert_eq!(store.verify(b"sg_guess"), None);
+
+        file.revoke("alice").unwrap();
+        assert!(matches!(file.revoke("alice"), Err(KeysError::Unknown(_))));
+        let store = KeyStore::load(&path).unwrap();
+        assert_eq!(store.verify(alice.as_bytes()), None);
+        assert_eq!(store.verify(bob.as_bytes()), Some("bob"));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

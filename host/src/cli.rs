@@ -1,0 +1,225 @@
+//! The command line: `serve` (the default), `demo`, `keys` and `check`.
+//!
+//! Every failure ends as one line on stderr naming the file and the reason,
+//! and a non-zero exit.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand};
+use tokio::net::TcpListener;
+
+use crate::auth::{KeysError, KeysFileAt};
+use crate::config::{Config, ConfigError};
+use crate::http::server;
+use crate::state::{App, StartError};
+
+#[derive(Parser)]
+#[command(
+    name = "socialgate",
+    version,
+    about = "Normalized public short-video data behind one stable API."
+)]
+struct Cli {
+    /// The configuration file.
+    #[arg(long, global = true, default_value = "platforms.toml")]
+    config: PathBuf,
+    /// Listen on this address instead of the configured one (serve, demo).
+    #[arg(long, global = true)]
+    listen: Option<SocketAddr>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the API (the default).
+    Serve,
+    /// Serve the API against built-in sandbox upstreams, with a demo key.
+    Demo {
+        /// Make the sandbox primary fail, to watch failover.
+        #[arg(long)]
+        fail_primary: bool,
+    },
+    /// Manage API keys.
+    #[command(subcommand)]
+    Keys(KeysCommand),
+    /// Validate the configuration and load every plugin.
+    Check,
+}
+
+#[derive(Subcommand)]
+enum KeysCommand {
+    /// Issue a key; it is printed once, on stdout.
+    Issue {
+        #[arg(long)]
+        name: String,
+    },
+    /// Revoke the key with this name.
+    Revoke { name: String },
+    /// List issued keys (names and dates, never keys).
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Why a command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Start(#[from] StartError),
+    #[error(transparent)]
+    Keys(#[from] KeysError),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("socialgate: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SOCIALGATE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(filter)
+        .init();
+}
+
+fn run(cli: Cli) -> Result<(), CliError> {
+    match cli.command.unwrap_or(Command::Serve) {
+        Command::Serve => {
+            let config = Config::load(&cli.config)?;
+            runtime()?.block_on(serve(config, cli.listen))
+        }
+        Command::Demo { fail_primary } => {
+            runtime()?.block_on(crate::demo::run(cli.listen, fail_primary))
+        }
+        Command::Check => {
+            let config = Config::load(&cli.config)?;
+            let app = App::start(&config)?;
+            let snapshot = app.snapshot();
+            println!(
+                "{}: ok: {} platforms, {} providers",
+                config.path.display(),
+                snapshot.routes.platform_count(),
+                snapshot.routes.provider_count()
+            );
+            Ok(())
+        }
+        Command::Keys(command) => keys(&cli.config, command),
+    }
+}
+
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+}
+
+/// Loads plugins and keys, binds, announces the address, serves until a
+/// shutdown signal.
+pub async fn serve(config: Config, listen: Option<SocketAddr>) -> Result<(), CliError> {
+    let listener = start(&config, listen).await?;
+    server::run(listener.0, listener.1, server::shutdown_signal()).await;
+    Ok(())
+}
+
+/// Everything up to a bound listener, whose address is printed on stdout.
+pub async fn start(
+    config: &Config,
+    listen: Option<SocketAddr>,
+) -> Result<(TcpListener, Arc<App>), CliError> {
+    let app = Arc::new(App::start(config)?);
+    let addr = listen.unwrap_or(config.server.listen);
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| CliError::Bind { addr, source })?;
+    let local = listener.local_addr()?;
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "listening on http://{local}")?;
+    stdout.flush()?;
+    Ok((listener, app))
+}
+
+fn keys(config_path: &Path, command: KeysCommand) -> Result<(), CliError> {
+    // Key commands need only the keys file's location, not secrets or
+    // plugins: they must work where the server's environment is absent.
+    let keys_file = keys_file_of(config_path)?;
+    let file = KeysFileAt(&keys_file);
+    let mut stdout = std::io::stdout().lock();
+    match command {
+        KeysCommand::Issue { name } => {
+            let key = file.issue(&name)?;
+            writeln!(stdout, "{key}")?;
+        }
+        KeysCommand::Revoke { name } => file.revoke(&name)?,
+        KeysCommand::List { json } => {
+            let records = file.records()?;
+            if json {
+                let list: Vec<_> = records
+                    .iter()
+                    .map(|r| serde_json::json!({"name": r.name, "created": r.created}))
+                    .collect();
+                writeln!(stdout, "{}", serde_json::Value::Array(list))?;
+            } else {
+                for r in &records {
+                    writeln!(stdout, "{}\t{}", r.name, r.created)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The keys file a config names, read without resolving anything else.
+fn keys_file_of(config_path: &Path) -> Result<PathBuf, CliError> {
+    #[derive(serde::Deserialize)]
+    struct Partial {
+        #[serde(default)]
+        server: PartialServer,
+    }
+    #[derive(serde::Deserialize, Default)]
+    struct PartialServer {
+        keys_file: Option<PathBuf>,
+    }
+    let text = std::fs::read_to_string(config_path).map_err(|source| ConfigError::Read {
+        path: config_path.to_owned(),
+        source,
+    })?;
+    let partial: Partial = toml::from_str(&text).map_err(|e| ConfigError::Invalid {
+        path: config_path.to_owned(),
+        message: e.message().trim().replace('\n', " "),
+    })?;
+    let base = config_path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    Ok(base.join(
+        partial
+            .server
+            .keys_file
+            .unwrap_or_else(|| PathBuf::from("keys.toml")),
+    ))
+}

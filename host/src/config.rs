@@ -1,0 +1,479 @@
+//! The operator's configuration (`platforms.toml`): reading it, resolving
+//! its paths and secrets, and refusing anything doubtful with one line that
+//! names the file and the reason.
+//!
+//! Relative paths resolve against the config file's folder, so a config
+//! means the same thing whatever the working directory.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use plugin_api::Endpoint;
+use serde::Deserialize;
+
+/// Why a configuration was refused. `Display` is one line naming the file.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: cannot read: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}: {message}")]
+    Syntax {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
+    #[error("{path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+/// A secret read from the environment. Never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: String) -> Secret {
+        Secret(value)
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// A validated configuration with every path resolved and every secret read.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The file it was read from (or a made-up name for the demo).
+    pub path: PathBuf,
+    pub server: ServerConfig,
+    pub platforms: BTreeMap<String, PlatformConfig>,
+    pub providers: BTreeMap<String, ProviderConfig>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    pub keys_file: PathBuf,
+    pub plugin_dir: PathBuf,
+    /// Where private copies of plugin libraries are kept.
+    pub state_dir: PathBuf,
+    /// Key for sealing cursors; `None`: a random key per process.
+    pub cursor_key: Option<Secret>,
+    /// The only proxy upstream requests may use; never taken from the environment.
+    pub upstream_proxy: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PlatformStatus {
+    Live,
+    Planned,
+}
+
+#[derive(Debug, Clone)]
+pub struct PlatformConfig {
+    pub status: PlatformStatus,
+    /// Failover order for every endpoint...
+    pub providers: Vec<String>,
+    /// ...unless an endpoint has its own.
+    pub endpoints: BTreeMap<Endpoint, Vec<String>>,
+}
+
+impl PlatformConfig {
+    /// The configured failover order for `endpoint`.
+    pub fn order(&self, endpoint: Endpoint) -> &[String] {
+        self.endpoints.get(&endpoint).unwrap_or(&self.providers)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ProviderConfig {
+    /// The plugin library file.
+    pub library: PathBuf,
+    pub base_url: String,
+    pub api_key: Secret,
+    /// Bounds the provider's whole attempt, all its steps together.
+    pub timeout: Duration,
+    /// `[providers.NAME.settings]`, passed to the plugin as-is.
+    pub settings: serde_json::Value,
+}
+
+const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+const DEFAULT_TIMEOUT_MS: u64 = 4000;
+
+// The file as written. Every table refuses unknown keys.
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    server: RawServer,
+    #[serde(default)]
+    platforms: BTreeMap<String, RawPlatform>,
+    #[serde(default)]
+    providers: BTreeMap<String, RawProvider>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawServer {
+    listen: Option<String>,
+    keys_file: Option<PathBuf>,
+    plugin_dir: Option<PathBuf>,
+    state_dir: Option<PathBuf>,
+    cursor_key_env: Option<String>,
+    upstream_proxy: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPlatform {
+    status: PlatformStatus,
+    #[serde(default)]
+    providers: Vec<String>,
+    #[serde(default)]
+    endpoints: BTreeMap<Endpoint, Vec<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProvider {
+    library: String,
+    base_url: String,
+    api_key_env: String,
+    timeout_ms: Option<u64>,
+    #[serde(default)]
+    settings: Option<toml::Table>,
+}
+
+impl Config {
+    /// Reads and validates the file at `path`, reading secrets from the
+    /// process environment.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Config::parse(path, &text, &|name| std::env::var(name).ok())
+    }
+
+    /// Validates `text` as if read from `path`; `env` looks up variables.
+    pub fn parse(
+        path: &Path,
+        text: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Syntax {
+            path: path.to_owned(),
+            line: e
+                .span()
+                .map(|s| text[..s.start.min(text.len())].lines().count().max(1))
+                .unwrap_or(1),
+            message: e.message().trim().replace('\n', " "),
+        })?;
+        let invalid = |message: String| ConfigError::Invalid {
+            path: path.to_owned(),
+            message,
+        };
+        let base = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let resolve = |p: &Path| base.join(p);
+
+        let listen = raw.server.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
+        let listen: SocketAddr = listen.parse().map_err(|_| {
+            invalid(format!(
+                "[server] listen: `{listen}` is not an IP:port address"
+            ))
+        })?;
+        let plugin_dir = match raw.server.plugin_dir {
+            Some(dir) => resolve(&dir),
+            None => executable_dir().map_err(|e| {
+                invalid(format!(
+                    "cannot find the executable's folder for plugin_dir: {e}"
+                ))
+            })?,
+        };
+        let cursor_key = match raw.server.cursor_key_env {
+            None => None,
+            Some(name) => {
+                let value = env(&name).filter(|v| !v.is_empty()).ok_or_else(|| {
+                    invalid(format!(
+                        "[server] cursor_key_env: environment variable `{name}` is not set"
+                    ))
+                })?;
+                if value.len() < 32 {
+                    return Err(invalid(format!(
+                        "[server] cursor_key_env: `{name}` must hold at least 32 characters"
+                    )));
+                }
+                Some(Secret::new(value))
+            }
+        };
+        if let Some(proxy) = &raw.server.upstream_proxy {
+            if !(proxy.starts_with("http://")
+                || proxy.starts_with("https://")
+                || proxy.starts_with("socks5://"))
+            {
+                return Err(invalid(format!(
+                    "[server] upstream_proxy: `{proxy}` is not an http://, https:// or socks5:// URL"
+                )));
+            }
+        }
+        let server = ServerConfig {
+            listen,
+            keys_file: resolve(
+                raw.server
+                    .keys_file
+                    .as_deref()
+                    .unwrap_or(Path::new("keys.toml")),
+            ),
+            plugin_dir: plugin_dir.clone(),
+            state_dir: resolve(
+                raw.server
+                    .state_dir
+                    .as_deref()
+                    .unwrap_or(Path::new("state")),
+            ),
+            cursor_key,
+            upstream_proxy: raw.server.upstream_proxy,
+        };
+
+        let mut providers = BTreeMap::new();
+        for (name, p) in raw.providers {
+            let at = |what: &str| format!("[providers.{name}] {what}");
+            if !(p.base_url.starts_with("http://") || p.base_url.starts_with("https://")) {
+                return Err(invalid(at(&format!(
+                    "base_url: `{}` is not an http:// or https:// URL",
+                    p.base_url
+                ))));
+            }
+            let api_key = env(&p.api_key_env)
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| {
+                    invalid(at(&format!(
+                        "api_key_env: environment variable `{}` is not set",
+                        p.api_key_env
+                    )))
+                })?;
+            let timeout_ms = p.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS);
+            if timeout_ms == 0 {
+                return Err(invalid(at("timeout_ms: must be above 0")));
+            }
+            let settings = match p.settings {
+                None => serde_json::Value::Object(Default::default()),
+                Some(table) => serde_json::to_value(table)
+                    .map_err(|e| invalid(at(&format!("settings: {e}"))))?,
+            };
+            let library = library_path(&p.library, &plugin_dir, base);
+            providers.insert(
+                name,
+                ProviderConfig {
+                    library,
+                    base_url: p.base_url,
+                    api_key: Secret::new(api_key),
+                    timeout: Duration::from_millis(timeout_ms),
+                    settings,
+                },
+            );
+        }
+
+        let mut platforms = BTreeMap::new();
+        for (name, p) in raw.platforms {
+            if !valid_segment(&name) {
+                return Err(invalid(format!(
+                    "[platforms.{name}]: a platform name is 1-64 of a-z, 0-9, `-` and `_`"
+                )));
+            }
+            let orders = std::iter::once(("providers".to_owned(), &p.providers)).chain(
+                p.endpoints
+                    .iter()
+                    .map(|(e, list)| (format!("endpoints.{e}"), list)),
+            );
+            for (key, list) in orders {
+                for provider in list {
+                    if !providers.contains_key(provider) {
+                        return Err(invalid(format!(
+                            "[platforms.{name}] {key}: unknown provider `{provider}`"
+                        )));
+                    }
+                }
+                if let Some(dup) = list
+                    .iter()
+                    .enumerate()
+                    .find(|(i, p)| list[..*i].contains(p))
+                {
+                    return Err(invalid(format!(
+                        "[platforms.{name}] {key}: provider `{}` is listed twice",
+                        dup.1
+                    )));
+                }
+            }
+            if p.status == PlatformStatus::Live && p.providers.is_empty() && p.endpoints.is_empty()
+            {
+                return Err(invalid(format!(
+                    "[platforms.{name}]: a live platform needs at least one provider"
+                )));
+            }
+            platforms.insert(
+                name,
+                PlatformConfig {
+                    status: p.status,
+                    providers: p.providers,
+                    endpoints: p.endpoints,
+                },
+            );
+        }
+
+        Ok(Config {
+            path: path.to_owned(),
+            server,
+            platforms,
+            providers,
+        })
+    }
+}
+
+/// Path segments we route on: lowercase, so `/v1/{platform}` is unambiguous.
+fn valid_segment(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+}
+
+/// A bare name (`shortvideo_primary`) means `lib<name>.so` (per-OS naming)
+/// in the plugin folder; anything with a slash or an extension is a path.
+fn library_path(library: &str, plugin_dir: &Path, base: &Path) -> PathBuf {
+    let is_path =
+        library.contains('/') || library.contains('\\') || Path::new(library).extension().is_some();
+    if is_path {
+        base.join(library)
+    } else {
+        plugin_dir.join(format!(
+            "{}{library}{}",
+            std::env::consts::DLL_PREFIX,
+            std::env::consts::DLL_SUFFIX
+        ))
+    }
+}
+
+/// The folder of the running executable, where `cargo build` puts plugins too.
+pub fn executable_dir() -> std::io::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    exe.parent()
+        .map(Path::to_owned)
+        .ok_or_else(|| std::io::Error::other("the executable has no parent folder"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+        [server]
+        listen = "127.0.0.1:0"
+        plugin_dir = "plugins"
+
+        [platforms.shortvideo]
+        status = "live"
+        providers = ["a", "b"]
+        [platforms.shortvideo.endpoints]
+        search = ["b"]
+
+        [platforms.later]
+        status = "planned"
+
+        [providers.a]
+        library = "shortvideo_primary"
+        base_url = "http://127.0.0.1:1"
+        api_key_env = "KEY_A"
+        timeout_ms = 1500
+        [providers.b]
+        library = "lib/custom.so"
+        base_url = "https://example.test/api/"
+        api_key_env = "KEY_B"
+        [providers.b.settings]
+        rapidapi_host = "x.example"
+    "#;
+
+    fn env(name: &str) -> Option<String> {
+        matches!(name, "KEY_A" | "KEY_B").then(|| format!("secret-{name}"))
+    }
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(Path::new("/etc/sg/platforms.toml"), text, &env)
+    }
+
+    #[test]
+    fn resolves_paths_orders_and_secrets() {
+        let c = parse(GOOD).unwrap();
+        assert_eq!(c.server.keys_file, Path::new("/etc/sg/keys.toml"));
+        assert_eq!(c.server.state_dir, Path::new("/etc/sg/state"));
+        assert_eq!(
+            c.providers["a"].library,
+            Path::new("/etc/sg/plugins/libshortvideo_primary.so")
+        );
+        assert_eq!(c.providers["b"].library, Path::new("/etc/sg/lib/custom.so"));
+        assert_eq!(c.providers["a"].timeout, Duration::from_millis(1500));
+        assert_eq!(
+            c.providers["b"].timeout,
+            Duration::from_millis(DEFAULT_TIMEOUT_MS)
+        );
+        assert_eq!(c.providers["a"].api_key.expose(), "secret-KEY_A");
+        assert_eq!(c.providers["b"].settings["rapidapi_host"], "x.example");
+        let sv = &c.platforms["shortvideo"];
+        assert_eq!(sv.order(Endpoint::Profile), ["a", "b"]);
+        assert_eq!(sv.order(Endpoint::Search), ["b"]);
+        assert_eq!(c.platforms["later"].status, PlatformStatus::Planned);
+    }
+
+    #[test]
+    fn errors_are_one_line_naming_file_and_reason() {
+        let cases = [
+            (
+                GOOD.replace("timeout_ms = 1500", "timeout_ms = 1500\ncolour = 1"),
+                "unknown field `colour`",
+            ),
+            (
+                GOOD.replace("KEY_B", "KEY_MISSING"),
+                "environment variable `KEY_MISSING` is not set",
+            ),
+            (
+                GOOD.replace("providers = [\"a\", \"b\"]", "providers = [\"a\", \"zz\"]"),
+                "unknown provider `zz`",
+            ),
+            (GOOD.replace("search = [\"b\"]", "serch = [\"b\"]"), "serch"),
+            (GOOD.replace("\"live\"", "\"alive\""), "alive"),
+            (GOOD.replace("127.0.0.1:0", "localhost"), "listen"),
+            (GOOD.replace("http://127.0.0.1:1", "ftp://x"), "base_url"),
+            ("[server\n".to_string(), "platforms.toml:1:"),
+        ];
+        for (text, needle) in cases {
+            let message = parse(&text).unwrap_err().to_string();
+            assert!(message.starts_with("/etc/sg/platforms.toml"), "{message}");
+            assert!(message.contains(needle), "{needle:?} not in {message:?}");
+            assert!(!message.contains('\n'), "{message:?}");
+            assert!(!message.contains("secret-"), "{message:?}");
+        }
+    }
+
+    #[test]
+    fn secrets_do_not_debug_print() {
+        let c = parse(GOOD).unwrap();
+        assert!(!format!("{c:?}").contains("secret-"));
+    }
+}

@@ -1,0 +1,118 @@
+//! The error catalogue: every error a caller can receive, with its code,
+//! HTTP status and message. Nothing else in the host decides these.
+//!
+//! Messages never name a provider, an upstream host, an upstream status or
+//! an upstream message: the caller must not learn who answered.
+
+use hyper::StatusCode;
+
+/// An error answered to an API caller.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApiError {
+    #[error("the X-API-Key header is required")]
+    MissingApiKey,
+    #[error("the API key is not valid")]
+    InvalidApiKey,
+    /// A parameter is missing or malformed; the message names it.
+    #[error("{0}")]
+    InvalidParameter(String),
+    #[error("no platform named `{0}`")]
+    PlatformNotFound(String),
+    #[error("platform `{0}` is planned but not available yet")]
+    PlatformNotAvailable(String),
+    #[error("no such endpoint; see GET /v1/{{platform}}/{{endpoint}}")]
+    EndpointNotFound,
+    #[error("only GET is allowed")]
+    MethodNotAllowed,
+    #[error("the requested user or post does not exist")]
+    ResourceNotFound,
+    #[error("the data could not be fetched right now; try again later")]
+    UpstreamUnavailable,
+    /// A bug. Logged with detail where it happens, answered without.
+    #[error("internal error")]
+    Internal,
+}
+
+impl ApiError {
+    /// The stable, documented error code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::MissingApiKey => "MISSING_API_KEY",
+            ApiError::InvalidApiKey => "INVALID_API_KEY",
+            ApiError::InvalidParameter(_) => "INVALID_PARAMETER",
+            ApiError::PlatformNotFound(_) => "PLATFORM_NOT_FOUND",
+            ApiError::PlatformNotAvailable(_) => "PLATFORM_NOT_AVAILABLE",
+            ApiError::EndpointNotFound => "ENDPOINT_NOT_FOUND",
+            ApiError::MethodNotAllowed => "METHOD_NOT_ALLOWED",
+            ApiError::ResourceNotFound => "RESOURCE_NOT_FOUND",
+            ApiError::UpstreamUnavailable => "UPSTREAM_UNAVAILABLE",
+            ApiError::Internal => "INTERNAL_ERROR",
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::MissingApiKey | ApiError::InvalidApiKey => StatusCode::UNAUTHORIZED,
+            ApiError::InvalidParameter(_) => StatusCode::BAD_REQUEST,
+            ApiError::PlatformNotFound(_)
+            | ApiError::EndpointNotFound
+            | ApiError::ResourceNotFound => StatusCode::NOT_FOUND,
+            ApiError::PlatformNotAvailable(_) => StatusCode::NOT_IMPLEMENTED,
+            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::UpstreamUnavailable => StatusCode::BAD_GATEWAY,
+            ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// A platform name echoed back, cut to a sane length.
+    pub fn platform_not_found(name: &str) -> ApiError {
+        ApiError::PlatformNotFound(name.chars().take(64).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_error_has_its_documented_code_and_status() {
+        let table = [
+            (ApiError::MissingApiKey, "MISSING_API_KEY", 401),
+            (ApiError::InvalidApiKey, "INVALID_API_KEY", 401),
+            (
+                ApiError::InvalidParameter("parameter `id` is required".into()),
+                "INVALID_PARAMETER",
+                400,
+            ),
+            (ApiError::platform_not_found("x"), "PLATFORM_NOT_FOUND", 404),
+            (
+                ApiError::PlatformNotAvailable("x".into()),
+                "PLATFORM_NOT_AVAILABLE",
+                501,
+            ),
+            (ApiError::EndpointNotFound, "ENDPOINT_NOT_FOUND", 404),
+            (ApiError::MethodNotAllowed, "METHOD_NOT_ALLOWED", 405),
+            (ApiError::ResourceNotFound, "RESOURCE_NOT_FOUND", 404),
+            (ApiError::UpstreamUnavailable, "UPSTREAM_UNAVAILABLE", 502),
+            (ApiError::Internal, "INTERNAL_ERROR", 500),
+        ];
+        for (error, code, status) in table {
+            assert_eq!(error.code(), code);
+            assert_eq!(error.status().as_u16(), status, "{code}");
+        }
+    }
+
+    #[test]
+    fn internal_error_says_nothing_of_its_cause() {
+        assert_eq!(ApiError::Internal.to_string(), "internal error");
+    }
+
+    #[test]
+    fn echoed_platform_names_are_bounded() {
+        let ApiError::PlatformNotFound(name) = ApiError::platform_not_found(&"x".repeat(500))
+        else {
+            unreachable!()
+        };
+        assert_eq!(name.len(), 64);
+    }
+}

@@ -1,0 +1,151 @@
+//! Loading provider plugins: dynamic libraries exporting a plugin-api root
+//! module, checked by `abi_stable` for interface version and layout.
+//!
+//! A library is never loaded from where the operator keeps it, but from a
+//! private copy in the state folder named by its content hash. The dynamic
+//! loader de-duplicates by path (a changed file at the same path would be
+//! silently ignored), and a mapped library overwritten in place crashes the
+//! process; a content-addressed copy avoids both. A library loaded once is
+//! reused for the same content, and never unloaded: requests started before
+//! a reload may still be running its code.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use abi_stable::std_types::RStr;
+use plugin_api::ffi::{HostServices, Library, LoadError, ProviderHandle};
+use plugin_api::log::Level;
+use plugin_api::ProviderConfig as PluginConfig;
+use sha2::{Digest, Sha256};
+
+use crate::config::ProviderConfig;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PluginError {
+    #[error("{path}: cannot read plugin library: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: cannot copy into the state folder {state_dir}: {source}")]
+    Copy {
+        path: PathBuf,
+        state_dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: not a usable plugin: {source}")]
+    Load { path: PathBuf, source: LoadError },
+    #[error("{path}: provider `{provider}` failed to set up: {reason}")]
+    Setup {
+        path: PathBuf,
+        provider: String,
+        reason: String,
+    },
+}
+
+/// Loads plugin libraries, each distinct content once per process.
+pub struct Loader {
+    state_dir: PathBuf,
+    loaded: Mutex<HashMap<[u8; 32], Library>>,
+}
+
+impl Loader {
+    pub fn new(state_dir: PathBuf) -> Loader {
+        Loader {
+            state_dir,
+            loaded: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The library at `path`, loaded from a private copy of its content.
+    pub fn load(&self, path: &Path) -> Result<Library, PluginError> {
+        let bytes = std::fs::read(path).map_err(|source| PluginError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let hash: [u8; 32] = Sha256::digest(&bytes).into();
+        // Holding the lock while loading keeps two reloads from mapping the
+        // same content twice; loads are rare and quick.
+        let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(library) = loaded.get(&hash) {
+            return Ok(library.clone());
+        }
+        let copy = self.private_copy(path, &bytes, &hash)?;
+        let library = Library::load(&copy).map_err(|source| PluginError::Load {
+            path: path.to_owned(),
+            source,
+        })?;
+        tracing::debug!(library = %path.display(), copy = %copy.display(), "plugin library loaded");
+        loaded.insert(hash, library.clone());
+        Ok(library)
+    }
+
+    /// Writes `bytes` to `<state_dir>/plugins/<stem>-<hash>.so` unless that
+    /// file already exists, via a temporary file and a rename, so a
+    /// half-written copy is never loaded.
+    fn private_copy(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+        hash: &[u8; 32],
+    ) -> Result<PathBuf, PluginError> {
+        let dir = self.state_dir.join("plugins");
+        let stem = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or("plugin");
+        let short: String = hash[..8].iter().map(|b| format!("{b:02x}")).collect();
+        let extension = path.extension().and_then(|e| e.to_str()).unwrap_or("so");
+        let copy = dir.join(format!("{stem}-{short}.{extension}"));
+        if copy.exists() {
+            return Ok(copy);
+        }
+        let failed = |source| PluginError::Copy {
+            path: path.to_owned(),
+            state_dir: self.state_dir.clone(),
+            source,
+        };
+        std::fs::create_dir_all(&dir).map_err(failed)?;
+        let tmp = dir.join(format!(".{stem}-{short}.{}.tmp", std::process::id()));
+        std::fs::write(&tmp, bytes)
+            .and_then(|()| std::fs::rename(&tmp, &copy))
+            .map_err(|e| {
+                let _ = std::fs::remove_file(&tmp);
+                failed(e)
+            })?;
+        Ok(copy)
+    }
+}
+
+/// Sets up the provider `name` from `library` with its configuration.
+pub fn instantiate(
+    library: &Library,
+    name: &str,
+    config: &ProviderConfig,
+) -> Result<ProviderHandle, PluginError> {
+    let plugin_config = PluginConfig {
+        base_url: config.base_url.clone(),
+        api_key: config.api_key.expose().to_owned(),
+        settings: config.settings.clone(),
+    };
+    library
+        .instantiate(&plugin_config, HostServices { log: plugin_log })
+        .map_err(|reason| PluginError::Setup {
+            path: config.library.clone(),
+            provider: name.to_owned(),
+            reason,
+        })
+}
+
+/// Where plugins' log lines enter the host's `tracing`.
+extern "C" fn plugin_log(level: u8, target: RStr<'_>, message: RStr<'_>) {
+    let (plugin, message) = (target.as_str(), message.as_str());
+    // A panic must not unwind into the plugin's frame.
+    let _ = std::panic::catch_unwind(|| match Level::from_u8(level) {
+        Level::Error => tracing::error!(target: "socialgate::plugin", plugin, "{message}"),
+        Level::Warn => tracing::warn!(target: "socialgate::plugin", plugin, "{message}"),
+        Level::Info => tracing::info!(target: "socialgate::plugin", plugin, "{message}"),
+        Level::Debug => tracing::debug!(target: "socialgate::plugin", plugin, "{message}"),
+    });
+}

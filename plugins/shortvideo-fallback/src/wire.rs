@@ -1,0 +1,224 @@
+//! The upstream's payloads: the `{code,msg,data}` wrapper, the typed `data`
+//! of each request, and how each maps to the normalized schema.
+//!
+//! Every field is an `Option` so a missing or `null` one is ours to judge:
+//! a required normalized field becomes [`ProviderError::missing`], an extra
+//! becomes `None`. Unlisted fields are ignored, and `aweme_id` is never
+//! declared, so the opaque media key cannot leak out as a post ID.
+
+use plugin_api::json::{non_empty, unix_time, Count, Flag, Id};
+use plugin_api::{Comment, ErrorKind, Post, Profile, ProviderError, UpstreamResponse};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use std::time::Duration;
+
+/// The wrapper around every answer. `data` is kept as raw text until `code`
+/// is read, so an error body whose `data` has an odd shape is still
+/// classified by its `msg`; raw text keeps every digit of big IDs.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    code: Option<i64>,
+    msg: Option<String>,
+    #[serde(borrow)]
+    data: Option<&'a RawValue>,
+}
+
+/// Checks the wrapper and reads its `data` as `T`.
+pub fn data<'a, T: Deserialize<'a>>(response: &UpstreamResponse<'a>) -> Result<T, ProviderError> {
+    let envelope: Envelope<'a> = response.json()?;
+    match envelope.code {
+        Some(0) => {}
+        Some(code) => return Err(refusal(code, envelope.msg.as_deref().unwrap_or(""))),
+        None => return Err(ProviderError::bad_response("body has no `code`")),
+    }
+    // `code` 0 without the expected object is a soft block, never "not found".
+    let data = envelope
+        .data
+        .ok_or_else(|| ProviderError::bad_response("`code` 0 without `data`"))?;
+    serde_json::from_str(data.get())
+        .map_err(|e| ProviderError::bad_response(format!("unusable `data`: {e}")))
+}
+
+/// Classifies a non-zero `code` by its `msg`, the only place the upstream
+/// says what went wrong.
+fn refusal(code: i64, msg: &str) -> ProviderError {
+    match (code, msg.trim()) {
+        (-1, "User doesn't exist") => ProviderError::not_found("user doesn't exist"),
+        (-1, "Url parsing is failed! Please check url.") => {
+            ProviderError::not_found("video doesn't exist")
+        }
+        (-1, "Free Api Limit: 1 request/second.") => {
+            ProviderError::new(ErrorKind::RateLimited, "upstream limit of 1 request/second")
+                .retry_after(Duration::from_secs(1))
+        }
+        _ => {
+            let msg: String = msg.chars().take(200).collect();
+            ProviderError::bad_response(format!("upstream code {code}: {msg:?}"))
+        }
+    }
+}
+
+/// Whether a list goes on: the upstream's `cursor` when `hasMore` is true.
+pub fn next_cursor(has_more: Option<Flag>, cursor: Option<Id>) -> Option<String> {
+    has_more.filter(|f| f.0).and(cursor).and_then(Id::non_empty)
+}
+
+fn required<T>(value: Option<T>, field: &str) -> Result<T, ProviderError> {
+    value.ok_or_else(|| ProviderError::missing(field))
+}
+
+fn count(value: Option<Count>) -> Option<u64> {
+    value.map(|c| c.0)
+}
+
+/// F1 `data`, and each F5 `user_list` item.
+#[derive(Deserialize)]
+pub struct Account {
+    user: User,
+    stats: Stats,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct User {
+    id: Option<Id>,
+    unique_id: Option<String>,
+    nickname: Option<String>,
+    verified: Option<Flag>,
+    signature: Option<String>,
+    avatar_larger: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Stats {
+    follower_count: Option<Count>,
+    following_count: Option<Count>,
+    heart_count: Option<Count>,
+    video_count: Option<Count>,
+}
+
+impl Account {
+    pub fn into_profile(self) -> Result<Profile, ProviderError> {
+        let (user, stats) = (self.user, self.stats);
+        Ok(Profile {
+            username: required(non_empty(user.unique_id), "user.uniqueId")?,
+            display_name: required(user.nickname, "user.nickname")?,
+            followers: required(stats.follower_count, "stats.followerCount")?.0,
+            verified: required(user.verified, "user.verified")?.0,
+            id: user.id.and_then(Id::non_empty),
+            bio: non_empty(user.signature),
+            following: count(stats.following_count),
+            likes: count(stats.heart_count),
+            videos: count(stats.video_count),
+            avatar_url: non_empty(user.avatar_larger),
+        })
+    }
+}
+
+/// F5 `data`.
+#[derive(Deserialize)]
+pub struct AccountList {
+    pub user_list: Vec<Account>,
+    pub cursor: Option<Id>,
+    #[serde(rename = "hasMore")]
+    pub has_more: Option<Flag>,
+}
+
+/// F2 `data`.
+#[derive(Deserialize)]
+pub struct VideoList {
+    pub videos: Vec<Video>,
+    pub cursor: Option<Id>,
+    #[serde(rename = "hasMore")]
+    pub has_more: Option<Flag>,
+}
+
+/// Which field holds the post ID: the only difference between an F2 item
+/// and F3 `data`.
+#[derive(Clone, Copy)]
+pub enum PostId {
+    /// F2 items: `video_id`.
+    VideoId,
+    /// F3: `id`.
+    Id,
+}
+
+/// An F2 item or F3 `data`.
+#[derive(Deserialize)]
+pub struct Video {
+    id: Option<Id>,
+    video_id: Option<Id>,
+    title: Option<String>,
+    digg_count: Option<Count>,
+    comment_count: Option<Count>,
+    play_count: Option<Count>,
+    share_count: Option<Count>,
+    create_time: Option<Count>,
+    /// Seconds.
+    duration: Option<Count>,
+    author: Option<Author>,
+}
+
+/// The embedded author of a video or comment; only the handle is used.
+#[derive(Deserialize)]
+struct Author {
+    unique_id: Option<String>,
+}
+
+fn handle(author: Option<Author>) -> Option<String> {
+    non_empty(author.and_then(|a| a.unique_id))
+}
+
+impl Video {
+    pub fn into_post(self, which: PostId) -> Result<Post, ProviderError> {
+        let (id, field) = match which {
+            PostId::VideoId => (self.video_id, "video_id"),
+            PostId::Id => (self.id, "id"),
+        };
+        Ok(Post {
+            id: required(id.and_then(Id::non_empty), field)?,
+            text: required(self.title, "title")?,
+            likes: required(self.digg_count, "digg_count")?.0,
+            comments: required(self.comment_count, "comment_count")?.0,
+            views: count(self.play_count),
+            shares: count(self.share_count),
+            created_at: unix_time(self.create_time),
+            duration_ms: self.duration.and_then(|Count(s)| s.checked_mul(1000)),
+            author: handle(self.author),
+        })
+    }
+}
+
+/// F4 `data`.
+#[derive(Deserialize)]
+pub struct CommentList {
+    pub comments: Vec<CommentItem>,
+    /// The next offset.
+    pub cursor: Option<Id>,
+    #[serde(rename = "hasMore")]
+    pub has_more: Option<Flag>,
+}
+
+#[derive(Deserialize)]
+pub struct CommentItem {
+    id: Option<Id>,
+    text: Option<String>,
+    digg_count: Option<Count>,
+    reply_total: Option<Count>,
+    create_time: Option<Count>,
+    user: Option<Author>,
+}
+
+impl CommentItem {
+    pub fn into_comment(self) -> Result<Comment, ProviderError> {
+        Ok(Comment {
+            id: required(self.id.and_then(Id::non_empty), "id")?,
+            text: required(self.text, "text")?,
+            likes: required(self.digg_count, "digg_count")?.0,
+            replies: count(self.reply_total),
+            created_at: unix_time(self.create_time),
+            author: handle(self.user),
+        })
+    }
+}
