@@ -2,16 +2,21 @@
 //!
 //! Any failure moves on to the next provider, except two answers that are
 //! the same whoever gives them: "not found" (the user or post does not
-//! exist) and invalid input. A continued listing (a cursor) goes only to the
-//! provider that issued it, since upstream cursors do not transfer.
+//! exist) and invalid input. A provider whose breaker is open is skipped
+//! without an upstream call; when every provider of the chain is open, the
+//! one whose cooldown ends first is tried anyway, so the chain never refuses
+//! outright. Every attempt is bounded by its provider's timeout and by the
+//! request's deadline; when the deadline passes the chain stops.
 
 use std::sync::Arc;
 
 use plugin_api::{Call, Done, ErrorKind, Next, ProviderError};
-use tokio::time::timeout;
+use tokio::time::{timeout, Instant};
 
+use crate::resilience::breaker::{Outcome, Permit};
+use crate::resilience::deadline::Deadline;
 use crate::routing::Provider;
-use crate::upstream::UpstreamClient;
+use crate::upstream::{Fetched, UpstreamClient};
 
 /// Steps allowed in one attempt: a comment page of 200 takes 4, a first page
 /// of posts 2. A plugin that loops is cut off.
@@ -21,6 +26,8 @@ pub const MAX_STEPS: usize = 16;
 pub struct Served {
     pub done: Done,
     pub provider: Arc<Provider>,
+    /// Providers that failed before it, in order.
+    pub failed: Vec<Arc<Provider>>,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -29,62 +36,128 @@ pub enum ChainError {
     NotFound,
     /// A provider refused the input; the message is for the caller.
     InvalidInput(String),
-    /// Every provider tried failed.
+    /// Every provider tried failed within the deadline.
     Exhausted,
+    /// The request's deadline passed.
+    DeadlineExceeded,
 }
 
-/// Asks `providers` in order.
+/// Asks `providers` in order, within `deadline`.
 pub async fn serve(
-    providers: impl IntoIterator<Item = &Arc<Provider>>,
+    providers: &[Arc<Provider>],
     call: &Call,
     client: &UpstreamClient,
+    deadline: Deadline,
 ) -> Result<Served, ChainError> {
+    let mut failed = Vec::new();
+    let mut soonest_open: Option<(&Arc<Provider>, Instant)> = None;
     for provider in providers {
-        match attempt(provider, call, client).await {
-            Ok(done) => {
-                return Ok(Served {
-                    done,
-                    provider: provider.clone(),
-                })
-            }
-            Err(error) => {
-                tracing::warn!(
-                    provider = %provider.name,
-                    endpoint = %call.endpoint(),
-                    kind = %error.kind(),
-                    "attempt failed: {}",
-                    error.message()
-                );
-                match error.kind() {
-                    ErrorKind::NotFound => return Err(ChainError::NotFound),
-                    ErrorKind::InvalidInput => {
-                        return Err(ChainError::InvalidInput(error.message().to_owned()))
-                    }
-                    _ => continue,
+        match provider.breaker.try_acquire(Instant::now()) {
+            Ok(permit) => match attempt_through(provider, permit, call, client, deadline).await {
+                Ok(done) => return Ok(served(done, provider, failed)),
+                Err(stop @ Some(_)) => return Err(stop.expect("matched Some")),
+                Err(None) => failed.push(provider.clone()),
+            },
+            Err(until) => {
+                tracing::debug!(provider = %provider.name, "skipped: breaker open");
+                if soonest_open.is_none_or(|(_, soonest)| until < soonest) {
+                    soonest_open = Some((provider, until));
                 }
             }
         }
     }
+    if failed.is_empty() {
+        if let Some((provider, _)) = soonest_open {
+            let permit = provider.breaker.force_acquire();
+            match attempt_through(provider, permit, call, client, deadline).await {
+                Ok(done) => return Ok(served(done, provider, failed)),
+                Err(Some(stop)) => return Err(stop),
+                Err(None) => {}
+            }
+        }
+    }
+    if deadline.expired() {
+        return Err(ChainError::DeadlineExceeded);
+    }
     Err(ChainError::Exhausted)
 }
 
+fn served(done: Done, provider: &Arc<Provider>, failed: Vec<Arc<Provider>>) -> Served {
+    Served {
+        done,
+        provider: provider.clone(),
+        failed,
+    }
+}
+
+/// One attempt under a breaker permit, its outcome recorded. `Err(None)`:
+/// this provider failed, try the next; `Err(Some(_))`: the chain ends.
+async fn attempt_through(
+    provider: &Provider,
+    permit: Permit<'_>,
+    call: &Call,
+    client: &UpstreamClient,
+    deadline: Deadline,
+) -> Result<Done, Option<ChainError>> {
+    let result = attempt(provider, call, client, deadline).await;
+    let now = Instant::now();
+    let error = match result {
+        Ok(done) => {
+            provider.breaker.record(permit, Outcome::Success, now);
+            return Ok(done);
+        }
+        Err(error) => error,
+    };
+    tracing::warn!(
+        provider = %provider.name,
+        endpoint = %call.endpoint(),
+        kind = %error.kind(),
+        "attempt failed: {}",
+        error.message()
+    );
+    let stop = match error.kind() {
+        // Both prove the upstream works: they close the breaker too.
+        ErrorKind::NotFound => Some(ChainError::NotFound),
+        ErrorKind::InvalidInput => Some(ChainError::InvalidInput(error.message().to_owned())),
+        _ if deadline.expired() => {
+            // Our deadline cut the attempt short, not the provider's own
+            // timeout: no blame. An unreported probe reopens at once.
+            drop(permit);
+            return Err(Some(ChainError::DeadlineExceeded));
+        }
+        ErrorKind::RateLimited => {
+            provider
+                .breaker
+                .record(permit, Outcome::RateLimited(error.retry_after_hint()), now);
+            return Err(None);
+        }
+        _ => {
+            provider.breaker.record(permit, Outcome::Failure, now);
+            return Err(None);
+        }
+    };
+    provider.breaker.record(permit, Outcome::Success, now);
+    Err(stop)
+}
+
 /// One provider's attempt: its steps, each upstream request performed by
-/// the host, all within the provider's timeout.
+/// the host, all within the provider's timeout cut short by the deadline.
 pub async fn attempt(
     provider: &Provider,
     call: &Call,
     client: &UpstreamClient,
+    deadline: Deadline,
 ) -> Result<Done, ProviderError> {
     let steps = async {
         let mut attempt = provider.handle.begin(call);
-        let mut last = None;
+        let mut last: Option<Fetched> = None;
         for _ in 0..MAX_STEPS {
-            let response = last.as_ref().map(crate::upstream::Fetched::as_response);
+            let response = last.as_ref().map(Fetched::as_response);
             match attempt.step(response)? {
                 Next::Done(done) => return Ok(done),
                 Next::Fetch(request) => {
                     tracing::debug!(provider = %provider.name, url = request.url(), "upstream request");
-                    last = Some(client.fetch(&request).await?);
+                    last = Some(client.fetch(&request, provider.max_body_bytes).await?);
                 }
             }
         }
@@ -92,10 +165,11 @@ pub async fn attempt(
             "no answer within {MAX_STEPS} steps"
         )))
     };
-    timeout(provider.timeout, steps).await.unwrap_or_else(|_| {
+    let limit = deadline.bound(provider.timeout);
+    timeout(limit, steps).await.unwrap_or_else(|_| {
         Err(ProviderError::new(
             ErrorKind::Transient,
-            format!("no answer within {} ms", provider.timeout.as_millis()),
+            format!("no answer within {} ms", limit.as_millis()),
         ))
     })
 }

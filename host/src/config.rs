@@ -14,6 +14,9 @@ use std::time::Duration;
 use plugin_api::Endpoint;
 use serde::Deserialize;
 
+use crate::resilience::breaker::BreakerConfig;
+use crate::resilience::rate_limit::RateLimitConfig;
+
 /// Why a configuration was refused. `Display` is one line naming the file.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -60,6 +63,8 @@ pub struct Config {
     pub server: ServerConfig,
     pub platforms: BTreeMap<String, PlatformConfig>,
     pub providers: BTreeMap<String, ProviderConfig>,
+    /// Per-key request rate; `None`: no limit.
+    pub rate_limit: Option<RateLimitConfig>,
 }
 
 #[derive(Debug, Clone)]
@@ -73,6 +78,33 @@ pub struct ServerConfig {
     pub cursor_key: Option<Secret>,
     /// The only proxy upstream requests may use; never taken from the environment.
     pub upstream_proxy: Option<String>,
+    pub limits: ServerLimits,
+}
+
+/// How the server protects itself from slow, large or too many requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerLimits {
+    /// All attempts of one request together.
+    pub request_timeout: Duration,
+    /// A client must send its whole request head within this.
+    pub header_timeout: Duration,
+    pub max_header_bytes: usize,
+    /// Past this many requests in flight, answer 503 at once.
+    pub max_concurrent_requests: usize,
+    /// How long requests in flight may finish after a shutdown signal.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServerLimits {
+    fn default() -> Self {
+        ServerLimits {
+            request_timeout: crate::resilience::deadline::DEFAULT_REQUEST_TIMEOUT,
+            header_timeout: Duration::from_secs(10),
+            max_header_bytes: 16 * 1024,
+            max_concurrent_requests: crate::resilience::concurrency::DEFAULT_MAX_CONCURRENT,
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -108,6 +140,9 @@ pub struct ProviderConfig {
     pub timeout: Duration,
     /// `[providers.NAME.settings]`, passed to the plugin as-is.
     pub settings: serde_json::Value,
+    pub breaker: BreakerConfig,
+    /// Larger upstream bodies are bad responses.
+    pub max_body_bytes: usize,
 }
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
@@ -124,6 +159,14 @@ struct RawConfig {
     platforms: BTreeMap<String, RawPlatform>,
     #[serde(default)]
     providers: BTreeMap<String, RawProvider>,
+    rate_limit: Option<RawRateLimit>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRateLimit {
+    per_second: f64,
+    burst: Option<f64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -135,6 +178,11 @@ struct RawServer {
     state_dir: Option<PathBuf>,
     cursor_key_env: Option<String>,
     upstream_proxy: Option<String>,
+    request_timeout_ms: Option<u64>,
+    header_timeout_ms: Option<u64>,
+    max_header_bytes: Option<usize>,
+    max_concurrent_requests: Option<usize>,
+    shutdown_grace_ms: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -154,6 +202,9 @@ struct RawProvider {
     base_url: String,
     api_key_env: String,
     timeout_ms: Option<u64>,
+    breaker_failures: Option<u32>,
+    breaker_cooldown_ms: Option<u64>,
+    max_body_bytes: Option<usize>,
     #[serde(default)]
     settings: Option<toml::Table>,
 }
@@ -233,6 +284,64 @@ impl Config {
                 )));
             }
         }
+        let defaults = ServerLimits::default();
+        let millis = |value: Option<u64>, key: &str, default: Duration| match value {
+            None => Ok(default),
+            Some(0) => Err(invalid(format!("[server] {key}: must be above 0"))),
+            Some(ms) => Ok(Duration::from_millis(ms)),
+        };
+        let limits = ServerLimits {
+            request_timeout: millis(
+                raw.server.request_timeout_ms,
+                "request_timeout_ms",
+                defaults.request_timeout,
+            )?,
+            header_timeout: millis(
+                raw.server.header_timeout_ms,
+                "header_timeout_ms",
+                defaults.header_timeout,
+            )?,
+            shutdown_grace: millis(
+                raw.server.shutdown_grace_ms,
+                "shutdown_grace_ms",
+                defaults.shutdown_grace,
+            )?,
+            max_header_bytes: match raw.server.max_header_bytes {
+                None => defaults.max_header_bytes,
+                // hyper's read buffer cannot be smaller.
+                Some(n) if n < 8192 => {
+                    return Err(invalid(
+                        "[server] max_header_bytes: must be at least 8192".into(),
+                    ))
+                }
+                Some(n) => n,
+            },
+            max_concurrent_requests: match raw.server.max_concurrent_requests {
+                None => defaults.max_concurrent_requests,
+                Some(0) => {
+                    return Err(invalid(
+                        "[server] max_concurrent_requests: must be above 0".into(),
+                    ))
+                }
+                Some(n) => n,
+            },
+        };
+        let rate_limit = match raw.rate_limit {
+            None => None,
+            Some(r) => {
+                let burst = r.burst.unwrap_or(r.per_second.max(1.0));
+                if !(r.per_second.is_finite() && r.per_second > 0.0) {
+                    return Err(invalid("[rate_limit] per_second: must be above 0".into()));
+                }
+                if !(burst.is_finite() && burst >= 1.0) {
+                    return Err(invalid("[rate_limit] burst: must be at least 1".into()));
+                }
+                Some(RateLimitConfig {
+                    per_second: r.per_second,
+                    burst,
+                })
+            }
+        };
         let server = ServerConfig {
             listen,
             keys_file: resolve(
@@ -250,6 +359,7 @@ impl Config {
             ),
             cursor_key,
             upstream_proxy: raw.server.upstream_proxy,
+            limits,
         };
 
         let mut providers = BTreeMap::new();
@@ -278,6 +388,22 @@ impl Config {
                 Some(table) => serde_json::to_value(table)
                     .map_err(|e| invalid(at(&format!("settings: {e}"))))?,
             };
+            let breaker = BreakerConfig {
+                failures: match p.breaker_failures {
+                    Some(0) => return Err(invalid(at("breaker_failures: must be above 0"))),
+                    Some(n) => n,
+                    None => BreakerConfig::default().failures,
+                },
+                cooldown: p
+                    .breaker_cooldown_ms
+                    .map(Duration::from_millis)
+                    .unwrap_or(BreakerConfig::default().cooldown),
+            };
+            let max_body_bytes = match p.max_body_bytes {
+                Some(0) => return Err(invalid(at("max_body_bytes: must be above 0"))),
+                Some(n) => n,
+                None => crate::upstream::DEFAULT_MAX_BODY_BYTES,
+            };
             let library = library_path(&p.library, &plugin_dir, base);
             providers.insert(
                 name,
@@ -287,6 +413,8 @@ impl Config {
                     api_key: Secret::new(api_key),
                     timeout: Duration::from_millis(timeout_ms),
                     settings,
+                    breaker,
+                    max_body_bytes,
                 },
             );
         }
@@ -343,6 +471,7 @@ impl Config {
             server,
             platforms,
             providers,
+            rate_limit,
         })
     }
 }

@@ -28,6 +28,14 @@ pub enum ApiError {
     ResourceNotFound,
     #[error("the data could not be fetched right now; try again later")]
     UpstreamUnavailable,
+    #[error("the data could not be fetched in time; try again later")]
+    UpstreamTimeout,
+    /// Too many requests in flight on this server.
+    #[error("the service is busy; retry after {retry_after_secs} s")]
+    Overloaded { retry_after_secs: u64 },
+    /// This key's request rate is exceeded.
+    #[error("too many requests for this key; retry after {retry_after_secs} s")]
+    RateLimited { retry_after_secs: u64 },
     /// A bug. Logged with detail where it happens, answered without.
     #[error("internal error")]
     Internal,
@@ -46,6 +54,9 @@ impl ApiError {
             ApiError::MethodNotAllowed => "METHOD_NOT_ALLOWED",
             ApiError::ResourceNotFound => "RESOURCE_NOT_FOUND",
             ApiError::UpstreamUnavailable => "UPSTREAM_UNAVAILABLE",
+            ApiError::UpstreamTimeout => "UPSTREAM_TIMEOUT",
+            ApiError::Overloaded { .. } => "OVERLOADED",
+            ApiError::RateLimited { .. } => "RATE_LIMITED",
             ApiError::Internal => "INTERNAL_ERROR",
         }
     }
@@ -60,7 +71,19 @@ impl ApiError {
             ApiError::PlatformNotAvailable(_) => StatusCode::NOT_IMPLEMENTED,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::UpstreamUnavailable => StatusCode::BAD_GATEWAY,
+            ApiError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
+            ApiError::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// Seconds for a `Retry-After` header, where the caller should wait.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        match self {
+            ApiError::Overloaded { retry_after_secs }
+            | ApiError::RateLimited { retry_after_secs } => Some(*retry_after_secs),
+            _ => None,
         }
     }
 
@@ -94,6 +117,21 @@ mod tests {
             (ApiError::MethodNotAllowed, "METHOD_NOT_ALLOWED", 405),
             (ApiError::ResourceNotFound, "RESOURCE_NOT_FOUND", 404),
             (ApiError::UpstreamUnavailable, "UPSTREAM_UNAVAILABLE", 502),
+            (ApiError::UpstreamTimeout, "UPSTREAM_TIMEOUT", 504),
+            (
+                ApiError::Overloaded {
+                    retry_after_secs: 1,
+                },
+                "OVERLOADED",
+                503,
+            ),
+            (
+                ApiError::RateLimited {
+                    retry_after_secs: 2,
+                },
+                "RATE_LIMITED",
+                429,
+            ),
             (ApiError::Internal, "INTERNAL_ERROR", 500),
         ];
         for (error, code, status) in table {

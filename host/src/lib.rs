@@ -13,6 +13,8 @@
 //!   providers; [`state`] holds the current table as one swappable snapshot.
 //! - [`chain`] asks the chain's providers in order; each attempt drives a
 //!   plugin's steps and performs its requests through [`upstream`].
+//! - [`resilience`] holds the small decisions that keep it fast when things
+//!   fail: breakers, the request deadline, the concurrency gate, rate limits.
 //! - [`cursor`] seals a provider's upstream cursor into the opaque token
 //!   callers page with.
 //! - [`error`] is the catalogue of every error a caller can see.
@@ -30,6 +32,7 @@ pub mod demo;
 pub mod error;
 pub mod http;
 pub mod plugins;
+pub mod resilience;
 pub mod routing;
 pub mod state;
 pub mod upstream;

@@ -12,6 +12,7 @@ use plugin_api::Endpoint;
 use crate::config::{Config, PlatformStatus};
 use crate::error::ApiError;
 use crate::plugins::{self, Loader, PluginError};
+use crate::resilience::breaker::Breaker;
 
 /// A configured provider, ready to serve.
 pub struct Provider {
@@ -20,6 +21,9 @@ pub struct Provider {
     pub handle: ProviderHandle,
     /// Bounds one attempt, all its steps together.
     pub timeout: Duration,
+    /// Larger upstream bodies are bad responses.
+    pub max_body_bytes: usize,
+    pub breaker: Breaker,
 }
 
 /// Providers for one endpoint, in failover order.
@@ -64,6 +68,8 @@ impl Routes {
                     name: name.clone(),
                     handle,
                     timeout: provider.timeout,
+                    max_body_bytes: provider.max_body_bytes,
+                    breaker: Breaker::new(provider.breaker),
                 }),
             );
         }

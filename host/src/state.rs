@@ -2,14 +2,17 @@
 //! and keys), loaded once per request, so a request finishes on the table it
 //! started with even if a new one is swapped in meanwhile.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
 use crate::auth::{KeyStore, KeysError};
-use crate::config::Config;
+use crate::config::{Config, ServerLimits};
 use crate::cursor::CursorSealer;
 use crate::plugins::Loader;
+use crate::resilience::concurrency::ConcurrencyLimit;
+use crate::resilience::rate_limit::RateLimiter;
 use crate::routing::{BuildError, Routes};
 use crate::upstream::{ClientError, UpstreamClient};
 
@@ -25,6 +28,10 @@ pub struct App {
     pub cursors: CursorSealer,
     pub upstream: UpstreamClient,
     pub loader: Loader,
+    pub limits: ServerLimits,
+    pub in_flight: ConcurrencyLimit,
+    pub rate_limiter: Option<RateLimiter>,
+    draining: AtomicBool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -62,7 +69,20 @@ impl App {
             cursors,
             upstream,
             loader,
+            limits: config.server.limits,
+            in_flight: ConcurrencyLimit::new(config.server.limits.max_concurrent_requests),
+            rate_limiter: config.rate_limit.map(RateLimiter::new),
+            draining: AtomicBool::new(false),
         })
+    }
+
+    /// Marks the server as shutting down.
+    pub fn begin_draining(&self) {
+        self.draining.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
     }
 
     /// The current snapshot; hold it for the whole request.

@@ -20,7 +20,6 @@ pub struct ClientError(#[from] reqwest::Error);
 #[derive(Clone)]
 pub struct UpstreamClient {
     client: reqwest::Client,
-    max_body: usize,
 }
 
 /// A response read in full.
@@ -49,13 +48,17 @@ impl UpstreamClient {
         }
         Ok(UpstreamClient {
             client: builder.build()?,
-            max_body: DEFAULT_MAX_BODY_BYTES,
         })
     }
 
-    /// Performs `request`. Transport failures are transient; a body over the
-    /// cap is a bad response. Errors never carry the request headers.
-    pub async fn fetch(&self, request: &UpstreamRequest) -> Result<Fetched, ProviderError> {
+    /// Performs `request`. Transport failures are transient; a body over
+    /// `max_body` bytes is a bad response. Errors never carry the request
+    /// headers.
+    pub async fn fetch(
+        &self,
+        request: &UpstreamRequest,
+        max_body: usize,
+    ) -> Result<Fetched, ProviderError> {
         let transient = |what: &str, e: reqwest::Error| {
             // Without the URL: it is logged once by the caller, and the
             // error's source chain may say more than we want repeated.
@@ -79,9 +82,9 @@ impl UpstreamClient {
             .collect();
         if response
             .content_length()
-            .is_some_and(|len| len > self.max_body as u64)
+            .is_some_and(|len| len > max_body as u64)
         {
-            return Err(too_large(self.max_body));
+            return Err(too_large(max_body));
         }
         let mut body = Vec::new();
         while let Some(chunk) = response
@@ -89,8 +92,8 @@ impl UpstreamClient {
             .await
             .map_err(|e| transient("reading the body failed", e))?
         {
-            if body.len() + chunk.len() > self.max_body {
-                return Err(too_large(self.max_body));
+            if body.len() + chunk.len() > max_body {
+                return Err(too_large(max_body));
             }
             body.extend_from_slice(&chunk);
         }

@@ -15,8 +15,10 @@ use crate::auth::KeysFileAt;
 use crate::cli::{self, CliError};
 use crate::config::{
     executable_dir, Config, PlatformConfig, PlatformStatus, ProviderConfig, Secret, ServerConfig,
+    ServerLimits,
 };
 use crate::http::server;
+use crate::resilience::breaker::BreakerConfig;
 use sandbox::Sandbox;
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
@@ -59,6 +61,12 @@ fn demo_config(
         api_key: Secret::new(key.to_owned()),
         timeout: Duration::from_secs(4),
         settings: serde_json::json!({}),
+        // Short, so `--fail-primary` shows the breaker opening and closing.
+        breaker: BreakerConfig {
+            failures: 3,
+            cooldown: Duration::from_secs(10),
+        },
+        max_body_bytes: crate::upstream::DEFAULT_MAX_BODY_BYTES,
     };
     let providers = BTreeMap::from([
         (
@@ -95,9 +103,11 @@ fn demo_config(
             state_dir,
             cursor_key: None,
             upstream_proxy: None,
+            limits: ServerLimits::default(),
         },
         platforms,
         providers,
+        rate_limit: None,
     }
 }
 

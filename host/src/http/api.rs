@@ -1,7 +1,8 @@
 //! One request, through its checks in a fixed order: public paths first,
-//! then method, key, platform, endpoint, parameters, and finally the
-//! failover chain. Each check answers from the error catalogue; nothing
-//! after a failed check runs, so invalid input never reaches an upstream.
+//! then overload, method, key, rate limit, platform, endpoint, parameters,
+//! and finally the failover chain. Each check answers from the error
+//! catalogue; nothing after a failed check runs, so invalid input never
+//! reaches an upstream.
 
 use std::borrow::Cow;
 use std::panic::AssertUnwindSafe;
@@ -16,6 +17,8 @@ use super::response::{self, Body};
 use crate::chain::{self, ChainError};
 use crate::cursor::{Listing, Position};
 use crate::error::ApiError;
+use crate::resilience::deadline::Deadline;
+use crate::resilience::rate_limit::retry_after_secs;
 use crate::state::{App, Snapshot};
 
 const API_KEY_HEADER: &str = "x-api-key";
@@ -70,12 +73,23 @@ async fn route(app: &App, request: &Request<Incoming>) -> Result<Answer, ApiErro
             _ => Err(ApiError::MethodNotAllowed),
         };
     }
+    // Held until the answer is built; past the limit, refuse at once.
+    let _in_flight = app.in_flight.try_enter().ok_or(ApiError::Overloaded {
+        retry_after_secs: 1,
+    })?;
     if *method != Method::GET {
         return Err(ApiError::MethodNotAllowed);
     }
 
     let snapshot = app.snapshot();
-    authenticate(&snapshot, request)?;
+    let key_name = authenticate(&snapshot, request)?;
+    if let Some(limiter) = &app.rate_limiter {
+        limiter
+            .check(key_name, tokio::time::Instant::now())
+            .map_err(|wait| ApiError::RateLimited {
+                retry_after_secs: retry_after_secs(wait),
+            })?;
+    }
 
     let (platform, endpoint) = match path.strip_prefix("/v1/").map(|rest| rest.split_once('/')) {
         Some(Some((platform, endpoint))) => (platform, endpoint),
@@ -117,8 +131,9 @@ async fn route(app: &App, request: &Request<Incoming>) -> Result<Answer, ApiErro
         _ => None,
     };
 
+    let deadline = Deadline::after(app.limits.request_timeout);
     let served = match &resume {
-        None => chain::serve(chain.iter(), &call, &app.upstream).await,
+        None => chain::serve(chain, &call, &app.upstream, deadline).await,
         Some(Position { provider, upstream }) => {
             // Only the issuer can continue its listing. If the operator has
             // since removed it from this chain, the token is dead.
@@ -128,14 +143,18 @@ async fn route(app: &App, request: &Request<Incoming>) -> Result<Answer, ApiErro
                 )
             })?;
             call = call.with_cursor(Some(upstream.clone()));
-            chain::serve([issuer], &call, &app.upstream).await
+            chain::serve(std::slice::from_ref(issuer), &call, &app.upstream, deadline).await
         }
     };
     let served = served.map_err(|e| match e {
         ChainError::NotFound => ApiError::ResourceNotFound,
         ChainError::InvalidInput(message) => ApiError::InvalidParameter(message),
         ChainError::Exhausted => ApiError::UpstreamUnavailable,
+        ChainError::DeadlineExceeded => ApiError::UpstreamTimeout,
     })?;
+    for failed in &served.failed {
+        tracing::info!(from_provider = %failed.name, to_provider = %served.provider.name, "failover");
+    }
 
     let next_cursor = endpoint.is_list().then(|| {
         served.done.next_cursor.as_ref().map(|upstream| {
@@ -163,7 +182,11 @@ async fn route(app: &App, request: &Request<Incoming>) -> Result<Answer, ApiErro
     })
 }
 
-fn authenticate(snapshot: &Snapshot, request: &Request<Incoming>) -> Result<(), ApiError> {
+/// The name of the presented key.
+fn authenticate<'s>(
+    snapshot: &'s Snapshot,
+    request: &Request<Incoming>,
+) -> Result<&'s str, ApiError> {
     let presented = request
         .headers()
         .get(API_KEY_HEADER)
@@ -172,6 +195,5 @@ fn authenticate(snapshot: &Snapshot, request: &Request<Incoming>) -> Result<(), 
     snapshot
         .keys
         .verify(presented.as_bytes())
-        .map(|_| ())
         .ok_or(ApiError::InvalidApiKey)
 }

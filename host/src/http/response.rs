@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::header::{HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_TYPE};
+use hyper::header::{HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
 use hyper::{Response, StatusCode};
 use plugin_api::Output;
 use serde::ser::{Serialize, Serializer};
@@ -101,6 +101,11 @@ pub fn error(error: &ApiError) -> Response<Body> {
         response
             .headers_mut()
             .insert(ALLOW, HeaderValue::from_static("GET"));
+    }
+    if let Some(secs) = error.retry_after_secs() {
+        response
+            .headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from(secs));
     }
     response
 }

@@ -1,4 +1,10 @@
 //! Accepting connections and handing each request to [`api::handle`].
+//!
+//! Connections are hardened against slow and greedy clients: the whole
+//! request head must arrive within `header_timeout_ms` and fit in
+//! `max_header_bytes`, or the connection is closed. On shutdown the
+//! listener stops accepting, every connection is told to finish its current
+//! request, and the server waits up to `shutdown_grace_ms` for them.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -6,14 +12,22 @@ use std::sync::Arc;
 
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 
 use super::api;
 use crate::state::App;
 
-/// Serves `listener` until `shutdown` resolves.
+/// Serves `listener` until `shutdown` resolves, then drains.
 pub async fn run(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Output = ()>) {
+    let limits = app.limits;
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .max_buf_size(limits.max_header_bytes);
+    let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -28,21 +42,34 @@ pub async fn run(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Out
             },
             () = &mut shutdown => break,
         };
-        let app = app.clone();
+        let service_app = app.clone();
+        let service = service_fn(move |request| {
+            let app = service_app.clone();
+            async move { Ok::<_, Infallible>(api::handle(&app, request).await) }
+        });
+        let connection = builder.serve_connection(TokioIo::new(stream), service);
+        let connection = graceful.watch(connection);
         tokio::spawn(async move {
-            let service = service_fn(move |request| {
-                let app = app.clone();
-                async move { Ok::<_, Infallible>(api::handle(&app, request).await) }
-            });
-            if let Err(e) = http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await
-            {
+            if let Err(e) = connection.await {
                 tracing::debug!(%peer, "connection ended: {e}");
             }
         });
     }
-    tracing::info!("stopped accepting connections");
+    drop(listener);
+    app.begin_draining();
+    tracing::info!(
+        connections = graceful.count(),
+        "shutting down: no new connections; finishing requests in flight"
+    );
+    if tokio::time::timeout(limits.shutdown_grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            grace_ms = limits.shutdown_grace.as_millis() as u64,
+            "requests still in flight after the grace period; closing them"
+        );
+    }
 }
 
 /// Resolves on ctrl-c or SIGTERM.

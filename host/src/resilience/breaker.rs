@@ -1,0 +1,268 @@
+//! A circuit breaker per provider: after enough consecutive failures the
+//! provider is skipped, with no upstream call, until a cooldown ends; then
+//! one probe decides whether it is back.
+//!
+//! A dead primary would otherwise make every request pay its timeout before
+//! the fallback answers. An upstream's 429 opens the breaker at once, for the
+//! longer of the cooldown and its `Retry-After`. "Not found" and invalid
+//! input prove the upstream works, so they count as successes.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// Defaults of `breaker_failures` and `breaker_cooldown_ms`.
+pub const DEFAULT_FAILURES: u32 = 5;
+pub const DEFAULT_COOLDOWN: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BreakerConfig {
+    /// Consecutive failures that open the breaker.
+    pub failures: u32,
+    /// How long it stays open.
+    pub cooldown: Duration,
+}
+
+impl Default for BreakerConfig {
+    fn default() -> Self {
+        BreakerConfig {
+            failures: DEFAULT_FAILURES,
+            cooldown: DEFAULT_COOLDOWN,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Closed {
+        failures: u32,
+    },
+    Open {
+        until: Instant,
+    },
+    /// Cooldown over; one probe is in flight and others keep away.
+    Probing,
+}
+
+/// How an attempt through the breaker went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Success,
+    Failure,
+    /// Quota exhausted; the upstream may say for how long.
+    RateLimited(Option<Duration>),
+}
+
+/// Leave to make one attempt. Report how it went with
+/// [`Breaker::record`]; dropping it unreported (the request was abandoned)
+/// lets the next request probe instead.
+#[must_use]
+pub struct Permit<'a> {
+    breaker: &'a Breaker,
+    probe: bool,
+    reported: bool,
+}
+
+impl Permit<'_> {
+    pub fn is_probe(&self) -> bool {
+        self.probe
+    }
+}
+
+impl Drop for Permit<'_> {
+    fn drop(&mut self) {
+        if self.probe && !self.reported {
+            let mut state = self.breaker.lock();
+            if *state == State::Probing {
+                *state = State::Open {
+                    until: Instant::now(),
+                };
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Breaker {
+    config: BreakerConfig,
+    state: Mutex<State>,
+}
+
+impl Breaker {
+    pub fn new(config: BreakerConfig) -> Breaker {
+        Breaker {
+            config,
+            state: Mutex::new(State::Closed { failures: 0 }),
+        }
+    }
+
+    pub fn config(&self) -> BreakerConfig {
+        self.config
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // The state is a plain value: a panic elsewhere cannot tear it.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Leave to attempt now, or the instant the provider may be tried again.
+    pub fn try_acquire(&self, now: Instant) -> Result<Permit<'_>, Instant> {
+        let mut state = self.lock();
+        match *state {
+            State::Closed { .. } => Ok(self.permit(false)),
+            State::Open { until } if now >= until => {
+                *state = State::Probing;
+                Ok(self.permit(true))
+            }
+            State::Open { until } => Err(until),
+            // Another request is probing; try again shortly.
+            State::Probing => Err(now + Duration::from_millis(1)),
+        }
+    }
+
+    /// Leave to attempt even though the breaker is open: used when every
+    /// provider of a chain is open, so a chain never refuses outright.
+    pub fn force_acquire(&self) -> Permit<'_> {
+        let mut state = self.lock();
+        let probe = matches!(*state, State::Open { .. });
+        if probe {
+            *state = State::Probing;
+        }
+        self.permit(probe)
+    }
+
+    fn permit(&self, probe: bool) -> Permit<'_> {
+        Permit {
+            breaker: self,
+            probe,
+            reported: false,
+        }
+    }
+
+    /// Records how the attempt under `permit` went.
+    pub fn record(&self, mut permit: Permit<'_>, outcome: Outcome, now: Instant) {
+        permit.reported = true;
+        let mut state = self.lock();
+        *state = match (outcome, *state) {
+            (Outcome::Success, _) => State::Closed { failures: 0 },
+            (Outcome::RateLimited(after), _) => State::Open {
+                until: now + after.unwrap_or_default().max(self.config.cooldown),
+            },
+            (Outcome::Failure, State::Closed { failures })
+                if failures + 1 < self.config.failures =>
+            {
+                State::Closed {
+                    failures: failures + 1,
+                }
+            }
+            // Threshold reached, a probe failed, or a forced attempt failed.
+            (Outcome::Failure, _) => State::Open {
+                until: now + self.config.cooldown,
+            },
+        };
+    }
+
+    /// Whether requests currently skip this provider.
+    pub fn is_open(&self) -> bool {
+        !matches!(*self.lock(), State::Closed { .. })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn breaker() -> Breaker {
+        Breaker::new(BreakerConfig {
+            failures: 3,
+            cooldown: Duration::from_secs(10),
+        })
+    }
+
+    fn fail(b: &Breaker, now: Instant) {
+        let permit = b.try_acquire(now).expect("closed");
+        b.record(permit, Outcome::Failure, now);
+    }
+
+    #[test]
+    fn opens_after_consecutive_failures_only() {
+        let b = breaker();
+        let t = Instant::now();
+        fail(&b, t);
+        fail(&b, t);
+        let p = b.try_acquire(t).unwrap();
+        b.record(p, Outcome::Success, t);
+        fail(&b, t);
+        fail(&b, t);
+        assert!(!b.is_open(), "a success resets the count");
+        fail(&b, t);
+        assert!(b.is_open());
+        assert_eq!(
+            b.try_acquire(t + Duration::from_secs(9)).err(),
+            Some(t + Duration::from_secs(10))
+        );
+    }
+
+    #[test]
+    fn one_probe_after_cooldown_decides() {
+        let b = breaker();
+        let t = Instant::now();
+        for _ in 0..3 {
+            fail(&b, t);
+        }
+        let later = t + Duration::from_secs(10);
+        let probe = b.try_acquire(later).unwrap();
+        assert!(probe.is_probe());
+        assert!(b.try_acquire(later).is_err(), "only one probe at a time");
+        b.record(probe, Outcome::Failure, later);
+        assert_eq!(
+            b.try_acquire(later).err(),
+            Some(later + Duration::from_secs(10))
+        );
+
+        let again = later + Duration::from_secs(10);
+        let probe = b.try_acquire(again).unwrap();
+        b.record(probe, Outcome::Success, again);
+        assert!(!b.is_open());
+        assert!(!b.try_acquire(again).unwrap().is_probe());
+    }
+
+    #[test]
+    fn rate_limit_opens_at_once_for_the_longer_wait() {
+        let b = breaker();
+        let t = Instant::now();
+        let p = b.try_acquire(t).unwrap();
+        b.record(p, Outcome::RateLimited(Some(Duration::from_secs(60))), t);
+        assert_eq!(b.try_acquire(t).err(), Some(t + Duration::from_secs(60)));
+        let b = breaker();
+        let p = b.try_acquire(t).unwrap();
+        b.record(p, Outcome::RateLimited(Some(Duration::from_secs(1))), t);
+        assert_eq!(b.try_acquire(t).err(), Some(t + Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn an_abandoned_probe_lets_the_next_request_probe() {
+        let b = breaker();
+        let t = Instant::now();
+        for _ in 0..3 {
+            fail(&b, t);
+        }
+        let later = t + Duration::from_secs(10);
+        drop(b.try_acquire(later).unwrap());
+        assert!(b.try_acquire(Instant::now().max(later)).unwrap().is_probe());
+    }
+
+    #[test]
+    fn forced_attempts_probe_an_open_breaker() {
+        let b = breaker();
+        let t = Instant::now();
+        for _ in 0..3 {
+            fail(&b, t);
+        }
+        let forced = b.force_acquire();
+        assert!(forced.is_probe());
+        b.record(forced, Outcome::Success, t);
+        assert!(!b.is_open());
+    }
+}

@@ -1,0 +1,52 @@
+//! The request deadline: all attempts of one request together must finish
+//! within `request_timeout_ms`, whatever each provider's own timeout.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deadline {
+    at: Instant,
+}
+
+impl Deadline {
+    pub fn after(budget: Duration) -> Deadline {
+        Deadline {
+            at: Instant::now() + budget,
+        }
+    }
+
+    pub fn at(self) -> Instant {
+        self.at
+    }
+
+    pub fn expired(self) -> bool {
+        Instant::now() >= self.at
+    }
+
+    /// The time an attempt allowed `limit` may take: its own limit, cut
+    /// short by the deadline.
+    pub fn bound(self, limit: Duration) -> Duration {
+        limit.min(self.at.saturating_duration_since(Instant::now()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn bounds_attempts_by_what_is_left() {
+        let d = Deadline::after(Duration::from_secs(10));
+        assert_eq!(d.bound(Duration::from_secs(4)), Duration::from_secs(4));
+        tokio::time::advance(Duration::from_secs(8)).await;
+        assert_eq!(d.bound(Duration::from_secs(4)), Duration::from_secs(2));
+        assert!(!d.expired());
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert!(d.expired());
+        assert_eq!(d.bound(Duration::from_secs(4)), Duration::ZERO);
+    }
+}
