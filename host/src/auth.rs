@@ -151,7 +151,7 @@ impl KeysFileAt<'_> {
 }
 
 /// The keys a server accepts, loaded from the keys file.
-#[derive(Default)]
+#[derive(Default, PartialEq, Eq)]
 pub struct KeyStore {
     keys: Vec<(String, [u8; 32])>,
 }

@@ -118,11 +118,12 @@ fn run(cli: Cli) -> Result<(), CliError> {
         }
         Command::Check => {
             let config = Config::load(&cli.config)?;
-            let app = App::start(&config)?;
+            let path = config.path.clone();
+            let app = App::start(config)?;
             let snapshot = app.snapshot();
             println!(
                 "{}: ok: {} platforms, {} providers",
-                config.path.display(),
+                path.display(),
                 snapshot.routes.platform_count(),
                 snapshot.routes.provider_count()
             );
@@ -141,18 +142,21 @@ fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
 /// Loads plugins and keys, binds, announces the address, serves until a
 /// shutdown signal.
 pub async fn serve(config: Config, listen: Option<SocketAddr>) -> Result<(), CliError> {
-    let listener = start(&config, listen).await?;
-    server::run(listener.0, listener.1, server::shutdown_signal()).await;
+    let (listener, app) = start(config, listen).await?;
+    let reloader = crate::reload::Reloader::new(app.clone(), listener.local_addr()?);
+    let watching = tokio::spawn(reloader.run());
+    server::run(listener, app, server::shutdown_signal()).await;
+    watching.abort();
     Ok(())
 }
 
 /// Everything up to a bound listener, whose address is printed on stdout.
 pub async fn start(
-    config: &Config,
+    config: Config,
     listen: Option<SocketAddr>,
 ) -> Result<(TcpListener, Arc<App>), CliError> {
-    let app = Arc::new(App::start(config)?);
     let addr = listen.unwrap_or(config.server.listen);
+    let app = Arc::new(App::start(config)?);
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|source| CliError::Bind { addr, source })?;

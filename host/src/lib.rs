@@ -20,8 +20,9 @@
 //! - [`error`] is the catalogue of every error a caller can see.
 //!
 //! Around it: [`config`] reads `platforms.toml`, [`plugins`] loads provider
-//! libraries, [`cli`] is the command line, and [`demo`] runs everything
-//! against built-in sandbox upstreams.
+//! libraries, [`reload`] rebuilds the snapshot when the config, the keys or a
+//! library changes, [`cli`] is the command line, and [`demo`] runs
+//! everything against built-in sandbox upstreams.
 
 pub mod auth;
 pub mod chain;
@@ -32,6 +33,7 @@ pub mod demo;
 pub mod error;
 pub mod http;
 pub mod plugins;
+pub mod reload;
 pub mod resilience;
 pub mod routing;
 pub mod state;

@@ -44,13 +44,21 @@ pub enum PluginError {
     },
 }
 
+/// A library's SHA-256: what makes two library files the same library.
+pub type ContentHash = [u8; 32];
+
 /// Loads plugin libraries, each distinct content once per process.
 pub struct Loader {
     state_dir: PathBuf,
-    loaded: Mutex<HashMap<[u8; 32], Library>>,
+    loaded: Mutex<HashMap<ContentHash, Library>>,
 }
 
 impl Loader {
+    /// How many distinct libraries this process has mapped.
+    pub fn loaded_count(&self) -> usize {
+        self.loaded.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
     pub fn new(state_dir: PathBuf) -> Loader {
         Loader {
             state_dir,
@@ -58,18 +66,19 @@ impl Loader {
         }
     }
 
-    /// The library at `path`, loaded from a private copy of its content.
-    pub fn load(&self, path: &Path) -> Result<Library, PluginError> {
+    /// The library at `path`, loaded from a private copy of its content,
+    /// with its content hash.
+    pub fn load(&self, path: &Path) -> Result<(Library, ContentHash), PluginError> {
         let bytes = std::fs::read(path).map_err(|source| PluginError::Read {
             path: path.to_owned(),
             source,
         })?;
-        let hash: [u8; 32] = Sha256::digest(&bytes).into();
+        let hash: ContentHash = Sha256::digest(&bytes).into();
         // Holding the lock while loading keeps two reloads from mapping the
         // same content twice; loads are rare and quick.
         let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(library) = loaded.get(&hash) {
-            return Ok(library.clone());
+            return Ok((library.clone(), hash));
         }
         let copy = self.private_copy(path, &bytes, &hash)?;
         let library = Library::load(&copy).map_err(|source| PluginError::Load {
@@ -78,7 +87,7 @@ impl Loader {
         })?;
         tracing::debug!(library = %path.display(), copy = %copy.display(), "plugin library loaded");
         loaded.insert(hash, library.clone());
-        Ok(library)
+        Ok((library, hash))
     }
 
     /// Writes `bytes` to `<state_dir>/plugins/<stem>-<hash>.so` unless that

@@ -1,29 +1,35 @@
 //! The routing table: which providers, in which order, serve each endpoint
 //! of each platform. Built whole from a [`Config`] (libraries loaded,
 //! providers set up, chains assembled) before anything serves from it.
+//!
+//! A rebuild reuses what has not changed: a provider with the same library
+//! content, upstream, key and settings keeps its plugin instance, and with
+//! the same breaker settings its breaker too, so a reload does not forget
+//! that an upstream is down.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use plugin_api::ffi::ProviderHandle;
 use plugin_api::Endpoint;
 
-use crate::config::{Config, PlatformStatus};
+use crate::config::{Config, PlatformStatus, ProviderConfig};
 use crate::error::ApiError;
-use crate::plugins::{self, Loader, PluginError};
-use crate::resilience::breaker::Breaker;
+use crate::plugins::{self, ContentHash, Loader, PluginError};
+use crate::resilience::breaker::{Breaker, BreakerConfig};
 
 /// A configured provider, ready to serve.
 pub struct Provider {
     /// Its name in the config (`[providers.NAME]`).
     pub name: String,
-    pub handle: ProviderHandle,
+    pub handle: Arc<ProviderHandle>,
     /// Bounds one attempt, all its steps together.
     pub timeout: Duration,
     /// Larger upstream bodies are bad responses.
     pub max_body_bytes: usize,
-    pub breaker: Breaker,
+    pub breaker: Arc<Breaker>,
 }
 
 /// Providers for one endpoint, in failover order.
@@ -33,6 +39,21 @@ enum Platform {
     Planned,
     /// Endpoints no provider serves are absent.
     Live(HashMap<Endpoint, Chain>),
+}
+
+/// What a plugin instance was set up from: equal identities can share one.
+#[derive(PartialEq)]
+struct Identity {
+    library: ContentHash,
+    base_url: String,
+    api_key: String,
+    settings: serde_json::Value,
+}
+
+struct Slot {
+    identity: Identity,
+    breaker_config: BreakerConfig,
+    provider: Arc<Provider>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -50,28 +71,36 @@ pub enum BuildError {
 
 pub struct Routes {
     platforms: HashMap<String, Platform>,
-    providers: usize,
+    providers: HashMap<String, Slot>,
+    libraries: HashMap<PathBuf, ContentHash>,
 }
 
 impl Routes {
-    /// Loads every configured provider and assembles the chains.
-    pub fn build(config: &Config, loader: &Loader) -> Result<Routes, BuildError> {
+    /// Loads every configured provider and assembles the chains, reusing
+    /// what `previous` already has for unchanged providers.
+    pub fn build(
+        config: &Config,
+        loader: &Loader,
+        previous: Option<&Routes>,
+    ) -> Result<Routes, BuildError> {
         let mut providers = HashMap::new();
-        let mut serves = HashMap::new();
-        for (name, provider) in &config.providers {
-            let library = loader.load(&provider.library)?;
-            let handle = plugins::instantiate(&library, name, provider)?;
-            serves.insert(name.as_str(), library.manifest().clone());
-            providers.insert(
-                name.as_str(),
-                Arc::new(Provider {
-                    name: name.clone(),
-                    handle,
-                    timeout: provider.timeout,
-                    max_body_bytes: provider.max_body_bytes,
-                    breaker: Breaker::new(provider.breaker),
-                }),
-            );
+        let mut manifests = HashMap::new();
+        let mut libraries = HashMap::new();
+        for (name, provider_config) in &config.providers {
+            let (library, hash) = loader.load(&provider_config.library)?;
+            libraries.insert(provider_config.library.clone(), hash);
+            let identity = Identity {
+                library: hash,
+                base_url: provider_config.base_url.clone(),
+                api_key: provider_config.api_key.expose().to_owned(),
+                settings: provider_config.settings.clone(),
+            };
+            let before = previous.and_then(|p| p.providers.get(name));
+            let slot = reuse_or_create(name, provider_config, identity, before, |config| {
+                plugins::instantiate(&library, name, config)
+            })?;
+            manifests.insert(name.as_str(), library.manifest().clone());
+            providers.insert(name.clone(), slot);
         }
 
         let mut platforms = HashMap::new();
@@ -83,7 +112,7 @@ impl Routes {
                     for endpoint in Endpoint::ALL {
                         let mut chain = Vec::new();
                         for name in platform.order(endpoint) {
-                            let manifest = &serves[name.as_str()];
+                            let manifest = &manifests[name.as_str()];
                             if manifest.platform != *platform_name {
                                 return Err(BuildError::WrongPlatform {
                                     config: config.path.display().to_string(),
@@ -95,7 +124,7 @@ impl Routes {
                             // A provider that does not serve an endpoint is
                             // left out here, so it is never asked.
                             if manifest.endpoints.contains(&endpoint) {
-                                chain.push(providers[name.as_str()].clone());
+                                chain.push(providers[name].provider.clone());
                             }
                         }
                         if !chain.is_empty() {
@@ -109,7 +138,8 @@ impl Routes {
         }
         Ok(Routes {
             platforms,
-            providers: providers.len(),
+            providers,
+            libraries,
         })
     }
 
@@ -139,6 +169,130 @@ impl Routes {
     }
 
     pub fn provider_count(&self) -> usize {
-        self.providers
+        self.providers.len()
+    }
+
+    /// Every provider, by name.
+    pub fn providers(&self) -> impl Iterator<Item = &Arc<Provider>> {
+        self.providers.values().map(|slot| &slot.provider)
+    }
+
+    /// Names of live platforms, for readiness.
+    pub fn live_platforms(&self) -> impl Iterator<Item = &str> {
+        self.platforms
+            .iter()
+            .filter(|(_, p)| matches!(p, Platform::Live(_)))
+            .map(|(name, _)| name.as_str())
+    }
+
+    /// What changed from `before` to `self`, for the reload log.
+    pub fn changes_since(&self, before: &Routes) -> Changes {
+        let diff =
+            |now: BTreeSet<&String>, then: BTreeSet<&String>| -> (Vec<String>, Vec<String>) {
+                (
+                    now.difference(&then).map(|s| s.to_string()).collect(),
+                    then.difference(&now).map(|s| s.to_string()).collect(),
+                )
+            };
+        let (platforms_added, platforms_removed) = diff(
+            self.platforms.keys().collect(),
+            before.platforms.keys().collect(),
+        );
+        let (providers_added, providers_removed) = diff(
+            self.providers.keys().collect(),
+            before.providers.keys().collect(),
+        );
+        let providers_replaced =
+            self.providers
+                .iter()
+                .filter(|(name, slot)| {
+                    before.providers.get(*name).is_some_and(|old| {
+                        !Arc::ptr_eq(&old.provider.handle, &slot.provider.handle)
+                    })
+                })
+                .map(|(name, _)| name.clone())
+                .collect();
+        let libraries_changed = self
+            .libraries
+            .iter()
+            .filter(|(path, hash)| before.libraries.get(*path) != Some(hash))
+            .map(|(path, _)| path.display().to_string())
+            .collect();
+        Changes {
+            platforms_added,
+            platforms_removed,
+            providers_added,
+            providers_removed,
+            providers_replaced,
+            libraries_changed,
+        }
+    }
+}
+
+/// The differences between two routing tables.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Changes {
+    pub platforms_added: Vec<String>,
+    pub platforms_removed: Vec<String>,
+    pub providers_added: Vec<String>,
+    pub providers_removed: Vec<String>,
+    /// Set up anew: library, upstream, key or settings changed.
+    pub providers_replaced: Vec<String>,
+    pub libraries_changed: Vec<String>,
+}
+
+fn reuse_or_create(
+    name: &str,
+    config: &ProviderConfig,
+    identity: Identity,
+    before: Option<&Slot>,
+    create: impl FnOnce(&ProviderConfig) -> Result<ProviderHandle, PluginError>,
+) -> Result<Slot, PluginError> {
+    let same_instance = before.filter(|b| b.identity == identity);
+    let handle = match same_instance {
+        Some(before) => before.provider.handle.clone(),
+        None => Arc::new(create(config)?),
+    };
+    let breaker = match same_instance {
+        Some(before) if before.breaker_config == config.breaker => before.provider.breaker.clone(),
+        _ => Arc::new(Breaker::new(config.breaker)),
+    };
+    Ok(Slot {
+        identity,
+        breaker_config: config.breaker,
+        provider: Arc::new(Provider {
+            name: name.to_owned(),
+            handle,
+            timeout: config.timeout,
+            max_body_bytes: config.max_body_bytes,
+            breaker,
+        }),
+    })
+}
+
+impl std::fmt::Display for Changes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let parts = [
+            ("platforms added", &self.platforms_added),
+            ("platforms removed", &self.platforms_removed),
+            ("providers added", &self.providers_added),
+            ("providers removed", &self.providers_removed),
+            ("providers set up anew", &self.providers_replaced),
+            ("libraries changed", &self.libraries_changed),
+        ];
+        let mut any = false;
+        for (what, names) in parts.iter().filter(|(_, names)| !names.is_empty()) {
+            write!(
+                f,
+                "{}{what}: {}",
+                if any { "; " } else { "" },
+                names.join(", ")
+            )?;
+            any = true;
+        }
+        if !any {
+            f.write_str("no provider or library changed")?;
+        }
+        Ok(())
     }
 }

@@ -1,6 +1,6 @@
-//! The live state a request reads: one immutable [`Snapshot`] (routing table
-//! and keys), loaded once per request, so a request finishes on the table it
-//! started with even if a new one is swapped in meanwhile.
+//! The live state a request reads: one immutable [`Snapshot`] (config,
+//! routing table, keys, rate limiter), loaded once per request, so a request
+//! finishes on the table it started with even if a reload swaps in another.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -18,8 +18,37 @@ use crate::upstream::{ClientError, UpstreamClient};
 
 /// What one request is served from.
 pub struct Snapshot {
-    pub routes: Routes,
-    pub keys: KeyStore,
+    pub config: Arc<Config>,
+    pub routes: Arc<Routes>,
+    pub keys: Arc<KeyStore>,
+    pub rate_limiter: Option<Arc<RateLimiter>>,
+}
+
+impl Snapshot {
+    /// A snapshot of `config`, reusing what `previous` has that is unchanged.
+    pub fn build(
+        config: Config,
+        loader: &Loader,
+        previous: Option<&Snapshot>,
+    ) -> Result<Snapshot, StartError> {
+        let routes = Routes::build(&config, loader, previous.map(|p| &*p.routes))?;
+        let keys = KeyStore::load(&config.server.keys_file)?;
+        // Buckets survive a reload unless the limits changed.
+        let rate_limiter = match (
+            config.rate_limit,
+            previous.and_then(|p| p.rate_limiter.as_ref()),
+        ) {
+            (Some(wanted), Some(current)) if current.config() == wanted => Some(current.clone()),
+            (Some(wanted), _) => Some(Arc::new(RateLimiter::new(wanted))),
+            (None, _) => None,
+        };
+        Ok(Snapshot {
+            config: Arc::new(config),
+            routes: Arc::new(routes),
+            keys: Arc::new(keys),
+            rate_limiter,
+        })
+    }
 }
 
 /// Everything the server shares between requests.
@@ -28,9 +57,9 @@ pub struct App {
     pub cursors: CursorSealer,
     pub upstream: UpstreamClient,
     pub loader: Loader,
+    /// Fixed for the life of the listener; a reload cannot change them.
     pub limits: ServerLimits,
     pub in_flight: ConcurrencyLimit,
-    pub rate_limiter: Option<RateLimiter>,
     draining: AtomicBool,
 }
 
@@ -48,32 +77,43 @@ pub enum StartError {
 
 impl App {
     /// Loads every plugin and the keys of `config`.
-    pub fn start(config: &Config) -> Result<App, StartError> {
+    pub fn start(config: Config) -> Result<App, StartError> {
         let loader = Loader::new(config.server.state_dir.clone());
-        let routes = Routes::build(config, &loader)?;
-        let keys = KeyStore::load(&config.server.keys_file)?;
         let cursors = CursorSealer::new(config.server.cursor_key.as_ref())
             .map_err(|e| StartError::Random(e.to_string()))?;
         if config.server.cursor_key.is_none() {
-            tracing::info!("no cursor_key_env: cursors are sealed with a per-process key and end with the process");
+            tracing::info!(
+                "no cursor_key_env: cursors are sealed with a per-process key and end with the process"
+            );
         }
         let upstream = UpstreamClient::new(config.server.upstream_proxy.as_deref())?;
+        let limits = config.server.limits;
+        let snapshot = Snapshot::build(config, &loader, None)?;
         tracing::info!(
-            platforms = routes.platform_count(),
-            providers = routes.provider_count(),
-            keys = keys.len(),
+            platforms = snapshot.routes.platform_count(),
+            providers = snapshot.routes.provider_count(),
+            keys = snapshot.keys.len(),
             "configuration loaded"
         );
         Ok(App {
-            snapshot: ArcSwap::from_pointee(Snapshot { routes, keys }),
+            snapshot: ArcSwap::from_pointee(snapshot),
             cursors,
             upstream,
             loader,
-            limits: config.server.limits,
-            in_flight: ConcurrencyLimit::new(config.server.limits.max_concurrent_requests),
-            rate_limiter: config.rate_limit.map(RateLimiter::new),
+            limits,
+            in_flight: ConcurrencyLimit::new(limits.max_concurrent_requests),
             draining: AtomicBool::new(false),
         })
+    }
+
+    /// The current snapshot; hold it for the whole request.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.snapshot.load_full()
+    }
+
+    /// Makes `snapshot` the one new requests see.
+    pub fn replace(&self, snapshot: Snapshot) {
+        self.snapshot.store(Arc::new(snapshot));
     }
 
     /// Marks the server as shutting down.
@@ -83,10 +123,5 @@ impl App {
 
     pub fn is_draining(&self) -> bool {
         self.draining.load(Ordering::Relaxed)
-    }
-
-    /// The current snapshot; hold it for the whole request.
-    pub fn snapshot(&self) -> Arc<Snapshot> {
-        self.snapshot.load_full()
     }
 }

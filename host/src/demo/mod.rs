@@ -36,7 +36,7 @@ pub async fn run(listen: Option<SocketAddr>, fail_primary: bool) -> Result<(), C
     let key = KeysFileAt(&keys_file).issue("demo")?;
 
     let config = demo_config(&sandbox, exe_dir, state_dir, keys_file, listen);
-    let (listener, app) = cli::start(&config, None).await?;
+    let (listener, app) = cli::start(config, None).await?;
     let base = format!("http://{}", listener.local_addr()?);
     print_welcome(&base, &key, fail_primary);
     server::run(listener, app, server::shutdown_signal()).await;

@@ -1,18 +1,880 @@
-// Placeholder until the sandbox lands (being written now).
-pub struct Sandbox {
-    pub primary_url: String,
-    pub fallback_url: String,
-}
+//! Upstream doubles for `socialgate demo`: two in-process HTTP servers imitating the
+//! `shortvideo` primary and fallback providers as fixtures/upstreams/CONTRACT.md describes
+//! them (auth headers, routes, payload shapes, error bodies and their traps), so the real
+//! plugins can be pointed at them with no network and no real keys.
+//!
+//! Both doubles serve one small catalogue, built in code below, each in its own shape.
+//! Anything not in it is unknown: a user such as `nosuchuser`, a post such as
+//! `7000000000000000000`.
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde_json::{json, Value};
+use std::convert::Infallible;
+use std::net::Ipv4Addr;
+use std::sync::OnceLock;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::task::{JoinHandle, JoinSet};
+use tracing::debug;
+
+/// The keys the doubles accept (the demo sets these as the providers' upstream keys).
 pub const PRIMARY_KEY: &str = "sandbox-primary-key";
 pub const FALLBACK_KEY: &str = "sandbox-fallback-key";
+
+// ---- Catalogue: the data both doubles serve ------------------------------------------
+
+struct User {
+    uid: &'static str,
+    name: &'static str,
+    nickname: &'static str,
+    bio: &'static str,
+    /// Non-empty = verified (primary `enterprise_verify_reason`, fallback `verified`).
+    verified: &'static str,
+    followers: u64,
+    following: u64,
+    likes: u64,
+    /// Newest first.
+    posts: &'static [Post],
+}
+
+struct Post {
+    /// 19 ASCII digits (a test checks), so the slices taken of it below are in bounds.
+    id: &'static str,
+    /// Unix seconds.
+    time: u64,
+    duration_ms: u64,
+    plays: u64,
+    likes: u64,
+    shares: u64,
+    desc: &'static str,
+    /// Hand-written comments, oldest first: (commenter, text, likes, replies).
+    comments: &'static [(&'static str, &'static str, u64, u64)],
+    /// Generated comments that follow the hand-written ones.
+    more: usize,
+}
+
+#[rustfmt::skip]
+const USERS: &[User] = &[
+    User { uid: "6613926240453148678", name: "lunabakes", nickname: "Luna Bakes 🍰",
+        bio: "Pastry chef • new recipe every Tuesday\n#baking #dessert",
+        verified: "Verified account", followers: 5_479_588, following: 154, likes: 98_989_516,
+        posts: &[
+        Post { id: "7312345678901234567", time: 1763700000, duration_ms: 15379, plays: 1_203_344,
+            likes: 45_312, shares: 530,
+            desc: "#baking croissants at 3am 🥐 \"lamination\" is a lifestyle",
+            comments: &[("crumbqueen", "this is art 😭🥐", 1022, 12),
+                ("hungry.dev", "recipe??", 87, 1),
+                ("asmr_tim", r#"the \"sound\" of that crust"#, 5, 0)], more: 117 },
+        Post { id: "7312345678901234001", time: 1763100000, duration_ms: 31000, plays: 310_200,
+            likes: 9_120, shares: 88, desc: "Tuesday recipe: matcha tart 🍵✨ #dessert #matcha",
+            comments: &[("lunabakes", "@matcha.mia thank you!! 💚", 95, 0)], more: 2 },
+        Post { id: "7312345678901230002", time: 1762500000, duration_ms: 58123, plays: 40_021,
+            likes: 1_200, shares: 3, desc: "reply to @sam: yes you can freeze it\nlink in bio",
+            comments: &[("sam.cooks", "omg thank you for answering", 12, 1)], more: 1 },
+        Post { id: "7312345678901229876", time: 1761900000, duration_ms: 22450, plays: 88_120,
+            likes: 4_410, shares: 61, desc: "sourdough starter day 7 — meet \"Gerald\" 🫧",
+            comments: &[("crumbqueen", "Gerald is thriving 😂", 230, 4)], more: 3 },
+        Post { id: "7312345678901228800", time: 1761300000, duration_ms: 47800, plays: 512_000,
+            likes: 20_100, shares: 940, desc: "3 macaron mistakes 🍪\n1. oven temp\n2. humidity",
+            comments: &[("trailrunner.mo", "carb loading inspo 🏃‍♂️", 18, 1)], more: 4 },
+    ] },
+    User { uid: "6799012345678901234", name: "trailrunner.mo", nickname: "Mo | Trail Runner 🏔️",
+        bio: "ultra runner, 100mi finisher x3\n\"run slow, run far\"", verified: "",
+        followers: 207_912, following: 612, likes: 3_456_789, posts: &[
+        Post { id: "7298765432109876543", time: 1763500000, duration_ms: 12000, plays: 98_311,
+            likes: 7_420, shares: 102, desc: "sunrise on the ridge 🌄 mile 42 of 100 #ultrarunning",
+            comments: &[("lunabakes", "this view!! 😍", 51, 1)], more: 2 },
+        Post { id: "7298765432109870011", time: 1762800000, duration_ms: 64300, plays: 41_200,
+            likes: 2_301, shares: 77, desc: r"gear check \ what's in my vest (12 items, <2kg)",
+            comments: &[("night.owl.eats", "where is the snack pocket", 9, 0)], more: 1 },
+        Post { id: "7298765432109860022", time: 1761000000, duration_ms: 95000, plays: 230_500,
+            likes: 15_800, shares: 410, desc: "DNF'd at mile 71. here's what went wrong 👇",
+            comments: &[("sam.cooks", "respect for sharing this", 140, 3)], more: 5 },
+    ] },
+    User { uid: "7000000000000000001", name: "lunabakes.fan", nickname: "luna fan page", bio: "",
+        verified: "", followers: 1_215, following: 20, likes: 5_030, posts: &[
+        Post { id: "7320000000000000011", time: 1763650000, duration_ms: 17000, plays: 3_100,
+            likes: 240, shares: 2, desc: "Luna's croissant tutorial but I burned them 🔥😅",
+            comments: &[("crumbqueen", "we've all been there", 3, 0)], more: 1 },
+        Post { id: "7320000000000000022", time: 1762900000, duration_ms: 41000, plays: 1_900,
+            likes: 120, shares: 1, desc: "ranking every @lunabakes recipe I've tried (so far)",
+            comments: &[], more: 2 },
+    ] },
+];
+
+const MORE_TEXTS: &[&str] = &[
+    "need this recipe 🙏",
+    "watching this at 2am again",
+    "the sound 😩",
+    "saving for the weekend 📌",
+    "ok but \"lamination\" is my new word",
+    "first try, it worked!!",
+];
+const MORE_AUTHORS: &[&str] = &[
+    "crumbqueen",
+    "hungry.dev",
+    "asmr_tim",
+    "matcha.mia",
+    "sam.cooks",
+];
+
+struct Comment {
+    cid: String,
+    text: String,
+    time: u64,
+    likes: u64,
+    replies: u64,
+    author: &'static str,
+}
+
+fn comment_total(p: &Post) -> usize {
+    p.comments.len() + p.more
+}
+
+/// A post's comments, oldest first: the hand-written ones, then the generated ones.
+fn comments(p: &Post) -> Vec<Comment> {
+    let written = p
+        .comments
+        .iter()
+        .map(|&(by, text, likes, re)| (by, text.into(), likes, re));
+    let more = (0..p.more).map(|i| {
+        let text = format!("{} ({})", MORE_TEXTS[i % MORE_TEXTS.len()], i + 1);
+        let by = MORE_AUTHORS[i % MORE_AUTHORS.len()];
+        (by, text, i as u64 * 37 % 500, u64::from(i % 4 == 0))
+    });
+    let all = written.chain(more).enumerate();
+    let comment = |(i, (author, text, likes, replies))| Comment {
+        cid: format!("7313{}{i:04}", &p.id[8..]), // 4 + 11 + 4 = 19 digits
+        time: p.time + 97 * (i as u64 + 1),
+        text,
+        likes,
+        replies,
+        author,
+    };
+    all.map(comment).collect()
+}
+
+fn find_user(name: &str) -> Option<&'static User> {
+    let name = name.trim_start_matches('@');
+    USERS.iter().find(|u| u.name.eq_ignore_ascii_case(name))
+}
+
+fn find_sec_uid(sec: &str) -> Option<&'static User> {
+    USERS.iter().find(|u| sec_uid(u.uid) == sec)
+}
+
+fn all_posts() -> impl Iterator<Item = (&'static User, &'static Post)> {
+    USERS
+        .iter()
+        .flat_map(|u| u.posts.iter().map(move |p| (u, p)))
+}
+
+fn find_post(id: &str) -> Option<(&'static User, &'static Post)> {
+    all_posts().find(|(_, p)| p.id == id)
+}
+
+/// A catalogue user's uid, or a stable made-up one for a commenter known only by name.
+fn uid_of(name: &'static str) -> (String, &'static str) {
+    if let Some(u) = find_user(name) {
+        return (u.uid.into(), u.nickname);
+    }
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    (format!("69{:017}", hash % 10_u64.pow(17)), name)
+}
+
+fn sec_uid(uid: &str) -> String {
+    format!("MS4wLjABAAAA{uid}")
+}
+
+/// The fallback's rounding of big counters: 5479588 -> 5500000, 207912 -> 207900.
+fn rounded(n: u64) -> u64 {
+    let step = match n {
+        1_000_000.. => 100_000,
+        1_000.. => 100,
+        _ => 1,
+    };
+    (n + step / 2) / step * step
+}
+
+// ---- Shared helpers ------------------------------------------------------------------
+
+struct Query(Vec<(String, String)>);
+
+impl Query {
+    fn get(&self, name: &str) -> &str {
+        self.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .map_or("", |(_, v)| v)
+    }
+    fn num(&self, name: &str, default: u64) -> u64 {
+        self.get(name).parse().unwrap_or(default)
+    }
+}
+
+/// One page by offset: `cursor` is the offset, `count` is clamped to 1..=`cap`.
+struct Page<T> {
+    items: Vec<T>,
+    next: usize,
+    more: bool,
+    total: usize,
+}
+
+fn page<T>(items: Vec<T>, q: &Query, default: u64, cap: u64) -> Page<T> {
+    let offset = usize::try_from(q.num("cursor", 0)).unwrap_or(usize::MAX);
+    let count = q.num("count", default).clamp(1, cap) as usize;
+    let total = items.len();
+    let items: Vec<T> = items.into_iter().skip(offset).take(count).collect();
+    let next = offset.min(total) + items.len();
+    Page {
+        items,
+        next,
+        more: next < total,
+        total,
+    }
+}
+
+fn list<T>(items: &[T], f: impl FnMut(&T) -> Value) -> Value {
+    Value::Array(items.iter().map(f).collect())
+}
+
+/// Posts paged by time, as both providers do: the cursor is the last post's time in ms.
+fn ms(p: &Post) -> u64 {
+    p.time * 1000
+}
+
+fn posts_before(u: &'static User, cursor_ms: u64) -> Vec<&'static Post> {
+    u.posts
+        .iter()
+        .filter(|p| cursor_ms == 0 || ms(p) < cursor_ms)
+        .collect()
+}
+
+// ---- Primary: mobile "aweme" JSON ----------------------------------------------------
+
+fn primary_ok(mut body: Value) -> Value {
+    body["status_code"] = json!(0);
+    body["extra"] =
+        json!({"now": 1763790000000_u64, "logid": "2025112205000001018907", "fatal_item_ids": []});
+    body
+}
+
+/// A user object; `counters` is false for authors embedded in posts and comments.
+fn primary_user(u: &User, counters: bool) -> Value {
+    let n = |v: u64| if counters { v } else { 0 };
+    let avatar = |size: u32| {
+        json!({"uri": format!("tos-maliva-avt-0068/{}", u.uid),
+        "url_list": [format!("https://p16-sign-va.cdn.example/{}~c5_{size}x{size}.webp", u.uid)]})
+    };
+    json!({"uid": u.uid, "short_id": "0", "unique_id": u.name, "nickname": u.nickname,
+        "signature": u.bio, "sec_uid": sec_uid(u.uid), "region": "US", "verification_type": 1,
+        "custom_verify": "", "enterprise_verify_reason": u.verified,
+        "follower_count": n(u.followers), "following_count": n(u.following),
+        "total_favorited": n(u.likes), "aweme_count": n(u.posts.len() as u64),
+        "avatar_thumb": avatar(100), "avatar_larger": avatar(1080)})
+}
+
+fn aweme(u: &User, p: &Post) -> Value {
+    let music = format!("79{}", &p.id[2..]);
+    json!({"aweme_id": p.id, "desc": p.desc, "create_time": p.time, "region": "US", "is_top": 0,
+        "group_id": p.id, "author_user_id": u.uid.parse::<u64>().ok(), // a bare integer
+        "author": primary_user(u, false),
+        "statistics": {"aweme_id": p.id, "comment_count": comment_total(p), "digg_count": p.likes,
+            "play_count": p.plays, "share_count": p.shares, "collect_count": p.likes / 20},
+        "video": {"duration": p.duration_ms, "width": 576, "height": 1024, "ratio": "540p",
+            "cover": {"url_list": [format!("https://p16-sign-va.cdn.example/{}.jpeg", p.id)]},
+            "play_addr": {"url_list": [format!("https://v16.cdn.example/video/{}.mp4", p.id)]}},
+        "music": {"id": music.parse::<u64>().ok(), "id_str": music,
+            "title": format!("original sound - {}", u.name), "duration": p.duration_ms / 1000},
+        "text_extra": [],
+        "share_url": format!("https://www.shortvideo.example/@{}/video/{}", u.name, p.id)})
+}
+
+fn primary_comment(c: &Comment, aweme_id: &str) -> Value {
+    let (uid, nickname) = uid_of(c.author);
+    json!({"cid": c.cid, "text": c.text, "aweme_id": aweme_id, "create_time": c.time,
+        "digg_count": c.likes, "status": 1, "reply_comment_total": c.replies, "reply_comment": null,
+        "user": {"uid": uid, "unique_id": c.author, "nickname": nickname, "sec_uid": sec_uid(&uid),
+            "follower_count": 0, "verification_type": 1, "custom_verify": ""}})
+}
+
+fn primary_route(path: &str, q: &Query) -> Option<Value> {
+    let no_user = json!({"status_code": 2065, "status_msg": "User doesn't exist"});
+    Some(match path {
+        "/v1/user/profile" => match find_user(q.get("unique_id")) {
+            Some(u) => primary_ok(json!({"user": primary_user(u, true)})),
+            None => no_user,
+        },
+        "/v1/user/posts" => match find_sec_uid(q.get("sec_user_id")) {
+            Some(u) => {
+                let count = match q.num("count", 20) {
+                    0 => 20,
+                    n @ 1..=4 => n + 2, // the contract's "up to two more than asked"
+                    n => n.min(30),
+                };
+                let cursor = q.num("max_cursor", 0);
+                let older = posts_before(u, cursor);
+                let shown = &older[..older.len().min(count as usize)];
+                primary_ok(json!({"aweme_list": list(shown, |p| aweme(u, p)),
+                    "max_cursor": shown.last().map_or(cursor, |p| ms(p)),
+                    "min_cursor": shown.first().map_or(cursor, |p| ms(p)),
+                    "has_more": u8::from(older.len() > shown.len())}))
+            }
+            None => no_user,
+        },
+        "/v1/aweme/detail" => match find_post(q.get("aweme_id")) {
+            Some((u, p)) => primary_ok(json!({"aweme_detail": aweme(u, p)})),
+            None => primary_ok(json!({"aweme_detail": null, "filter_detail": {
+                "aweme_id": q.get("aweme_id"), "filter_reason": "status_deleted",
+                "detail_msg": ""}})),
+        },
+        "/v1/comment/list" => match find_post(q.get("aweme_id")) {
+            Some((_, p)) => {
+                let pg = page(comments(p), q, 20, 50);
+                primary_ok(
+                    json!({"comments": list(&pg.items, |c| primary_comment(c, p.id)),
+                    "cursor": pg.next, "has_more": u8::from(pg.more), "total": pg.total}),
+                )
+            }
+            None => json!({"status_code": 2053, "status_msg": "This video is unavailable"}),
+        },
+        "/v1/search/general" => {
+            let kw = q.get("keyword").to_lowercase();
+            let hits = all_posts().filter(|(u, p)| {
+                [p.desc, u.name, u.nickname]
+                    .iter()
+                    .any(|s| s.to_lowercase().contains(&kw))
+            });
+            let pg = page(hits.collect(), q, 10, 30);
+            primary_ok(json!({"cursor": pg.next, "has_more": u8::from(pg.more),
+                "data": list(&pg.items, |(u, p)| json!({"type": 1, "aweme_info": aweme(u, p)}))}))
+        }
+        _ => return None,
+    })
+}
+
+// ---- Fallback: {code,msg,data} wrapper -----------------------------------------------
+
+fn fallback_ok(data: Value) -> Value {
+    json!({"code": 0, "msg": "success", "processed_time": 0.3106, "data": data})
+}
+
+/// F1/F5 `{user, stats}`, camelCase, with rounded follower and heart counts.
+fn fallback_user(u: &User) -> Value {
+    let avatar = |size: u32| {
+        format!(
+            "https://p16-sign-sg.cdn.example/aweme/{size}x{size}/{}.jpeg",
+            u.uid
+        )
+    };
+    json!({"user": {"id": u.uid, "uniqueId": u.name, "nickname": u.nickname, "signature": u.bio,
+            "avatarThumb": avatar(100), "avatarLarger": avatar(1080), "secUid": sec_uid(u.uid),
+            "verified": !u.verified.is_empty(), "secret": false, "privateAccount": false},
+        "stats": {"followingCount": u.following, "followerCount": rounded(u.followers),
+            "heartCount": rounded(u.likes), "heart": rounded(u.likes),
+            "videoCount": u.posts.len()}})
+}
+
+/// An F2/F3 video, snake_case. The post ID goes under `id_key` (`video_id` in F2, `id` in
+/// F3); `aweme_id` is the opaque media key (the contract's ID trap).
+fn fallback_video(u: &User, p: &Post, id_key: &str) -> Value {
+    json!({id_key: p.id, "aweme_id": format!("v15044gf0000d7{}og65ug", &p.id[12..]),
+        "region": "US", "title": p.desc, "duration": p.duration_ms / 1000, "create_time": p.time,
+        "cover": format!("https://p16.cdn.example/{}.jpeg", p.id),
+        "play": format!("https://v16.cdn.example/{}.mp4", p.id),
+        "music_info": {"id": format!("79{}", &p.id[2..]),
+            "title": format!("original sound - {}", u.name)},
+        "play_count": p.plays, "digg_count": p.likes, "comment_count": comment_total(p),
+        "share_count": p.shares, "collect_count": p.likes / 20, "is_ad": false, "is_top": 0,
+        "author": {"id": u.uid, "unique_id": u.name, "nickname": u.nickname}})
+}
+
+fn fallback_comment(c: &Comment) -> Value {
+    let (uid, nickname) = uid_of(c.author);
+    json!({"id": c.cid, "text": c.text, "create_time": c.time, "digg_count": c.likes,
+        "reply_total": c.replies, "status": 1,
+        "user": {"id": uid, "sec_uid": sec_uid(&uid), "unique_id": c.author, "nickname": nickname,
+            "aweme_count": 0, "follower_count": 0, "total_favorited": 0}})
+}
+
+/// F3/F4 `url`: a bare post ID or a share URL ending in one.
+fn fallback_post(q: &Query) -> Option<(&'static User, &'static Post)> {
+    let url = q.get("url").split('?').next().unwrap_or_default();
+    find_post(
+        url.trim_end_matches('/')
+            .rsplit('/')
+            .next()
+            .unwrap_or_default(),
+    )
+}
+
+fn fallback_route(path: &str, q: &Query) -> Option<Value> {
+    let error = |msg: &str| json!({"code": -1, "msg": msg, "processed_time": 0.21});
+    let no_user = error("User doesn't exist");
+    let no_video = error("Url parsing is failed! Please check url.");
+    Some(match path {
+        "/user/info" => {
+            find_user(q.get("unique_id")).map_or(no_user, |u| fallback_ok(fallback_user(u)))
+        }
+        "/user/posts" => match find_user(q.get("unique_id")) {
+            Some(u) => {
+                let older = posts_before(u, q.num("cursor", 0));
+                let batch = &older[..older.len().min(5)]; // a fixed batch: `count` is ignored
+                fallback_ok(
+                    json!({"videos": list(batch, |p| fallback_video(u, p, "video_id")),
+                    "cursor": batch.last().map_or(0, |p| ms(p)).to_string(),
+                    "hasMore": older.len() > batch.len()}),
+                )
+            }
+            None => no_user,
+        },
+        "/" => match fallback_post(q) {
+            Some((u, p)) => {
+                let mut video = fallback_video(u, p, "id");
+                video["hdplay"] = json!(format!("https://v16.cdn.example/{}-hd.mp4", p.id));
+                fallback_ok(video)
+            }
+            None => no_video,
+        },
+        "/comment/list" => match fallback_post(q) {
+            Some((_, p)) => {
+                let pg = page(comments(p), q, 10, 50);
+                fallback_ok(json!({"comments": list(&pg.items, fallback_comment),
+                    "total": pg.total, "cursor": pg.next, "hasMore": pg.more}))
+            }
+            None => no_video,
+        },
+        "/user/search" => {
+            let kw = q.get("keywords").to_lowercase();
+            let hits = USERS.iter().filter(|u| {
+                [u.name, u.nickname]
+                    .iter()
+                    .any(|s| s.to_lowercase().contains(&kw))
+            });
+            let pg = page(hits.collect(), q, 10, 30);
+            fallback_ok(json!({"user_list": list(&pg.items, |u| fallback_user(u)),
+                "cursor": pg.next, "hasMore": pg.more}))
+        }
+        _ => return None,
+    })
+}
+
+// ---- Serving -------------------------------------------------------------------------
+
+/// One double: the key it accepts, its routes, and whether it answers everything with 503
+/// (checked before the key, as a gateway in front of it would).
+#[derive(Debug, Clone, Copy)]
+struct Double {
+    name: &'static str,
+    key_header: &'static str,
+    key: &'static str,
+    route: fn(&str, &Query) -> Option<Value>,
+    fail: bool,
+}
+
+/// The two running doubles. Dropping it stops both, open connections included.
+#[derive(Debug)]
+pub struct Sandbox {
+    /// The primary double's base URL, `http://127.0.0.1:PORT` (no trailing `/`).
+    pub primary_url: String,
+    /// The fallback double's base URL, `http://127.0.0.1:PORT` (no trailing `/`).
+    pub fallback_url: String,
+    tasks: Vec<JoinHandle<()>>,
+}
+
 impl Sandbox {
-    pub async fn start(_fail_primary: bool) -> std::io::Result<Sandbox> {
-        Err(std::io::Error::other("sandbox not built yet"))
+    /// Binds both doubles on 127.0.0.1 with OS-chosen ports and serves them on the current
+    /// tokio runtime until dropped. `fail_primary`: the primary answers every request with
+    /// HTTP 503 (to watch failover).
+    pub async fn start(fail_primary: bool) -> std::io::Result<Sandbox> {
+        let primary = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
+        let fallback = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
+        let primary_url = format!("http://{}", primary.local_addr()?);
+        let fallback_url = format!("http://{}", fallback.local_addr()?);
+        let p = Double {
+            name: "primary",
+            key_header: "x-api-key",
+            key: PRIMARY_KEY,
+            route: primary_route,
+            fail: fail_primary,
+        };
+        let f = Double {
+            name: "fallback",
+            key_header: "x-rapidapi-key",
+            key: FALLBACK_KEY,
+            route: fallback_route,
+            fail: false,
+        };
+        let tasks = vec![
+            tokio::spawn(serve(primary, p)),
+            tokio::spawn(serve(fallback, f)),
+        ];
+        debug!(%primary_url, %fallback_url, fail_primary, "sandbox upstreams listening");
+        Ok(Sandbox {
+            primary_url,
+            fallback_url,
+            tasks,
+        })
     }
+
+    /// The usernames that exist, for the demo's printed examples.
     pub fn known_usernames() -> &'static [&'static str] {
-        &["lunabakes"]
+        static NAMES: OnceLock<Vec<&'static str>> = OnceLock::new();
+        NAMES.get_or_init(|| USERS.iter().map(|u| u.name).collect())
     }
+
+    /// The post IDs that exist; the first one has 120 comments.
     pub fn known_post_ids() -> &'static [&'static str] {
-        &["7312345678901234567"]
+        static IDS: OnceLock<Vec<&'static str>> = OnceLock::new();
+        IDS.get_or_init(|| all_posts().map(|(_, p)| p.id).collect())
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        self.tasks.iter().for_each(JoinHandle::abort);
+    }
+}
+
+/// Accepts connections, one task each, held in a set that aborting this task drops.
+async fn serve(listener: TcpListener, double: Double) {
+    let mut connections = JoinSet::new();
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                debug!(double = double.name, "sandbox accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        while connections.try_join_next().is_some() {}
+        let service =
+            service_fn(move |req| async move { Ok::<_, Infallible>(handle(double, &req)) });
+        connections.spawn(async move {
+            let io = TokioIo::new(stream);
+            if let Err(e) = http1::Builder::new().serve_connection(io, service).await {
+                debug!(double = double.name, "sandbox connection ended: {e}");
+            }
+        });
+    }
+}
+
+fn handle(double: Double, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+    let (status, body) = answer(double, req);
+    debug!(
+        double = double.name,
+        path = req.uri().path(),
+        status = status.as_u16(),
+        "sandbox request"
+    );
+    let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+fn answer(double: Double, req: &Request<Incoming>) -> (StatusCode, Value) {
+    let key = req
+        .headers()
+        .get(double.key_header)
+        .and_then(|v| v.to_str().ok());
+    let refuse = |status, message| (status, json!({ "message": message }));
+    if double.fail {
+        return refuse(StatusCode::SERVICE_UNAVAILABLE, "Service Unavailable");
+    }
+    if key != Some(double.key) {
+        return refuse(StatusCode::UNAUTHORIZED, "Invalid API key");
+    }
+    if req.method() != Method::GET {
+        return refuse(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed");
+    }
+    let query = form_urlencoded::parse(req.uri().query().unwrap_or_default().as_bytes());
+    match (double.route)(req.uri().path(), &Query(query.into_owned().collect())) {
+        Some(body) => (StatusCode::OK, body),
+        None => refuse(StatusCode::NOT_FOUND, "Not Found"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BIG: &str = "7312345678901234567"; // lunabakes' post with 120 comments
+    const NO_VIDEO: &str = "7000000000000000000";
+    const P: &str = "X-Api-Key";
+    const F: &str = "X-RapidAPI-Key";
+
+    /// GET `base` + `path` with an optional (header, key); returns (status, body text).
+    async fn get(base: &str, path: &str, auth: Option<(&str, &str)>) -> (u16, String) {
+        let mut req = reqwest::Client::new().get(format!("{base}{path}"));
+        if let Some((name, key)) = auth {
+            req = req
+                .header(name, key)
+                .header("X-RapidAPI-Host", "ignored.example");
+        }
+        let res = req.send().await.expect("the sandbox answers");
+        (res.status().as_u16(), res.text().await.expect("a body"))
+    }
+
+    /// The JSON a double answers with HTTP 200: the primary, or the fallback if `fb`.
+    async fn ask(sb: &Sandbox, fb: bool, path: &str) -> Value {
+        let (base, auth) = match fb {
+            false => (&sb.primary_url, (P, PRIMARY_KEY)),
+            true => (&sb.fallback_url, (F, FALLBACK_KEY)),
+        };
+        let (status, body) = get(base, path, Some(auth)).await;
+        assert_eq!(status, 200, "{path}: {body}");
+        serde_json::from_str(&body).expect("JSON")
+    }
+
+    /// The values of `keys` in `v`, as a JSON array.
+    fn pick<const N: usize>(v: &Value, keys: [&str; N]) -> Value {
+        Value::Array(keys.iter().map(|&k| v[k].clone()).collect())
+    }
+
+    fn ids(list: &Value, key: &str) -> Vec<String> {
+        let list = list.as_array().expect("a list");
+        list.iter()
+            .map(|v| v[key].as_str().expect("a string ID").into())
+            .collect()
+    }
+
+    #[test]
+    fn catalogue_is_well_formed() {
+        let ids = Sandbox::known_post_ids();
+        assert_eq!(ids[0], BIG);
+        assert_eq!(comment_total(find_post(BIG).unwrap().1), 120);
+        let digits = |id: &&str| id.len() == 19 && id.bytes().all(|b| b.is_ascii_digit());
+        assert!(ids.iter().all(digits));
+        let mut unique = ids.to_vec();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), ids.len());
+        for u in USERS {
+            assert!((2..=5).contains(&u.posts.len()));
+            assert!(
+                u.posts.windows(2).all(|w| w[0].time > w[1].time),
+                "newest first"
+            );
+        }
+        let samples = [5_479_588, 98_989_516, 207_912, 154].map(rounded);
+        assert_eq!(samples, [5_500_000, 99_000_000, 207_900, 154]);
+    }
+
+    #[tokio::test]
+    async fn profiles_match_across_sides() {
+        let sb = Sandbox::start(false).await.unwrap();
+        for &name in Sandbox::known_usernames() {
+            let p = ask(&sb, false, &format!("/v1/user/profile?unique_id={name}")).await;
+            let f = ask(&sb, true, &format!("/user/info?unique_id={name}")).await;
+            let (p, fu, fs) = (&p["user"], &f["data"]["user"], &f["data"]["stats"]);
+            let same = ["uid", "unique_id", "nickname", "signature"];
+            let fb_same = ["id", "uniqueId", "nickname", "signature"];
+            assert_eq!(pick(p, same), pick(fu, fb_same));
+            let counts = ["following_count", "aweme_count"];
+            assert_eq!(pick(p, counts), pick(fs, ["followingCount", "videoCount"]));
+            let followers = rounded(p["follower_count"].as_u64().unwrap());
+            assert_eq!(fs["followerCount"], followers);
+            let verified = p["enterprise_verify_reason"] != "";
+            assert_eq!(fu["verified"], verified);
+            assert_eq!(verified, name == "lunabakes");
+        }
+        let luna = ask(&sb, true, "/user/info?unique_id=lunabakes").await;
+        assert_eq!(luna["data"]["stats"]["followerCount"], 5_500_000);
+        assert_eq!(luna["data"]["user"]["nickname"], "Luna Bakes 🍰");
+    }
+
+    #[tokio::test]
+    async fn posts_page_on_both_sides_with_the_id_trap() {
+        let sb = Sandbox::start(false).await.unwrap();
+        let profile = ask(&sb, false, "/v1/user/profile?unique_id=lunabakes").await;
+        let sec = profile["user"]["sec_uid"].as_str().unwrap().to_string();
+        let path = |n, c| format!("/v1/user/posts?sec_user_id={sec}&count={n}&max_cursor={c}");
+        let first = ask(&sb, false, &path(2, 0)).await;
+        let list = &first["aweme_list"];
+        assert_eq!(list.as_array().unwrap().len(), 4, "1..=4 may give two more");
+        assert_eq!(first["has_more"], 1);
+        assert_eq!(list[0]["author"]["follower_count"], 0, "zeroed counters");
+        let next = first["max_cursor"].as_u64().unwrap();
+        let second = ask(&sb, false, &path(10, next)).await;
+        assert_eq!(second["aweme_list"].as_array().unwrap().len(), 1);
+        assert_eq!(second["has_more"], 0);
+        let mut primary_ids = ids(list, "aweme_id");
+        primary_ids.extend(ids(&second["aweme_list"], "aweme_id"));
+
+        let fb = ask(
+            &sb,
+            true,
+            "/user/posts?unique_id=lunabakes&count=2&cursor=0",
+        )
+        .await;
+        let videos = &fb["data"]["videos"];
+        assert_eq!(
+            ids(videos, "video_id"),
+            primary_ids,
+            "count ignored: a batch of 5"
+        );
+        assert_eq!(fb["data"]["hasMore"], false);
+        let keys = ids(videos, "aweme_id");
+        assert!(keys
+            .iter()
+            .all(|k| k.starts_with('v') && !primary_ids.contains(k)));
+        assert_eq!(videos[0]["title"], list[0]["desc"]);
+        assert_eq!(videos[0]["digg_count"], list[0]["statistics"]["digg_count"]);
+
+        let (_, raw) = get(&sb.primary_url, &path(5, 0), Some((P, PRIMARY_KEY))).await;
+        assert!(
+            raw.contains(r#""author_user_id":6613926240453148678"#),
+            "a bare integer"
+        );
+    }
+
+    #[tokio::test]
+    async fn details_match_across_sides() {
+        let sb = Sandbox::start(false).await.unwrap();
+        for &id in Sandbox::known_post_ids() {
+            let a = ask(&sb, false, &format!("/v1/aweme/detail?aweme_id={id}")).await;
+            let v = ask(&sb, true, &format!("/?url={id}&hd=1")).await;
+            let (a, v) = (&a["aweme_detail"], &v["data"]);
+            assert_eq!(pick(a, ["aweme_id", "desc"]), pick(v, ["id", "title"]));
+            assert_ne!(v["aweme_id"], id, "the opaque key");
+            let seconds = a["video"]["duration"].as_u64().unwrap() / 1000;
+            assert_eq!(v["duration"], seconds);
+            assert_eq!(a["statistics"]["comment_count"], v["comment_count"]);
+            assert_eq!(a["author"]["unique_id"], v["author"]["unique_id"]);
+        }
+        let url = format!("https%3A%2F%2Fwww.shortvideo.example%2F%40lunabakes%2Fvideo%2F{BIG}");
+        let by_url = ask(&sb, true, &format!("/?url={url}&hd=1")).await;
+        assert_eq!(by_url["data"]["id"], BIG);
+    }
+
+    #[tokio::test]
+    async fn comments_page_by_offset() {
+        let sb = Sandbox::start(false).await.unwrap();
+        let mut seen = Vec::new();
+        for (cursor, len, more) in [(0, 50, 1), (50, 50, 1), (100, 20, 0)] {
+            let path = format!("/v1/comment/list?aweme_id={BIG}&count=80&cursor={cursor}");
+            let page = ask(&sb, false, &path).await;
+            let expected = json!([120, cursor + len, more]); // count is capped at 50
+            assert_eq!(pick(&page, ["total", "cursor", "has_more"]), expected);
+            let path = format!("/comment/list?url={BIG}&count=50&cursor={cursor}");
+            let fb = ask(&sb, true, &path).await;
+            let cids = ids(&page["comments"], "cid");
+            assert_eq!(ids(&fb["data"]["comments"], "id"), cids);
+            assert_eq!(fb["data"]["hasMore"], more == 1);
+            seen.extend(cids);
+        }
+        let count = seen.len();
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!((count, seen.len()), (120, 120), "pages are disjoint");
+        let first = ask(
+            &sb,
+            false,
+            &format!("/v1/comment/list?aweme_id={BIG}&count=3"),
+        )
+        .await;
+        assert_eq!(
+            first["comments"][2]["text"],
+            r#"the \"sound\" of that crust"#
+        );
+        assert_eq!(first["comments"][0]["user"]["unique_id"], "crumbqueen");
+    }
+
+    #[tokio::test]
+    async fn search_videos_on_primary_and_users_on_fallback() {
+        let sb = Sandbox::start(false).await.unwrap();
+        let videos = ask(&sb, false, "/v1/search/general?keyword=CROISSANT&count=10").await;
+        let found = videos["data"].as_array().unwrap().iter();
+        let found: Vec<_> = found.map(|d| &d["aweme_info"]["aweme_id"]).collect();
+        assert_eq!(found, [BIG, "7320000000000000011"]);
+        assert_eq!(videos["data"][0]["type"], 1);
+        let users = ask(&sb, true, "/user/search?keywords=LUNA&count=1&cursor=0").await;
+        let data = &users["data"];
+        assert_eq!(data["user_list"][0]["user"]["uniqueId"], "lunabakes");
+        assert_eq!(pick(data, ["cursor", "hasMore"]), json!([1, true]));
+        let rest = ask(&sb, true, "/user/search?keywords=luna&count=30&cursor=1").await;
+        let fan = &rest["data"]["user_list"][0];
+        assert_eq!(fan["user"]["uniqueId"], "lunabakes.fan");
+        assert_eq!(fan["stats"]["followerCount"], 1_200);
+        assert_eq!(rest["data"]["hasMore"], false);
+    }
+
+    #[tokio::test]
+    async fn unknown_users_and_videos() {
+        let sb = Sandbox::start(false).await.unwrap();
+        let no_user = json!({"status_code": 2065, "status_msg": "User doesn't exist"});
+        let profile = ask(&sb, false, "/v1/user/profile?unique_id=nosuchuser").await;
+        assert_eq!(profile, no_user);
+        let posts = ask(&sb, false, "/v1/user/posts?sec_user_id=MS4wLjABAAAAnope").await;
+        assert_eq!(posts, no_user);
+        let detail = ask(&sb, false, &format!("/v1/aweme/detail?aweme_id={NO_VIDEO}")).await;
+        assert_eq!(
+            pick(&detail, ["status_code", "aweme_detail"]),
+            json!([0, null])
+        );
+        assert_eq!(detail["filter_detail"]["aweme_id"], NO_VIDEO);
+        let gone = ask(&sb, false, &format!("/v1/comment/list?aweme_id={NO_VIDEO}")).await;
+        let unavailable = json!({"status_code": 2053, "status_msg": "This video is unavailable"});
+        assert_eq!(gone, unavailable);
+        let bad_url = "Url parsing is failed! Please check url.";
+        let fallback_errors = [
+            ("/user/info?unique_id=nosuchuser", "User doesn't exist"),
+            ("/user/posts?unique_id=nosuchuser", "User doesn't exist"),
+            (&format!("/?url={NO_VIDEO}&hd=1"), bad_url),
+            (&format!("/comment/list?url={NO_VIDEO}"), bad_url),
+        ];
+        for (path, msg) in fallback_errors {
+            let body = ask(&sb, true, path).await;
+            assert_eq!(pick(&body, ["code", "msg"]), json!([-1, msg]), "{path}");
+        }
+    }
+
+    #[tokio::test]
+    async fn keys_paths_failure_and_shutdown() {
+        let sb = Sandbox::start(false).await.unwrap();
+        let (profile, info) = (
+            "/v1/user/profile?unique_id=lunabakes",
+            "/user/info?unique_id=a",
+        );
+        let cases = [
+            (&sb.primary_url, profile, None, 401),
+            (&sb.primary_url, profile, Some((P, FALLBACK_KEY)), 401),
+            (&sb.fallback_url, info, None, 401),
+            (&sb.fallback_url, info, Some((F, "wrong")), 401),
+            (&sb.primary_url, "/v2/nothing", Some((P, PRIMARY_KEY)), 404),
+            (&sb.fallback_url, "/nothing", Some((F, FALLBACK_KEY)), 404),
+        ];
+        for (base, path, auth, status) in cases {
+            assert_eq!(get(base, path, auth).await.0, status, "{path} {auth:?}");
+        }
+
+        let failing = Sandbox::start(true).await.unwrap();
+        let (status, _) = get(&failing.primary_url, profile, Some((P, PRIMARY_KEY))).await;
+        assert_eq!(status, 503);
+        assert_eq!(
+            ask(&failing, true, "/user/info?unique_id=lunabakes").await["code"],
+            0
+        );
+        let url = failing.fallback_url.clone();
+        drop(failing);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let after = reqwest::Client::new()
+            .get(format!("{url}/user/info"))
+            .send()
+            .await;
+        assert!(after.is_err(), "stopped on drop");
     }
 }

@@ -83,7 +83,7 @@ async fn route(app: &App, request: &Request<Incoming>) -> Result<Answer, ApiErro
 
     let snapshot = app.snapshot();
     let key_name = authenticate(&snapshot, request)?;
-    if let Some(limiter) = &app.rate_limiter {
+    if let Some(limiter) = &snapshot.rate_limiter {
         limiter
             .check(key_name, tokio::time::Instant::now())
             .map_err(|wait| ApiError::RateLimited {
@@ -131,7 +131,7 @@ async fn route(app: &App, request: &Request<Incoming>) -> Result<Answer, ApiErro
         _ => None,
     };
 
-    let deadline = Deadline::after(app.limits.request_timeout);
+    let deadline = Deadline::after(snapshot.config.server.limits.request_timeout);
     let served = match &resume {
         None => chain::serve(chain, &call, &app.upstream, deadline).await,
         Some(Position { provider, upstream }) => {
