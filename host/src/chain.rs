@@ -9,6 +9,7 @@
 //! request's deadline; when the deadline passes the chain stops.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use plugin_api::{Call, Done, ErrorKind, Next, ProviderError};
 use tokio::time::{timeout, Instant};
@@ -26,8 +27,30 @@ pub const MAX_STEPS: usize = 16;
 pub struct Served {
     pub done: Done,
     pub provider: Arc<Provider>,
-    /// Providers that failed before it, in order.
-    pub failed: Vec<Arc<Provider>>,
+}
+
+/// What the chain did, in order: for the request's log line and metrics.
+#[derive(Debug, Default)]
+pub struct Journal {
+    pub attempts: Vec<AttemptRecord>,
+}
+
+#[derive(Debug)]
+pub struct AttemptRecord {
+    pub provider: String,
+    /// `ok`, or the [`ErrorKind`] name of the failure.
+    pub outcome: &'static str,
+    pub elapsed: Duration,
+}
+
+impl Journal {
+    /// Providers that failed and were followed by another attempt.
+    pub fn failovers(&self) -> impl Iterator<Item = &str> {
+        let n = self.attempts.len();
+        self.attempts[..n.saturating_sub(1)]
+            .iter()
+            .map(|a| a.provider.as_str())
+    }
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -42,22 +65,25 @@ pub enum ChainError {
     DeadlineExceeded,
 }
 
-/// Asks `providers` in order, within `deadline`.
+/// Asks `providers` in order, within `deadline`, noting each attempt in
+/// `journal`.
 pub async fn serve(
     providers: &[Arc<Provider>],
     call: &Call,
     client: &UpstreamClient,
     deadline: Deadline,
+    journal: &mut Journal,
 ) -> Result<Served, ChainError> {
-    let mut failed = Vec::new();
     let mut soonest_open: Option<(&Arc<Provider>, Instant)> = None;
     for provider in providers {
         match provider.breaker.try_acquire(Instant::now()) {
-            Ok(permit) => match attempt_through(provider, permit, call, client, deadline).await {
-                Ok(done) => return Ok(served(done, provider, failed)),
-                Err(stop @ Some(_)) => return Err(stop.expect("matched Some")),
-                Err(None) => failed.push(provider.clone()),
-            },
+            Ok(permit) => {
+                match attempt_through(provider, permit, call, client, deadline, journal).await {
+                    Ok(done) => return Ok(served(done, provider)),
+                    Err(Some(stop)) => return Err(stop),
+                    Err(None) => {}
+                }
+            }
             Err(until) => {
                 tracing::debug!(provider = %provider.name, "skipped: breaker open");
                 if soonest_open.is_none_or(|(_, soonest)| until < soonest) {
@@ -66,11 +92,11 @@ pub async fn serve(
             }
         }
     }
-    if failed.is_empty() {
+    if journal.attempts.is_empty() {
         if let Some((provider, _)) = soonest_open {
             let permit = provider.breaker.force_acquire();
-            match attempt_through(provider, permit, call, client, deadline).await {
-                Ok(done) => return Ok(served(done, provider, failed)),
+            match attempt_through(provider, permit, call, client, deadline, journal).await {
+                Ok(done) => return Ok(served(done, provider)),
                 Err(Some(stop)) => return Err(stop),
                 Err(None) => {}
             }
@@ -82,11 +108,10 @@ pub async fn serve(
     Err(ChainError::Exhausted)
 }
 
-fn served(done: Done, provider: &Arc<Provider>, failed: Vec<Arc<Provider>>) -> Served {
+fn served(done: Done, provider: &Arc<Provider>) -> Served {
     Served {
         done,
         provider: provider.clone(),
-        failed,
     }
 }
 
@@ -98,9 +123,19 @@ async fn attempt_through(
     call: &Call,
     client: &UpstreamClient,
     deadline: Deadline,
+    journal: &mut Journal,
 ) -> Result<Done, Option<ChainError>> {
+    let started = Instant::now();
     let result = attempt(provider, call, client, deadline).await;
     let now = Instant::now();
+    journal.attempts.push(AttemptRecord {
+        provider: provider.name.clone(),
+        outcome: match &result {
+            Ok(_) => "ok",
+            Err(e) => e.kind().as_str(),
+        },
+        elapsed: now - started,
+    });
     let error = match result {
         Ok(done) => {
             provider.breaker.record(permit, Outcome::Success, now);

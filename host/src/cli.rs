@@ -13,8 +13,9 @@ use clap::{Parser, Subcommand};
 use tokio::net::TcpListener;
 
 use crate::auth::{KeysError, KeysFileAt};
-use crate::config::{Config, ConfigError};
-use crate::http::server;
+use crate::config::{Config, ConfigError, LogFormat};
+use crate::http::{admin, server};
+use crate::metrics::MetricsError;
 use crate::state::{App, StartError};
 
 #[derive(Parser)]
@@ -30,6 +31,9 @@ struct Cli {
     /// Listen on this address instead of the configured one (serve, demo).
     #[arg(long, global = true)]
     listen: Option<SocketAddr>,
+    /// Log format on stderr; overrides `[server] log_format`.
+    #[arg(long, global = true, value_enum)]
+    log_format: Option<LogFormat>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -81,13 +85,14 @@ pub enum CliError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Metrics(#[from] MetricsError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -97,26 +102,34 @@ pub fn main() -> ExitCode {
     }
 }
 
-fn init_logging() {
+/// Logs go to stderr, filtered by `SOCIALGATE_LOG` (default `info`).
+fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("SOCIALGATE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(filter)
-        .init();
+        .with_env_filter(filter);
+    match format {
+        LogFormat::Human => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        LogFormat::Json => builder.json().with_current_span(true).init(),
+    }
 }
 
 fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => {
             let config = Config::load(&cli.config)?;
+            init_logging(cli.log_format.unwrap_or(config.server.log_format));
             runtime()?.block_on(serve(config, cli.listen))
         }
         Command::Demo { fail_primary } => {
+            init_logging(cli.log_format.unwrap_or_default());
             runtime()?.block_on(crate::demo::run(cli.listen, fail_primary))
         }
         Command::Check => {
+            init_logging(cli.log_format.unwrap_or_default());
             let config = Config::load(&cli.config)?;
             let path = config.path.clone();
             let app = App::start(config)?;
@@ -129,7 +142,10 @@ fn run(cli: Cli) -> Result<(), CliError> {
             );
             Ok(())
         }
-        Command::Keys(command) => keys(&cli.config, command),
+        Command::Keys(command) => {
+            init_logging(cli.log_format.unwrap_or_default());
+            keys(&cli.config, command)
+        }
     }
 }
 
@@ -150,19 +166,35 @@ pub async fn serve(config: Config, listen: Option<SocketAddr>) -> Result<(), Cli
     Ok(())
 }
 
-/// Everything up to a bound listener, whose address is printed on stdout.
+/// Everything up to a bound listener, whose address is printed on stdout
+/// (`listening on http://ADDR`), and the admin listener, serving already
+/// (`admin listening on http://ADDR`).
 pub async fn start(
     config: Config,
     listen: Option<SocketAddr>,
 ) -> Result<(TcpListener, Arc<App>), CliError> {
     let addr = listen.unwrap_or(config.server.listen);
+    let admin_addr = config.server.admin_listen;
+    let metrics = crate::metrics::install()?;
     let app = Arc::new(App::start(config)?);
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|source| CliError::Bind { addr, source })?;
     let local = listener.local_addr()?;
+    let admin = match admin_addr {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .map_err(|source| CliError::Bind { addr, source })?,
+        ),
+        None => None,
+    };
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "listening on http://{local}")?;
+    if let Some(admin) = admin {
+        writeln!(stdout, "admin listening on http://{}", admin.local_addr()?)?;
+        tokio::spawn(admin::run(admin, app.clone(), metrics));
+    }
     stdout.flush()?;
     Ok((listener, app))
 }

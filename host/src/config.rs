@@ -79,6 +79,20 @@ pub struct ServerConfig {
     /// The only proxy upstream requests may use; never taken from the environment.
     pub upstream_proxy: Option<String>,
     pub limits: ServerLimits,
+    /// The operators' listener (metrics); `None` when set to `"off"`.
+    pub admin_listen: Option<SocketAddr>,
+    pub log_format: LogFormat,
+}
+
+/// How log lines are written to stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// One readable line per event.
+    #[default]
+    Human,
+    /// One JSON object per line, for log collectors.
+    Json,
 }
 
 /// How the server protects itself from slow, large or too many requests.
@@ -146,6 +160,7 @@ pub struct ProviderConfig {
 }
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9464";
 const DEFAULT_TIMEOUT_MS: u64 = 4000;
 
 // The file as written. Every table refuses unknown keys.
@@ -183,6 +198,8 @@ struct RawServer {
     max_header_bytes: Option<usize>,
     max_concurrent_requests: Option<usize>,
     shutdown_grace_ms: Option<u64>,
+    admin_listen: Option<String>,
+    log_format: Option<LogFormat>,
 }
 
 #[derive(Deserialize)]
@@ -250,6 +267,19 @@ impl Config {
                 "[server] listen: `{listen}` is not an IP:port address"
             ))
         })?;
+        let admin_listen = match raw
+            .server
+            .admin_listen
+            .as_deref()
+            .unwrap_or(DEFAULT_ADMIN_LISTEN)
+        {
+            "off" => None,
+            addr => Some(addr.parse::<SocketAddr>().map_err(|_| {
+                invalid(format!(
+                    "[server] admin_listen: `{addr}` is not an IP:port address or \"off\""
+                ))
+            })?),
+        };
         let plugin_dir = match raw.server.plugin_dir {
             Some(dir) => resolve(&dir),
             None => executable_dir().map_err(|e| {
@@ -360,6 +390,8 @@ impl Config {
             cursor_key,
             upstream_proxy: raw.server.upstream_proxy,
             limits,
+            admin_listen,
+            log_format: raw.server.log_format.unwrap_or_default(),
         };
 
         let mut providers = BTreeMap::new();

@@ -18,6 +18,8 @@
 //! - [`cursor`] seals a provider's upstream cursor into the opaque token
 //!   callers page with.
 //! - [`error`] is the catalogue of every error a caller can see.
+//! - [`metrics`] names and records every exported series, served on the
+//!   operators' own listener by [`http::admin`].
 //!
 //! Around it: [`config`] reads `platforms.toml`, [`plugins`] loads provider
 //! libraries, [`reload`] rebuilds the snapshot when the config, the keys or a
@@ -32,6 +34,7 @@ pub mod cursor;
 pub mod demo;
 pub mod error;
 pub mod http;
+pub mod metrics;
 pub mod plugins;
 pub mod reload;
 pub mod resilience;

@@ -153,7 +153,9 @@ impl Reloader {
                 () = next_hangup(&mut hangup) => "SIGHUP",
             };
             tracing::debug!(trigger, "reloading");
-            if let Err(e) = self.reload() {
+            let result = self.reload();
+            crate::metrics::reload(result.is_ok());
+            if let Err(e) = result {
                 tracing::error!("reload rejected, still serving the previous configuration: {e}");
             }
             watcher.follow(&self.app.snapshot().config, &watched);

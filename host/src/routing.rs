@@ -185,6 +185,11 @@ impl Routes {
             .map(|(name, _)| name.as_str())
     }
 
+    /// Whether a live platform has a provider for at least one endpoint.
+    pub fn serves_anything(&self, platform: &str) -> bool {
+        matches!(self.platforms.get(platform), Some(Platform::Live(chains)) if !chains.is_empty())
+    }
+
     /// What changed from `before` to `self`, for the reload log.
     pub fn changes_since(&self, before: &Routes) -> Changes {
         let diff =

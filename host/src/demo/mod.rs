@@ -104,6 +104,8 @@ fn demo_config(
             cursor_key: None,
             upstream_proxy: None,
             limits: ServerLimits::default(),
+            admin_listen: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
+            log_format: Default::default(),
         },
         platforms,
         providers,

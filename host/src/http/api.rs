@@ -1,8 +1,11 @@
-//! One request, through its checks in a fixed order: public paths first,
-//! then overload, method, key, rate limit, platform, endpoint, parameters,
-//! and finally the failover chain. Each check answers from the error
-//! catalogue; nothing after a failed check runs, so invalid input never
-//! reaches an upstream.
+//! One request, through its checks in a fixed order: public paths first
+//! (`/healthz`, `/readyz`), then overload, method, key, rate limit, platform,
+//! endpoint, parameters, and finally the failover chain. Each check answers
+//! from the error catalogue; nothing after a failed check runs, so invalid
+//! input never reaches an upstream.
+//!
+//! Every answer carries the request's ID, and every request ends in one log
+//! line and its metrics.
 
 use std::borrow::Cow;
 use std::panic::AssertUnwindSafe;
@@ -10,68 +13,104 @@ use std::time::Instant;
 
 use futures_util::FutureExt;
 use hyper::body::Incoming;
+use hyper::header::HeaderValue;
 use hyper::{Method, Request, Response, StatusCode};
 use plugin_api::Call;
+use tracing::Instrument;
 
+use super::request_id;
 use super::response::{self, Body};
-use crate::chain::{self, ChainError};
+use crate::chain::{self, ChainError, Journal};
 use crate::cursor::{Listing, Position};
 use crate::error::ApiError;
+use crate::metrics::{self, RouteLabels};
 use crate::resilience::deadline::Deadline;
 use crate::resilience::rate_limit::retry_after_secs;
 use crate::state::{App, Snapshot};
 
 const API_KEY_HEADER: &str = "x-api-key";
 
+/// What a request did, for its log line.
+#[derive(Default)]
+struct Report {
+    /// The name (never the value) of the key that was accepted.
+    key: Option<String>,
+    provider: Option<String>,
+    journal: Journal,
+}
+
 /// Answers one request; never fails, never panics out.
 pub async fn handle(app: &App, request: Request<Incoming>) -> Response<Body> {
     let started = Instant::now();
-    let method = request.method().clone();
-    let path = request.uri().path().to_owned();
-    let outcome = AssertUnwindSafe(route(app, &request)).catch_unwind().await;
-    let (response, served_by) = match outcome {
-        Ok(Ok(answer)) => (answer.response, answer.provider),
-        Ok(Err(error)) => (response::error(&error), None),
+    let id = request_id::accept_or_generate(request.headers().get(request_id::HEADER));
+    let span = tracing::info_span!("request", id = %id);
+    let mut report = Report::default();
+    let outcome = AssertUnwindSafe(route(app, &request, &id, &mut report))
+        .catch_unwind()
+        .instrument(span.clone())
+        .await;
+    let mut response = match outcome {
+        Ok(Ok(response)) => response,
+        Ok(Err(error)) => response::error(&error, &id),
         Err(_) => {
-            tracing::error!(%method, path, "request handler panicked");
-            (response::error(&ApiError::Internal), None)
+            span.in_scope(|| tracing::error!("request handler panicked"));
+            response::error(&ApiError::Internal, &id)
         }
     };
-    tracing::info!(
-        %method,
-        path,
-        status = response.status().as_u16(),
-        latency_ms = started.elapsed().as_secs_f64() * 1000.0,
-        provider = served_by.as_deref().unwrap_or("-"),
-        "request"
-    );
+    if let Ok(value) = HeaderValue::from_str(&id) {
+        response.headers_mut().insert(request_id::HEADER, value);
+    }
+
+    let elapsed = started.elapsed();
+    let path = request.uri().path();
+    let status = response.status().as_u16();
+    let snapshot = app.snapshot();
+    if !is_public(path) {
+        let labels = RouteLabels::of(&snapshot, path);
+        metrics::request(&labels, status, elapsed);
+        for attempt in &report.journal.attempts {
+            metrics::attempt(&attempt.provider, attempt.outcome, attempt.elapsed);
+        }
+        for from in report.journal.failovers() {
+            metrics::failover(&labels, from);
+        }
+    }
+    span.in_scope(|| {
+        tracing::info!(
+            method = %request.method(),
+            path,
+            status,
+            latency_ms = elapsed.as_secs_f64() * 1000.0,
+            provider = report.provider.as_deref().unwrap_or("-"),
+            attempts = report.journal.attempts.len(),
+            key = report.key.as_deref().unwrap_or("-"),
+            "request"
+        )
+    });
     response
 }
 
-struct Answer {
-    response: Response<Body>,
-    /// For the log only.
-    provider: Option<String>,
+fn is_public(path: &str) -> bool {
+    matches!(path, "/healthz" | "/readyz")
 }
 
-impl From<Response<Body>> for Answer {
-    fn from(response: Response<Body>) -> Answer {
-        Answer {
-            response,
-            provider: None,
-        }
-    }
-}
-
-async fn route(app: &App, request: &Request<Incoming>) -> Result<Answer, ApiError> {
+async fn route(
+    app: &App,
+    request: &Request<Incoming>,
+    id: &str,
+    report: &mut Report,
+) -> Result<Response<Body>, ApiError> {
     let path = request.uri().path();
     let method = request.method();
 
-    if path == "/healthz" {
-        return match *method {
-            Method::GET => Ok(response::plain_json(StatusCode::OK, r#"{"status":"ok"}"#).into()),
-            _ => Err(ApiError::MethodNotAllowed),
-        };
+    if is_public(path) {
+        if *method != Method::GET {
+            return Err(ApiError::MethodNotAllowed);
+        }
+        return Ok(match path {
+            "/healthz" => response::plain_json(StatusCode::OK, r#"{"status":"ok"}"#),
+            _ => readiness(app),
+        });
     }
     // Held until the answer is built; past the limit, refuse at once.
     let _in_flight = app.in_flight.try_enter().ok_or(ApiError::Overloaded {
@@ -82,10 +121,11 @@ async fn route(app: &App, request: &Request<Incoming>) -> Result<Answer, ApiErro
     }
 
     let snapshot = app.snapshot();
-    let key_name = authenticate(&snapshot, request)?;
+    let key = authenticate(&snapshot, request)?;
+    report.key = Some(key.to_owned());
     if let Some(limiter) = &snapshot.rate_limiter {
         limiter
-            .check(key_name, tokio::time::Instant::now())
+            .check(key, tokio::time::Instant::now())
             .map_err(|wait| ApiError::RateLimited {
                 retry_after_secs: retry_after_secs(wait),
             })?;
@@ -112,7 +152,6 @@ async fn route(app: &App, request: &Request<Incoming>) -> Result<Answer, ApiErro
         params.iter().map(|(k, v)| (k.as_ref(), v.as_ref())),
     )
     .map_err(|e| ApiError::InvalidParameter(e.to_string()))?;
-
     let listing = Listing {
         platform,
         endpoint: endpoint.as_str(),
@@ -132,8 +171,9 @@ async fn route(app: &App, request: &Request<Incoming>) -> Result<Answer, ApiErro
     };
 
     let deadline = Deadline::after(snapshot.config.server.limits.request_timeout);
+    let journal = &mut report.journal;
     let served = match &resume {
-        None => chain::serve(chain, &call, &app.upstream, deadline).await,
+        None => chain::serve(chain, &call, &app.upstream, deadline, journal).await,
         Some(Position { provider, upstream }) => {
             // Only the issuer can continue its listing. If the operator has
             // since removed it from this chain, the token is dead.
@@ -143,7 +183,8 @@ async fn route(app: &App, request: &Request<Incoming>) -> Result<Answer, ApiErro
                 )
             })?;
             call = call.with_cursor(Some(upstream.clone()));
-            chain::serve(std::slice::from_ref(issuer), &call, &app.upstream, deadline).await
+            let issuer = std::slice::from_ref(issuer);
+            chain::serve(issuer, &call, &app.upstream, deadline, journal).await
         }
     };
     let served = served.map_err(|e| match e {
@@ -152,34 +193,55 @@ async fn route(app: &App, request: &Request<Incoming>) -> Result<Answer, ApiErro
         ChainError::Exhausted => ApiError::UpstreamUnavailable,
         ChainError::DeadlineExceeded => ApiError::UpstreamTimeout,
     })?;
-    for failed in &served.failed {
-        tracing::info!(from_provider = %failed.name, to_provider = %served.provider.name, "failover");
-    }
+    report.provider = Some(served.provider.name.clone());
 
     let next_cursor = endpoint.is_list().then(|| {
         served.done.next_cursor.as_ref().map(|upstream| {
-            app.cursors.seal(
-                Listing {
-                    platform,
-                    endpoint: endpoint.as_str(),
-                    subject: call.subject(),
-                },
-                &Position {
-                    provider: served.provider.name.clone(),
-                    upstream: upstream.clone(),
-                },
-            )
+            let position = Position {
+                provider: served.provider.name.clone(),
+                upstream: upstream.clone(),
+            };
+            app.cursors
+                .seal(listing_of(platform, endpoint, &call), &position)
         })
     });
-    let response = response::success(
+    metrics::credits(u64::from(response::CREDITS_PER_REQUEST));
+    Ok(response::success(
         platform,
         &served.done.output,
         next_cursor.as_ref().map(|c| c.as_deref()),
-    );
-    Ok(Answer {
-        response,
-        provider: Some(served.provider.name.clone()),
-    })
+        id,
+    ))
+}
+
+fn listing_of<'a>(
+    platform: &'a str,
+    endpoint: plugin_api::Endpoint,
+    call: &'a Call,
+) -> Listing<'a> {
+    Listing {
+        platform,
+        endpoint: endpoint.as_str(),
+        subject: call.subject(),
+    }
+}
+
+/// Ready when serving from a valid configuration in which every live
+/// platform has a provider for at least one endpoint; not while draining.
+fn readiness(app: &App) -> Response<Body> {
+    if app.is_draining() {
+        return response::plain_json(StatusCode::SERVICE_UNAVAILABLE, r#"{"status":"draining"}"#);
+    }
+    let snapshot = app.snapshot();
+    let every_live_platform_served = snapshot
+        .routes
+        .live_platforms()
+        .all(|platform| snapshot.routes.serves_anything(platform));
+    if every_live_platform_served {
+        response::plain_json(StatusCode::OK, r#"{"status":"ready"}"#)
+    } else {
+        response::plain_json(StatusCode::SERVICE_UNAVAILABLE, r#"{"status":"not_ready"}"#)
+    }
 }
 
 /// The name of the presented key.

@@ -1,6 +1,9 @@
-//! The public HTTP surface: the listener ([`server`]), the checks every
-//! request passes in order ([`api`]), and the JSON envelopes ([`response`]).
+//! The HTTP surfaces. Public: the listener ([`server`]), the checks every
+//! request passes in order ([`api`]), request IDs ([`request_id`]) and the
+//! JSON envelopes ([`response`]). Operators': the [`admin`] listener.
 
+pub mod admin;
 pub mod api;
+pub mod request_id;
 pub mod response;
 pub mod server;

@@ -20,6 +20,7 @@ struct Meta<'a> {
     /// Present on list endpoints only: a token, or `null` at the end.
     #[serde(skip_serializing_if = "Option::is_none")]
     next_cursor: Option<Option<&'a str>>,
+    request_id: &'a str,
 }
 
 /// The data of an output without its variant tag.
@@ -63,6 +64,7 @@ pub fn success(
     platform: &str,
     output: &Output,
     next_cursor: Option<Option<&str>>,
+    request_id: &str,
 ) -> Response<Body> {
     let body = Success {
         success: true,
@@ -71,19 +73,20 @@ pub fn success(
         meta: Meta {
             credits_used: CREDITS_PER_REQUEST,
             next_cursor,
+            request_id,
         },
     };
     match serde_json::to_vec(&body) {
         Ok(json) => json_response(StatusCode::OK, json),
         Err(e) => {
             tracing::error!("cannot serialize an answer: {e}");
-            error(&ApiError::Internal)
+            error(&ApiError::Internal, request_id)
         }
     }
 }
 
 /// An error answer; failures cost no credits.
-pub fn error(error: &ApiError) -> Response<Body> {
+pub fn error(error: &ApiError, request_id: &str) -> Response<Body> {
     let body = Failure {
         success: false,
         error: ErrorBody {
@@ -93,6 +96,7 @@ pub fn error(error: &ApiError) -> Response<Body> {
         meta: Meta {
             credits_used: 0,
             next_cursor: None,
+            request_id,
         },
     };
     let json = serde_json::to_vec(&body).expect("error envelopes always serialize");

@@ -1,0 +1,78 @@
+//! Request IDs: the caller's `X-Request-Id` when it is sane, otherwise a
+//! fresh UUID v4. Echoed in the answer's header and `meta.request_id`, and
+//! carried by every log line of the request, so a caller's report can be
+//! matched to the operator's logs.
+
+use hyper::header::HeaderValue;
+
+pub const HEADER: &str = "x-request-id";
+
+/// The ID for a request carrying `given` (the header's value, if any).
+pub fn accept_or_generate(given: Option<&HeaderValue>) -> String {
+    given
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| is_valid(v))
+        .map(str::to_owned)
+        .unwrap_or_else(uuid_v4)
+}
+
+/// 1-128 characters of `[A-Za-z0-9._:-]`: safe in logs and headers.
+pub fn is_valid(id: &str) -> bool {
+    (1..=128).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+}
+
+fn uuid_v4() -> String {
+    let mut b = [0u8; 16];
+    // Without OS randomness an ID still has to exist; time is unique enough.
+    if getrandom::getrandom(&mut b).is_err() {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default();
+        b = nanos.to_le_bytes();
+    }
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_sane_ids_and_replaces_others() {
+        let ok = HeaderValue::from_static("trace-42:abc_DEF.1");
+        assert_eq!(accept_or_generate(Some(&ok)), "trace-42:abc_DEF.1");
+        for bad in ["has space", "semi;colon", "", &"a".repeat(129)] {
+            let v = HeaderValue::from_str(bad).unwrap();
+            let id = accept_or_generate(Some(&v));
+            assert_ne!(id, bad);
+            assert_eq!(id.len(), 36);
+        }
+    }
+
+    #[test]
+    fn generates_version_4_uuids() {
+        let id = accept_or_generate(None);
+        let parts: Vec<&str> = id.split('-').collect();
+        assert_eq!(
+            parts.iter().map(|p| p.len()).collect::<Vec<_>>(),
+            [8, 4, 4, 4, 12]
+        );
+        assert!(parts[2].starts_with('4'));
+        assert!(matches!(&parts[3][..1], "8" | "9" | "a" | "b"));
+        assert_ne!(id, accept_or_generate(None));
+    }
+}

@@ -1,0 +1,107 @@
+//! Metrics: every series the service exports, named and recorded here only,
+//! in Prometheus text format on the admin listener (never the public one:
+//! they name providers).
+//!
+//! Labels never carry an API key, a username or any other caller input:
+//! platform and endpoint labels are the configured or known names, and
+//! anything else is `unknown`, so a caller cannot grow the series.
+
+use std::time::Duration;
+
+use metrics::{counter, gauge, histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use plugin_api::Endpoint;
+
+use crate::state::Snapshot;
+
+const REQUESTS: &str = "socialgate_requests_total";
+const REQUEST_SECONDS: &str = "socialgate_request_duration_seconds";
+const ATTEMPTS: &str = "socialgate_upstream_attempts_total";
+const ATTEMPT_SECONDS: &str = "socialgate_upstream_attempt_duration_seconds";
+const FAILOVERS: &str = "socialgate_failovers_total";
+const BREAKER_OPEN: &str = "socialgate_breaker_open";
+const RELOADS: &str = "socialgate_reloads_total";
+const CREDITS: &str = "socialgate_credits_total";
+
+/// Latency buckets, in seconds: from a cached-fast answer to a timeout.
+const BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+#[derive(Debug, thiserror::Error)]
+#[error("cannot install the metrics recorder: {0}")]
+pub struct MetricsError(String);
+
+/// Installs the process-wide recorder; call once.
+pub fn install() -> Result<PrometheusHandle, MetricsError> {
+    PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), BUCKETS)
+        .and_then(|b| b.install_recorder())
+        .map_err(|e| MetricsError(e.to_string()))
+}
+
+/// The page `/metrics` serves: recorded series plus gauges read now.
+pub fn render(handle: &PrometheusHandle, snapshot: &Snapshot) -> String {
+    for provider in snapshot.routes.providers() {
+        gauge!(BREAKER_OPEN, "provider" => provider.name.clone())
+            .set(if provider.breaker.is_open() { 1.0 } else { 0.0 });
+    }
+    handle.run_upkeep();
+    handle.render()
+}
+
+/// Labels for a request: configured platform and known endpoint, or `unknown`.
+pub struct RouteLabels {
+    pub platform: String,
+    pub endpoint: &'static str,
+}
+
+impl RouteLabels {
+    pub fn of(snapshot: &Snapshot, path: &str) -> RouteLabels {
+        let mut segments = path.strip_prefix("/v1/").unwrap_or("").splitn(2, '/');
+        let platform = segments
+            .next()
+            .filter(|p| snapshot.config.platforms.contains_key(*p))
+            .unwrap_or("unknown");
+        let endpoint = segments
+            .next()
+            .and_then(Endpoint::from_segment)
+            .map(Endpoint::as_str)
+            .unwrap_or("unknown");
+        RouteLabels {
+            platform: platform.to_owned(),
+            endpoint,
+        }
+    }
+}
+
+pub fn request(labels: &RouteLabels, status: u16, elapsed: Duration) {
+    let (platform, endpoint) = (labels.platform.clone(), labels.endpoint);
+    counter!(REQUESTS, "platform" => platform.clone(), "endpoint" => endpoint, "status" => status.to_string())
+        .increment(1);
+    histogram!(REQUEST_SECONDS, "platform" => platform, "endpoint" => endpoint)
+        .record(elapsed.as_secs_f64());
+}
+
+pub fn attempt(provider: &str, outcome: &'static str, elapsed: Duration) {
+    counter!(ATTEMPTS, "provider" => provider.to_owned(), "outcome" => outcome).increment(1);
+    histogram!(ATTEMPT_SECONDS, "provider" => provider.to_owned()).record(elapsed.as_secs_f64());
+}
+
+pub fn failover(labels: &RouteLabels, from_provider: &str) {
+    counter!(
+        FAILOVERS,
+        "platform" => labels.platform.clone(),
+        "endpoint" => labels.endpoint,
+        "from_provider" => from_provider.to_owned()
+    )
+    .increment(1);
+}
+
+pub fn reload(ok: bool) {
+    counter!(RELOADS, "result" => if ok { "ok" } else { "error" }).increment(1);
+}
+
+pub fn credits(n: u64) {
+    counter!(CREDITS).increment(n);
+}
