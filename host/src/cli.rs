@@ -69,6 +69,15 @@ enum KeysCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Credits used per key and UTC day, from the usage ledger (works while
+    /// the server runs).
+    Usage {
+        /// Only days from this one on, as YYYY-MM-DD.
+        #[arg(long)]
+        since: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Why a command failed.
@@ -87,6 +96,8 @@ pub enum CliError {
     },
     #[error(transparent)]
     Metrics(#[from] MetricsError),
+    #[error(transparent)]
+    Ledger(#[from] crate::ledger::LedgerError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
@@ -200,10 +211,10 @@ pub async fn start(
 }
 
 fn keys(config_path: &Path, command: KeysCommand) -> Result<(), CliError> {
-    // Key commands need only the keys file's location, not secrets or
-    // plugins: they must work where the server's environment is absent.
-    let keys_file = keys_file_of(config_path)?;
-    let file = KeysFileAt(&keys_file);
+    // Key commands need only the files' locations, not secrets or plugins:
+    // they must work where the server's environment is absent.
+    let files = files_of(config_path)?;
+    let file = KeysFileAt(&files.keys_file);
     let mut stdout = std::io::stdout().lock();
     match command {
         KeysCommand::Issue { name } => {
@@ -225,20 +236,77 @@ fn keys(config_path: &Path, command: KeysCommand) -> Result<(), CliError> {
                 }
             }
         }
+        KeysCommand::Usage { since, json } => {
+            let rows = crate::ledger::usage(&files.ledger_path, since.as_deref())?;
+            if json {
+                writeln!(
+                    stdout,
+                    "{}",
+                    serde_json::to_string(&rows).map_err(std::io::Error::other)?
+                )?;
+            } else {
+                print_usage(&mut stdout, &rows)?;
+            }
+        }
     }
     Ok(())
 }
 
-/// The keys file a config names, read without resolving anything else.
-fn keys_file_of(config_path: &Path) -> Result<PathBuf, CliError> {
-    #[derive(serde::Deserialize)]
+/// A table per key: one line per day, then the key's total.
+fn print_usage(out: &mut impl Write, rows: &[crate::ledger::UsageRow]) -> std::io::Result<()> {
+    if rows.is_empty() {
+        return writeln!(out, "no usage recorded");
+    }
+    let width = rows.iter().map(|r| r.key.len()).max().unwrap_or(3).max(3);
+    writeln!(
+        out,
+        "{:<width$}  {:<10}  {:>8}  {:>8}",
+        "key", "day", "requests", "credits"
+    )?;
+    for (i, row) in rows.iter().enumerate() {
+        writeln!(
+            out,
+            "{:<width$}  {:<10}  {:>8}  {:>8}",
+            row.key, row.day, row.requests, row.credits
+        )?;
+        let last_of_key = rows.get(i + 1).is_none_or(|next| next.key != row.key);
+        if last_of_key {
+            let (requests, credits) = rows
+                .iter()
+                .filter(|r| r.key == row.key)
+                .fold((0, 0), |(q, c), r| (q + r.requests, c + r.credits));
+            writeln!(
+                out,
+                "{:<width$}  {:<10}  {requests:>8}  {credits:>8}",
+                "", "total"
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// Where a config keeps the keys file and the ledger.
+struct Files {
+    keys_file: PathBuf,
+    ledger_path: PathBuf,
+}
+
+/// The files a config names, read without resolving anything else.
+fn files_of(config_path: &Path) -> Result<Files, CliError> {
+    #[derive(serde::Deserialize, Default)]
     struct Partial {
         #[serde(default)]
         server: PartialServer,
+        #[serde(default)]
+        ledger: PartialLedger,
     }
     #[derive(serde::Deserialize, Default)]
     struct PartialServer {
         keys_file: Option<PathBuf>,
+    }
+    #[derive(serde::Deserialize, Default)]
+    struct PartialLedger {
+        path: Option<PathBuf>,
     }
     let text = std::fs::read_to_string(config_path).map_err(|source| ConfigError::Read {
         path: config_path.to_owned(),
@@ -252,10 +320,13 @@ fn keys_file_of(config_path: &Path) -> Result<PathBuf, CliError> {
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    Ok(base.join(
-        partial
-            .server
-            .keys_file
-            .unwrap_or_else(|| PathBuf::from("keys.toml")),
-    ))
+    Ok(Files {
+        keys_file: base.join(
+            partial
+                .server
+                .keys_file
+                .unwrap_or_else(|| "keys.toml".into()),
+        ),
+        ledger_path: base.join(partial.ledger.path.unwrap_or_else(|| "usage.db".into())),
+    })
 }

@@ -14,6 +14,7 @@ use std::time::Duration;
 use plugin_api::Endpoint;
 use serde::Deserialize;
 
+use crate::billing::BillingConfig;
 use crate::resilience::breaker::BreakerConfig;
 use crate::resilience::rate_limit::RateLimitConfig;
 
@@ -65,6 +66,9 @@ pub struct Config {
     pub providers: BTreeMap<String, ProviderConfig>,
     /// Per-key request rate; `None`: no limit.
     pub rate_limit: Option<RateLimitConfig>,
+    /// The usage ledger's SQLite file.
+    pub ledger_path: PathBuf,
+    pub billing: BillingConfig,
 }
 
 #[derive(Debug, Clone)]
@@ -175,6 +179,16 @@ struct RawConfig {
     #[serde(default)]
     providers: BTreeMap<String, RawProvider>,
     rate_limit: Option<RawRateLimit>,
+    #[serde(default)]
+    ledger: RawLedger,
+    #[serde(default)]
+    billing: BillingConfig,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawLedger {
+    path: Option<PathBuf>,
 }
 
 #[derive(Deserialize)]
@@ -504,6 +518,8 @@ impl Config {
             platforms,
             providers,
             rate_limit,
+            ledger_path: resolve(raw.ledger.path.as_deref().unwrap_or(Path::new("usage.db"))),
+            billing: raw.billing,
         })
     }
 }

@@ -26,6 +26,8 @@ pub enum ApiError {
     MethodNotAllowed,
     #[error("the requested user or post does not exist")]
     ResourceNotFound,
+    #[error("this key has no credits left")]
+    InsufficientCredits,
     #[error("the data could not be fetched right now; try again later")]
     UpstreamUnavailable,
     #[error("the data could not be fetched in time; try again later")]
@@ -53,6 +55,7 @@ impl ApiError {
             ApiError::EndpointNotFound => "ENDPOINT_NOT_FOUND",
             ApiError::MethodNotAllowed => "METHOD_NOT_ALLOWED",
             ApiError::ResourceNotFound => "RESOURCE_NOT_FOUND",
+            ApiError::InsufficientCredits => "INSUFFICIENT_CREDITS",
             ApiError::UpstreamUnavailable => "UPSTREAM_UNAVAILABLE",
             ApiError::UpstreamTimeout => "UPSTREAM_TIMEOUT",
             ApiError::Overloaded { .. } => "OVERLOADED",
@@ -69,6 +72,7 @@ impl ApiError {
             | ApiError::EndpointNotFound
             | ApiError::ResourceNotFound => StatusCode::NOT_FOUND,
             ApiError::PlatformNotAvailable(_) => StatusCode::NOT_IMPLEMENTED,
+            ApiError::InsufficientCredits => StatusCode::PAYMENT_REQUIRED,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::UpstreamUnavailable => StatusCode::BAD_GATEWAY,
             ApiError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
@@ -116,6 +120,7 @@ mod tests {
             (ApiError::EndpointNotFound, "ENDPOINT_NOT_FOUND", 404),
             (ApiError::MethodNotAllowed, "METHOD_NOT_ALLOWED", 405),
             (ApiError::ResourceNotFound, "RESOURCE_NOT_FOUND", 404),
+            (ApiError::InsufficientCredits, "INSUFFICIENT_CREDITS", 402),
             (ApiError::UpstreamUnavailable, "UPSTREAM_UNAVAILABLE", 502),
             (ApiError::UpstreamTimeout, "UPSTREAM_TIMEOUT", 504),
             (

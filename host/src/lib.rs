@@ -8,7 +8,9 @@
 //! - [`http::server`] accepts connections; [`http::api`] runs each request's
 //!   checks in order (method, key, platform, endpoint, parameters) and
 //!   answers with [`http::response`]'s envelopes.
-//! - [`auth`] recognises API keys (and issues and revokes them).
+//! - [`auth`] recognises API keys (and issues and revokes them);
+//!   [`billing`] decides whether a key may spend a credit, and [`ledger`]
+//!   counts the credits delivered, per key and day, in SQLite.
 //! - [`routing`] is the table from platform and endpoint to a chain of
 //!   providers; [`state`] holds the current table as one swappable snapshot.
 //! - [`chain`] asks the chain's providers in order; each attempt drives a
@@ -27,6 +29,7 @@
 //! everything against built-in sandbox upstreams.
 
 pub mod auth;
+pub mod billing;
 pub mod chain;
 pub mod cli;
 pub mod config;
@@ -34,6 +37,7 @@ pub mod cursor;
 pub mod demo;
 pub mod error;
 pub mod http;
+pub mod ledger;
 pub mod metrics;
 pub mod plugins;
 pub mod reload;

@@ -8,8 +8,10 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 
 use crate::auth::{KeyStore, KeysError};
+use crate::billing::Accounts;
 use crate::config::{Config, ServerLimits};
 use crate::cursor::CursorSealer;
+use crate::ledger::{Ledger, LedgerError};
 use crate::plugins::Loader;
 use crate::resilience::concurrency::ConcurrencyLimit;
 use crate::resilience::rate_limit::RateLimiter;
@@ -51,6 +53,9 @@ impl Snapshot {
     }
 }
 
+/// How often counted credits are written to the ledger.
+const LEDGER_FLUSH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Everything the server shares between requests.
 pub struct App {
     snapshot: ArcSwap<Snapshot>,
@@ -60,6 +65,9 @@ pub struct App {
     /// Fixed for the life of the listener; a reload cannot change them.
     pub limits: ServerLimits,
     pub in_flight: ConcurrencyLimit,
+    /// Where delivered credits are counted; fixed for the process.
+    pub ledger: Ledger,
+    pub accounts: Accounts,
     draining: AtomicBool,
 }
 
@@ -73,6 +81,8 @@ pub enum StartError {
     Client(#[from] ClientError),
     #[error("no randomness for the cursor key: {0}")]
     Random(String),
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
 }
 
 impl App {
@@ -88,6 +98,8 @@ impl App {
         }
         let upstream = UpstreamClient::new(config.server.upstream_proxy.as_deref())?;
         let limits = config.server.limits;
+        let ledger = Ledger::open(&config.ledger_path, LEDGER_FLUSH_EVERY)?;
+        let accounts = Accounts::new(ledger.lifetime_credits()?);
         let snapshot = Snapshot::build(config, &loader, None)?;
         tracing::info!(
             platforms = snapshot.routes.platform_count(),
@@ -102,6 +114,8 @@ impl App {
             loader,
             limits,
             in_flight: ConcurrencyLimit::new(limits.max_concurrent_requests),
+            ledger,
+            accounts,
             draining: AtomicBool::new(false),
         })
     }

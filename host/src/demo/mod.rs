@@ -35,7 +35,8 @@ pub async fn run(listen: Option<SocketAddr>, fail_primary: bool) -> Result<(), C
     }
     let key = KeysFileAt(&keys_file).issue("demo")?;
 
-    let config = demo_config(&sandbox, exe_dir, state_dir, keys_file, listen);
+    let mut config = demo_config(&sandbox, exe_dir, state_dir.clone(), keys_file, listen);
+    config.ledger_path = state_dir.join("usage.db");
     let (listener, app) = cli::start(config, None).await?;
     let base = format!("http://{}", listener.local_addr()?);
     print_welcome(&base, &key, fail_primary);
@@ -110,6 +111,8 @@ fn demo_config(
         platforms,
         providers,
         rate_limit: None,
+        ledger_path: PathBuf::from("usage.db"),
+        billing: Default::default(),
     }
 }
 

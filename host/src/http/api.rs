@@ -1,6 +1,6 @@
 //! One request, through its checks in a fixed order: public paths first
 //! (`/healthz`, `/readyz`), then overload, method, key, rate limit, platform,
-//! endpoint, parameters, and finally the failover chain. Each check answers
+//! endpoint, parameters, credits, and finally the failover chain. Each check answers
 //! from the error catalogue; nothing after a failed check runs, so invalid
 //! input never reaches an upstream.
 //!
@@ -170,6 +170,12 @@ async fn route(
         _ => None,
     };
 
+    // Held before any upstream call, refunded unless the answer is delivered.
+    let credit = app
+        .accounts
+        .reserve(key, snapshot.config.billing)
+        .map_err(|_| ApiError::InsufficientCredits)?;
+
     let deadline = Deadline::after(snapshot.config.server.limits.request_timeout);
     let journal = &mut report.journal;
     let served = match &resume {
@@ -205,6 +211,8 @@ async fn route(
                 .seal(listing_of(platform, endpoint, &call), &position)
         })
     });
+    credit.commit();
+    app.ledger.record(key, response::CREDITS_PER_REQUEST);
     metrics::credits(u64::from(response::CREDITS_PER_REQUEST));
     Ok(response::success(
         platform,

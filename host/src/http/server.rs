@@ -70,6 +70,10 @@ pub async fn run(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Out
             "requests still in flight after the grace period; closing them"
         );
     }
+    // Counted credits must survive the process.
+    if let Err(e) = app.ledger.flush() {
+        tracing::error!("usage not written at shutdown: {e}");
+    }
 }
 
 /// Resolves on ctrl-c or SIGTERM.

@@ -1,0 +1,718 @@
+//! The usage ledger: how many requests and credits each key used on each UTC
+//! day, kept in a SQLite file (`[ledger] path`) that `socialgate keys usage`
+//! reads, even while the server runs.
+//!
+//! Counting must never slow a request, so [`Ledger::record`] only adds to an
+//! in-memory map of `(day, key) -> counts`; a background thread writes that
+//! map in one transaction every `flush_every`, and [`Ledger::flush`] (called at
+//! graceful shutdown, and by `Drop`) writes the rest. One transaction per batch
+//! also means one disk sync per batch instead of one per request. The map holds
+//! one entry per key per day, so it stays small. A failed write keeps the counts
+//! pending for the next try. The database is in WAL mode, so readers (the
+//! `keys usage` command) never wait for the writer, nor the writer for them.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use plugin_api::Timestamp;
+use rusqlite::{params, Connection, OpenFlags, TransactionBehavior};
+
+/// The schema this code writes, in `PRAGMA user_version`; a newer file is
+/// refused rather than misread.
+const SCHEMA_VERSION: i64 = 1;
+
+/// How long a statement waits for another process's lock before failing.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS usage (
+    key TEXT NOT NULL,
+    day TEXT NOT NULL,
+    requests INTEGER NOT NULL,
+    credits INTEGER NOT NULL,
+    PRIMARY KEY (key, day)
+)";
+
+const UPSERT: &str = "INSERT INTO usage (key, day, requests, credits) VALUES (?1, ?2, ?3, ?4)
+    ON CONFLICT (key, day) DO UPDATE SET
+        requests = requests + excluded.requests,
+        credits = credits + excluded.credits";
+
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    #[error("{path}: cannot create the usage ledger's folder: {source}")]
+    Folder {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: cannot open the usage ledger: {source}")]
+    Open {
+        path: PathBuf,
+        source: rusqlite::Error,
+    },
+    #[error("{path}: usage ledger: {source}")]
+    Sql {
+        path: PathBuf,
+        source: rusqlite::Error,
+    },
+    #[error("{path}: usage ledger: journal mode is `{mode}`, not WAL")]
+    NotWal { path: PathBuf, mode: String },
+    #[error(
+        "{path}: usage ledger schema version {found} is newer than this socialgate knows ({SCHEMA_VERSION}); use a newer socialgate"
+    )]
+    NewerSchema { path: PathBuf, found: i64 },
+    #[error("{path}: cannot start the usage ledger's writer thread: {source}")]
+    Thread {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("bad date `{0}`: expected a day as YYYY-MM-DD")]
+    BadDate(String),
+}
+
+/// Requests and credits counted but not yet written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Counts {
+    requests: u64,
+    credits: u64,
+}
+
+impl Counts {
+    fn add(&mut self, other: Counts) {
+        self.requests = self.requests.saturating_add(other.requests);
+        self.credits = self.credits.saturating_add(other.credits);
+    }
+}
+
+/// Pending counts by day, then by key name: nested so that `record` finds an
+/// existing entry without allocating.
+type Pending = HashMap<String, HashMap<String, Counts>>;
+
+/// What the request path, the writer thread and `Drop` share.
+struct Shared {
+    path: PathBuf,
+    pending: Mutex<Pending>,
+    /// The one writing connection. Lock order: `conn`, then `pending`.
+    conn: Mutex<Connection>,
+    /// Set by `Drop` to stop the writer thread, which waits on `wake`.
+    stop: Mutex<bool>,
+    wake: Condvar,
+}
+
+impl Shared {
+    /// See [`Ledger::flush`].
+    fn flush(&self) -> Result<(), LedgerError> {
+        let mut conn = lock(&self.conn);
+        // Taken while holding `conn`, so `lifetime_credits` never sees counts
+        // that are in neither the map nor the file.
+        let batch = std::mem::take(&mut *lock(&self.pending));
+        if batch.is_empty() {
+            return Ok(());
+        }
+        match write_batch(&mut conn, &batch) {
+            Ok(()) => Ok(()),
+            Err(source) => {
+                let mut pending = lock(&self.pending);
+                for (day, keys) in batch {
+                    let now = pending.entry(day).or_default();
+                    for (key, counts) in keys {
+                        now.entry(key).or_default().add(counts);
+                    }
+                }
+                Err(LedgerError::Sql {
+                    path: self.path.clone(),
+                    source,
+                })
+            }
+        }
+    }
+}
+
+/// The server's usage ledger; see the module doc.
+pub struct Ledger {
+    shared: Arc<Shared>,
+    writer: Option<JoinHandle<()>>,
+}
+
+impl Ledger {
+    /// Opens (creating if needed, parent folders too) the database at `path`,
+    /// sets WAL mode and a busy timeout, creates the schema, and starts a
+    /// background thread that writes pending counts every `flush_every` (1 s in
+    /// production: a crash loses at most that much, and one transaction a
+    /// second costs nothing). Blocking: call it at start-up, not on a request.
+    pub fn open(path: &Path, flush_every: Duration) -> Result<Ledger, LedgerError> {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|source| LedgerError::Folder {
+                path: path.to_owned(),
+                source,
+            })?;
+        }
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn =
+            Connection::open_with_flags(path, flags).map_err(|source| LedgerError::Open {
+                path: path.to_owned(),
+                source,
+            })?;
+        prepare_for_writing(&conn, path)?;
+
+        let shared = Arc::new(Shared {
+            path: path.to_owned(),
+            pending: Mutex::new(HashMap::new()),
+            conn: Mutex::new(conn),
+            stop: Mutex::new(false),
+            wake: Condvar::new(),
+        });
+        let writer = {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("usage-ledger".to_owned())
+                .spawn(move || write_periodically(&shared, flush_every))
+                .map_err(|source| LedgerError::Thread {
+                    path: path.to_owned(),
+                    source,
+                })?
+        };
+        Ok(Ledger {
+            shared,
+            writer: Some(writer),
+        })
+    }
+
+    /// Counts one answered request of `credits` for the key named `key` (its
+    /// name, never the secret) on the current UTC day. Never blocks on I/O: it
+    /// only adds to the in-memory map, under a lock held for that addition.
+    pub fn record(&self, key: &str, credits: u32) {
+        self.record_on(key, &utc_day(SystemTime::now()), credits);
+    }
+
+    /// [`Ledger::record`] on a given day, so tests choose the clock.
+    fn record_on(&self, key: &str, day: &str, credits: u32) {
+        let one = Counts {
+            requests: 1,
+            credits: u64::from(credits),
+        };
+        let mut pending = lock(&self.shared.pending);
+        let keys = match pending.get_mut(day) {
+            Some(keys) => keys,
+            None => pending.entry(day.to_owned()).or_default(),
+        };
+        match keys.get_mut(key) {
+            Some(counts) => counts.add(one),
+            None => {
+                keys.insert(key.to_owned(), one);
+            }
+        }
+    }
+
+    /// Writes everything pending now, in one transaction (an UPSERT adding to
+    /// existing rows). Called at graceful shutdown, so the caller sees a
+    /// failure; also what the background thread does. On failure the counts
+    /// stay pending and the next flush retries them. Blocking.
+    pub fn flush(&self) -> Result<(), LedgerError> {
+        self.shared.flush()
+    }
+
+    /// Lifetime credits of every key (written + pending), for billing at
+    /// start-up. Blocking.
+    pub fn lifetime_credits(&self) -> Result<HashMap<String, u64>, LedgerError> {
+        let shared = &*self.shared;
+        let sql_error = |source| LedgerError::Sql {
+            path: shared.path.clone(),
+            source,
+        };
+        let conn = lock(&shared.conn);
+        let mut totals = HashMap::new();
+        let mut statement = conn
+            .prepare("SELECT key, SUM(credits) FROM usage GROUP BY key")
+            .map_err(sql_error)?;
+        let rows = statement
+            .query_map([], |row| {
+                Ok((row.get::<_, String>(0)?, to_u64(row.get::<_, i64>(1)?)))
+            })
+            .map_err(sql_error)?;
+        for row in rows {
+            let (key, credits) = row.map_err(sql_error)?;
+            totals.insert(key, credits);
+        }
+        // Still holding `conn`: no flush can move counts between the two reads.
+        for keys in lock(&shared.pending).values() {
+            for (key, counts) in keys {
+                let total: &mut u64 = totals.entry(key.clone()).or_default();
+                *total = total.saturating_add(counts.credits);
+            }
+        }
+        Ok(totals)
+    }
+}
+
+impl Drop for Ledger {
+    /// Stops the writer thread and writes what is pending; a failure is logged,
+    /// never a panic (call [`Ledger::flush`] first to handle it).
+    fn drop(&mut self) {
+        *lock(&self.shared.stop) = true;
+        self.shared.wake.notify_all();
+        if let Some(writer) = self.writer.take() {
+            if writer.join().is_err() {
+                tracing::error!(
+                    path = %self.shared.path.display(),
+                    "usage ledger writer thread panicked"
+                );
+            }
+        }
+        if let Err(e) = self.flush() {
+            tracing::error!("last usage ledger write failed, its counts are lost: {e}");
+        }
+    }
+}
+
+/// One row of `keys usage`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct UsageRow {
+    pub key: String,
+    /// The UTC day, `YYYY-MM-DD`.
+    pub day: String,
+    pub requests: u64,
+    pub credits: u64,
+}
+
+/// Reads usage on or after `since` (a `YYYY-MM-DD` day), ordered by key then
+/// day. Opens the file read-only, so it works while a server writes to it
+/// (WAL); a missing file means no usage yet: an empty list.
+pub fn usage(path: &Path, since: Option<&str>) -> Result<Vec<UsageRow>, LedgerError> {
+    if let Some(day) = since {
+        if Timestamp::parse(&format!("{day}T00:00:00Z")).is_none() {
+            return Err(LedgerError::BadDate(day.to_owned()));
+        }
+    }
+    match path.try_exists() {
+        Ok(true) => {}
+        Ok(false) => return Ok(Vec::new()),
+        // Unknown (say, no permission on a folder): let SQLite report it.
+        Err(_) => {}
+    }
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(|source| LedgerError::Open {
+        path: path.to_owned(),
+        source,
+    })?;
+    let sql_error = |source| LedgerError::Sql {
+        path: path.to_owned(),
+        source,
+    };
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(sql_error)?;
+    let version = check_version(&conn, path)?;
+    if version == 0 {
+        // Created but never given a schema: nothing counted yet.
+        return Ok(Vec::new());
+    }
+    let mut statement = conn
+        .prepare("SELECT key, day, requests, credits FROM usage WHERE day >= ?1 ORDER BY key, day")
+        .map_err(sql_error)?;
+    let rows = statement
+        .query_map([since.unwrap_or("")], |row| {
+            Ok(UsageRow {
+                key: row.get(0)?,
+                day: row.get(1)?,
+                requests: to_u64(row.get(2)?),
+                credits: to_u64(row.get(3)?),
+            })
+        })
+        .map_err(sql_error)?;
+    rows.collect::<Result<_, _>>().map_err(sql_error)
+}
+
+/// WAL mode, busy timeout and schema, on a freshly opened writing connection.
+fn prepare_for_writing(conn: &Connection, path: &Path) -> Result<(), LedgerError> {
+    let sql_error = |source| LedgerError::Sql {
+        path: path.to_owned(),
+        source,
+    };
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(sql_error)?;
+    let mode: String = conn
+        .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
+        .map_err(sql_error)?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(LedgerError::NotWal {
+            path: path.to_owned(),
+            mode,
+        });
+    }
+    if check_version(conn, path)? < SCHEMA_VERSION {
+        // IMMEDIATE: two servers starting at once take turns here.
+        conn.execute_batch(&format!(
+            "BEGIN IMMEDIATE; {SCHEMA}; PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+        ))
+        .map_err(sql_error)?;
+    }
+    Ok(())
+}
+
+/// The file's schema version; an error if newer than this code's.
+fn check_version(conn: &Connection, path: &Path) -> Result<i64, LedgerError> {
+    let found: i64 = conn
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .map_err(|source| LedgerError::Sql {
+            path: path.to_owned(),
+            source,
+        })?;
+    if found > SCHEMA_VERSION {
+        return Err(LedgerError::NewerSchema {
+            path: path.to_owned(),
+            found,
+        });
+    }
+    Ok(found)
+}
+
+fn write_batch(conn: &mut Connection, batch: &Pending) -> Result<(), rusqlite::Error> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    {
+        let mut upsert = tx.prepare_cached(UPSERT)?;
+        for (day, keys) in batch {
+            for (key, counts) in keys {
+                upsert.execute(params![
+                    key,
+                    day,
+                    to_i64(counts.requests),
+                    to_i64(counts.credits)
+                ])?;
+            }
+        }
+    }
+    tx.commit()
+}
+
+/// The writer thread: a flush every `every` until `Drop` sets `stop`. Logs
+/// when writes start failing and when they recover, not once a second.
+fn write_periodically(shared: &Shared, every: Duration) {
+    let ledger_path = shared.path.display();
+    let mut failing = false;
+    loop {
+        let stop = lock(&shared.stop);
+        let (stop, _) = shared
+            .wake
+            .wait_timeout_while(stop, every, |stop| !*stop)
+            .unwrap_or_else(PoisonError::into_inner);
+        if *stop {
+            return;
+        }
+        drop(stop);
+        match (shared.flush(), failing) {
+            (Ok(()), true) => {
+                failing = false;
+                tracing::info!(path = %ledger_path, "usage ledger writes again");
+            }
+            (Err(e), false) => {
+                failing = true;
+                tracing::error!("{e}; counts stay in memory and are retried");
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Locks a mutex whether or not a thread panicked holding it: every critical
+/// section here leaves the data whole (plain additions, a swap).
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// SQLite integers are signed; counts never reach `i64::MAX`, but saturate
+/// rather than wrap if they did.
+fn to_i64(count: u64) -> i64 {
+    i64::try_from(count).unwrap_or(i64::MAX)
+}
+
+/// The inverse of [`to_i64`]; a negative count (a hand-edited file) reads 0.
+fn to_u64(count: i64) -> u64 {
+    u64::try_from(count).unwrap_or(0)
+}
+
+/// The UTC day of `now`, `YYYY-MM-DD`. A clock before 1970 counts on
+/// 1970-01-01 and one past 9999 on 9999-12-31 rather than fail a request.
+fn utc_day(now: SystemTime) -> String {
+    let seconds = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let seconds = i64::try_from(seconds).unwrap_or(i64::MAX);
+    match Timestamp::from_unix(seconds) {
+        Some(instant) => instant.to_string()[..10].to_owned(),
+        None => "9999-12-31".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Never in a test that waits for it: tests flush by hand.
+    const HOUR: Duration = Duration::from_secs(3_600);
+
+    /// A fresh folder under the system temp dir, removed on drop.
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new(name: &str) -> TempDir {
+            static NEXT: AtomicUsize = AtomicUsize::new(0);
+            let unique = NEXT.fetch_add(1, Ordering::Relaxed);
+            let dir = std::env::temp_dir().join(format!(
+                "socialgate-ledger-{}-{unique}-{name}",
+                std::process::id()
+            ));
+            let _ = std::fs::remove_dir_all(&dir);
+            TempDir(dir)
+        }
+
+        /// The ledger file, in a subfolder that does not exist yet.
+        fn db(&self) -> PathBuf {
+            self.0.join("state").join("usage.sqlite")
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn row(key: &str, day: &str, requests: u64, credits: u64) -> UsageRow {
+        UsageRow {
+            key: key.to_owned(),
+            day: day.to_owned(),
+            requests,
+            credits,
+        }
+    }
+
+    #[test]
+    fn counts_add_up_across_flushes_and_days() {
+        let dir = TempDir::new("add-up");
+        let ledger = Ledger::open(&dir.db(), HOUR).unwrap();
+        ledger.record_on("bob", "2026-01-01", 3);
+        ledger.record_on("alice", "2026-01-01", 1);
+        ledger.record_on("alice", "2026-01-01", 2);
+        ledger.flush().unwrap();
+        ledger.record_on("alice", "2026-01-01", 4);
+        ledger.record_on("alice", "2026-01-02", 5);
+        ledger.flush().unwrap();
+        assert_eq!(
+            usage(&dir.db(), None).unwrap(),
+            [
+                row("alice", "2026-01-01", 3, 7),
+                row("alice", "2026-01-02", 1, 5),
+                row("bob", "2026-01-01", 1, 3),
+            ]
+        );
+        // Nothing pending: a flush writes nothing and changes nothing.
+        ledger.flush().unwrap();
+        assert_eq!(usage(&dir.db(), None).unwrap().len(), 3);
+    }
+
+    #[test]
+    fn since_keeps_that_day_and_later() {
+        let dir = TempDir::new("since");
+        let ledger = Ledger::open(&dir.db(), HOUR).unwrap();
+        for day in ["2025-12-31", "2026-01-01", "2026-01-02"] {
+            ledger.record_on("alice", day, 1);
+        }
+        ledger.flush().unwrap();
+        let days = |since| -> Vec<String> {
+            usage(&dir.db(), Some(since))
+                .unwrap()
+                .into_iter()
+                .map(|r| r.day)
+                .collect()
+        };
+        assert_eq!(days("2026-01-01"), ["2026-01-01", "2026-01-02"]);
+        assert_eq!(days("2026-01-03"), Vec::<String>::new());
+        assert_eq!(days("2000-02-29").len(), 3);
+    }
+
+    #[test]
+    fn a_bad_since_is_an_error_naming_it() {
+        let dir = TempDir::new("bad-since");
+        for bad in ["2026-13-01", "2026-02-30", "2026-1-01", "yesterday", ""] {
+            match usage(&dir.db(), Some(bad)) {
+                Err(e @ LedgerError::BadDate(_)) => assert!(e.to_string().contains(bad)),
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_missing_file_has_no_usage() {
+        let dir = TempDir::new("missing");
+        assert_eq!(usage(&dir.db(), None).unwrap(), []);
+        assert!(!dir.db().exists(), "reading must not create the file");
+    }
+
+    #[test]
+    fn lifetime_credits_include_pending_counts() {
+        let dir = TempDir::new("lifetime");
+        let ledger = Ledger::open(&dir.db(), HOUR).unwrap();
+        ledger.record_on("alice", "2026-01-01", 10);
+        ledger.record_on("bob", "2026-01-01", 1);
+        ledger.flush().unwrap();
+        ledger.record_on("alice", "2026-01-02", 5);
+        ledger.record_on("carol", "2026-01-02", 2);
+        let totals = ledger.lifetime_credits().unwrap();
+        let expected = HashMap::from([
+            ("alice".to_owned(), 15),
+            ("bob".to_owned(), 1),
+            ("carol".to_owned(), 2),
+        ]);
+        assert_eq!(totals, expected);
+        ledger.flush().unwrap();
+        assert_eq!(ledger.lifetime_credits().unwrap(), expected);
+    }
+
+    #[test]
+    fn drop_flushes_and_a_reopened_ledger_sees_everything() {
+        let dir = TempDir::new("reopen");
+        let ledger = Ledger::open(&dir.db(), HOUR).unwrap();
+        ledger.record_on("alice", "2026-01-01", 2);
+        ledger.flush().unwrap();
+        ledger.record_on("alice", "2026-01-01", 3);
+        let today = utc_day(SystemTime::now());
+        ledger.record("bob", 7);
+        let tomorrow_maybe = utc_day(SystemTime::now());
+        // The writer waits an hour: dropping must wake it, not wait.
+        drop(ledger);
+        // Read with no server running (its WAL checkpointed and removed).
+        let rows = usage(&dir.db(), None).unwrap();
+        assert_eq!(rows[0], row("alice", "2026-01-01", 2, 5));
+        assert_eq!(rows[1].key, "bob");
+        assert!([&today, &tomorrow_maybe].contains(&&rows[1].day));
+
+        let ledger = Ledger::open(&dir.db(), HOUR).unwrap();
+        let totals = ledger.lifetime_credits().unwrap();
+        assert_eq!(totals["alice"], 5);
+        assert_eq!(totals["bob"], 7);
+    }
+
+    #[test]
+    fn the_writer_thread_flushes_on_its_own() {
+        let dir = TempDir::new("background");
+        let ledger = Ledger::open(&dir.db(), Duration::from_millis(10)).unwrap();
+        ledger.record_on("alice", "2026-01-01", 2);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while usage(&dir.db(), None).unwrap().is_empty() {
+            assert!(std::time::Instant::now() < deadline, "never written");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(
+            usage(&dir.db(), None).unwrap(),
+            [row("alice", "2026-01-01", 1, 2)]
+        );
+    }
+
+    #[test]
+    fn usage_reads_while_a_server_writes() {
+        let dir = TempDir::new("concurrent");
+        let ledger = Arc::new(Ledger::open(&dir.db(), Duration::from_millis(5)).unwrap());
+        const ROUNDS: u64 = 200;
+        let server = {
+            let ledger = Arc::clone(&ledger);
+            std::thread::spawn(move || {
+                for i in 0..ROUNDS {
+                    ledger.record_on("alice", "2026-01-01", 1);
+                    if i % 10 == 0 {
+                        ledger.flush().unwrap();
+                    }
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            })
+        };
+        let mut seen = 0;
+        while !server.is_finished() {
+            let requests = usage(&dir.db(), None)
+                .unwrap()
+                .first()
+                .map_or(0, |r| r.requests);
+            assert!(requests >= seen, "went back from {seen} to {requests}");
+            seen = requests;
+        }
+        server.join().unwrap();
+        ledger.flush().unwrap();
+        assert_eq!(
+            usage(&dir.db(), None).unwrap(),
+            [row("alice", "2026-01-01", ROUNDS, ROUNDS)]
+        );
+    }
+
+    #[test]
+    fn a_failed_flush_keeps_the_counts_for_the_next() {
+        let dir = TempDir::new("retry");
+        let ledger = Ledger::open(&dir.db(), HOUR).unwrap();
+        lock(&ledger.shared.conn)
+            .busy_timeout(Duration::from_millis(20))
+            .unwrap();
+        ledger.record_on("alice", "2026-01-01", 4);
+        // Another process holds the write lock.
+        let other = Connection::open(dir.db()).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let error = ledger.flush().unwrap_err();
+        assert!(
+            error.to_string().contains("usage.sqlite"),
+            "names the file: {error}"
+        );
+        assert_eq!(ledger.lifetime_credits().unwrap()["alice"], 4);
+        ledger.record_on("alice", "2026-01-01", 1);
+        other.execute_batch("ROLLBACK").unwrap();
+        ledger.flush().unwrap();
+        assert_eq!(
+            usage(&dir.db(), None).unwrap(),
+            [row("alice", "2026-01-01", 2, 5)]
+        );
+    }
+
+    #[test]
+    fn the_file_is_in_wal_mode() {
+        let dir = TempDir::new("wal");
+        let _ledger = Ledger::open(&dir.db(), HOUR).unwrap();
+        let conn = Connection::open(dir.db()).unwrap();
+        let mode: String = conn
+            .pragma_query_value(None, "journal_mode", |row| row.get(0))
+            .unwrap();
+        assert_eq!(mode, "wal");
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |row| row.get(0))
+            .unwrap();
+        assert_eq!(version, SCHEMA_VERSION);
+    }
+
+    #[test]
+    fn a_newer_schema_is_refused() {
+        let dir = TempDir::new("newer");
+        drop(Ledger::open(&dir.db(), HOUR).unwrap());
+        Connection::open(dir.db())
+            .unwrap()
+            .pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+            .unwrap();
+        let refused = |result: Result<(), LedgerError>| match result {
+            Err(e @ LedgerError::NewerSchema { .. }) => assert!(
+                e.to_string().contains("usage.sqlite") && !e.to_string().contains('\n'),
+                "{e}"
+            ),
+            other => panic!("{other:?}"),
+        };
+        refused(Ledger::open(&dir.db(), HOUR).map(drop));
+        refused(usage(&dir.db(), None).map(drop));
+    }
+
+    #[test]
+    fn days_are_utc_calendar_days() {
+        let at = |seconds| utc_day(UNIX_EPOCH + Duration::from_secs(seconds));
+        assert_eq!(at(0), "1970-01-01");
+        assert_eq!(at(951_782_400), "2000-02-29");
+        assert_eq!(at(1_763_769_599), "2025-11-21");
+        assert_eq!(at(1_763_769_600), "2025-11-22");
+        assert_eq!(utc_day(UNIX_EPOCH - Duration::from_secs(1)), "1970-01-01");
+    }
+}
