@@ -200,6 +200,19 @@ pub async fn start(
         ),
         None => None,
     };
+    // Only now, so a failed start prints nothing but its one error line.
+    let snapshot = app.snapshot();
+    tracing::info!(
+        platforms = snapshot.routes.platform_count(),
+        providers = snapshot.routes.provider_count(),
+        keys = snapshot.keys.len(),
+        "configuration loaded"
+    );
+    if snapshot.config.server.cursor_key.is_none() {
+        tracing::info!(
+            "no cursor_key_env: cursors are sealed with a per-process key and end with the process"
+        );
+    }
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "listening on http://{local}")?;
     if let Some(admin) = admin {

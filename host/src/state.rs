@@ -91,22 +91,11 @@ impl App {
         let loader = Loader::new(config.server.state_dir.clone());
         let cursors = CursorSealer::new(config.server.cursor_key.as_ref())
             .map_err(|e| StartError::Random(e.to_string()))?;
-        if config.server.cursor_key.is_none() {
-            tracing::info!(
-                "no cursor_key_env: cursors are sealed with a per-process key and end with the process"
-            );
-        }
         let upstream = UpstreamClient::new(config.server.upstream_proxy.as_deref())?;
         let limits = config.server.limits;
         let ledger = Ledger::open(&config.ledger_path, LEDGER_FLUSH_EVERY)?;
         let accounts = Accounts::new(ledger.lifetime_credits()?);
         let snapshot = Snapshot::build(config, &loader, None)?;
-        tracing::info!(
-            platforms = snapshot.routes.platform_count(),
-            providers = snapshot.routes.provider_count(),
-            keys = snapshot.keys.len(),
-            "configuration loaded"
-        );
         Ok(App {
             snapshot: ArcSwap::from_pointee(snapshot),
             cursors,

@@ -1,1 +1,62 @@
+//! The end-to-end harness: the real `socialgate` binary and the real plugin
+//! libraries, started against wiremock doubles of the two upstreams.
+//!
+//! Build everything first (`cargo build --workspace`): `cargo test` alone
+//! builds no `cdylib` plugin and not the binary the tests start.
+//!
+//! # Layout
+//!
+//! - [`paths`]: where the built binary and plugin libraries are; scratch
+//!   folders beside them (not `/tmp`, which may forbid loading a library).
+//! - [`config`]: a builder that writes `platforms.toml` into a scratch folder.
+//! - [`process`]: running the binary: `serve` as a [`Server`] killed on drop,
+//!   one-shot commands (`keys`, `check`) with a bounded wait.
+//! - [`api`]: an HTTP client for the service and [`Answer`], a response read
+//!   with its JSON, its headers and the order of its keys.
+//! - [`upstream`]: [`PrimaryMock`] and [`FallbackMock`], contract-shaped
+//!   doubles of the two upstreams, and the fixture bodies they answer with.
+//! - [`stack`]: [`Stack`], the usual set-up of one test: both doubles, a
+//!   config, a key, a running server and a client.
 
+pub mod api;
+pub mod config;
+pub mod paths;
+pub mod process;
+pub mod stack;
+pub mod upstream;
+
+pub use api::{Answer, Api};
+pub use config::{Config, ConfigBuilder};
+pub use process::{issue_key, run_cli, CliOutput, Server};
+pub use stack::{Stack, StackBuilder};
+pub use upstream::{FallbackMock, PrimaryMock};
+
+/// The normalized profile's keys, in answer order.
+pub const PROFILE_KEYS: [&str; 10] = [
+    "username",
+    "display_name",
+    "followers",
+    "verified",
+    "id",
+    "bio",
+    "following",
+    "likes",
+    "videos",
+    "avatar_url",
+];
+
+/// The normalized post's keys, in answer order.
+pub const POST_KEYS: [&str; 9] = [
+    "id",
+    "text",
+    "likes",
+    "comments",
+    "views",
+    "shares",
+    "created_at",
+    "duration_ms",
+    "author",
+];
+
+/// The normalized comment's keys, in answer order.
+pub const COMMENT_KEYS: [&str; 6] = ["id", "text", "likes", "replies", "created_at", "author"];

@@ -1,0 +1,144 @@
+//! A plugin that panics costs one failed attempt, never the host: the
+//! `chaos` test provider placed first in the chain yields the fallback's
+//! answer, and the server keeps serving. A plugin that fails to set up fails
+//! the start with a reason, never with a crash.
+
+use socialgate_tests::config::{CHAOS, FALLBACK};
+use socialgate_tests::{FallbackMock, PrimaryMock, Server, Stack};
+
+/// The library file a set-up failure names.
+const CHAOS_LIBRARY: &str = "libchaos_plugin";
+
+const PATHS: [&str; 5] = [
+    "/v1/shortvideo/profile?username=lunabakes",
+    "/v1/shortvideo/posts?username=lunabakes",
+    "/v1/shortvideo/post?id=7312345678901234567",
+    "/v1/shortvideo/comments?id=7312345678901234567&count=3",
+    "/v1/shortvideo/search?query=luna",
+];
+
+/// Chaos first for every endpoint (search included), then the fallback.
+async fn chaos_first(mode: &str) -> Stack {
+    let stack = Stack::builder()
+        .providers(&[CHAOS, FALLBACK])
+        .search_order(None)
+        .chaos(mode)
+        // Every request reaches the panicking plugin, not a breaker.
+        .breaker_failures(1000)
+        .start()
+        .await;
+    stack.fallback.serve_fixtures().await;
+    stack
+}
+
+async fn assert_fallback_answers_and_host_survives(mut stack: Stack) {
+    for round in 0..3 {
+        for path in PATHS {
+            let a = stack.get(path).await;
+            a.assert_success(
+                path.contains("posts") || path.contains("comments") || path.contains("search"),
+            );
+            assert!(!a.data().is_null(), "round {round} {path}: {a:?}");
+        }
+    }
+    // The fallback's own values, so the answer is not something the chaos made up.
+    let a = stack.get(PATHS[0]).await;
+    assert_eq!(a.data()["followers"], 5500000, "{a:?}");
+    let a = stack.get(PATHS[2]).await;
+    assert_eq!(a.data()["duration_ms"], 15000, "{a:?}");
+
+    // Many at once: each panics inside the plugin, each is answered.
+    let handles: Vec<_> = (0..16)
+        .map(|i| {
+            let api = stack.api.clone();
+            tokio::spawn(async move { api.get(PATHS[i % PATHS.len()]).await })
+        })
+        .collect();
+    for handle in handles {
+        let a = handle.await.expect("the request task finished");
+        assert_eq!(a.status, 200, "{a:?}");
+    }
+    assert!(stack.server.is_running(), "the host is alive");
+    let health = stack.api.with_key(None).get("/healthz").await;
+    assert_eq!(health.status, 200);
+    assert_eq!(stack.primary.request_count().await, 0, "not in the chain");
+}
+
+#[tokio::test]
+async fn a_plugin_panicking_in_step_yields_the_fallbacks_answer() {
+    assert_fallback_answers_and_host_survives(chaos_first("panic_in_step").await).await;
+}
+
+#[tokio::test]
+async fn a_plugin_panicking_in_begin_yields_the_fallbacks_answer() {
+    assert_fallback_answers_and_host_survives(chaos_first("panic_in_begin").await).await;
+}
+
+#[tokio::test]
+async fn a_panicking_plugin_alone_is_502_and_the_host_keeps_serving() {
+    let mut stack = Stack::builder()
+        .providers(&[CHAOS])
+        .search_order(None)
+        .chaos("panic_in_step")
+        .start()
+        .await;
+    for path in PATHS {
+        let a = stack.get(path).await;
+        a.assert_error(502, "UPSTREAM_UNAVAILABLE");
+        a.assert_absent("panic");
+        a.assert_absent("chaos");
+    }
+    assert!(stack.server.is_running(), "the host is alive");
+}
+
+/// Starts a server whose chain begins with chaos in `mode`; it must refuse.
+async fn start_refused(mode: &str) -> (socialgate_tests::Config, socialgate_tests::CliOutput) {
+    let primary = PrimaryMock::start().await;
+    let fallback = FallbackMock::start().await;
+    let config = Stack::builder()
+        .providers(&[CHAOS, FALLBACK])
+        .chaos(mode)
+        .config(&primary, &fallback)
+        .write();
+    match Server::try_start(&config, &socialgate_tests::config::standard_env(), &[]) {
+        Ok(_) => panic!("a provider that cannot set up must fail the start ({mode})"),
+        Err(out) => (config, out),
+    }
+}
+
+#[tokio::test]
+async fn a_provider_refusing_to_set_up_fails_the_start_with_its_reason() {
+    let (config, out) = start_refused("fail_setup").await;
+    let check = socialgate_tests::run_cli(
+        &config,
+        &socialgate_tests::config::standard_env(),
+        &["check"],
+    );
+    for (what, out) in [("check", &check), ("serve", &out)] {
+        let line = out.refusal_line(what);
+        assert!(
+            line.contains(CHAOS_LIBRARY),
+            "{what}: names the library: {line}"
+        );
+        assert!(
+            line.contains("chaos refuses to set up"),
+            "{what}: the plugin's reason: {line}"
+        );
+    }
+    check.assert_one_stderr_line("check");
+    out.assert_one_stderr_line("serve");
+}
+
+#[tokio::test]
+async fn a_provider_panicking_in_set_up_fails_the_start_without_crashing() {
+    let (_config, out) = start_refused("panic_on_setup").await;
+    // A clean non-zero exit, not an abort. The plugin's own panic hook may
+    // print first (it is the plugin's copy of std); the host's reason is last.
+    let last = out.refusal_line("serve");
+    assert!(
+        last.contains(CHAOS_LIBRARY),
+        "names the library: {}",
+        out.stderr
+    );
+    assert!(last.contains("panic"), "says it panicked: {}", out.stderr);
+}

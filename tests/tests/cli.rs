@@ -1,0 +1,286 @@
+//! The command line: `keys issue/list/revoke`, `check`, and `serve`
+//! refusing a bad config, a failing plugin or a busy port with one stderr
+//! line that says which file and why.
+
+use socialgate_tests::config::{
+    standard_env, ConfigBuilder, FALLBACK, FALLBACK_KEY, FALLBACK_KEY_ENV, PRIMARY, PRIMARY_KEY,
+    PRIMARY_KEY_ENV,
+};
+use socialgate_tests::{issue_key, run_cli, Api, CliOutput, Config, Server};
+
+/// A valid config whose upstreams are never reached by these tests.
+fn plain() -> ConfigBuilder {
+    ConfigBuilder::new()
+        .platform("shortvideo", "live", &[PRIMARY, FALLBACK])
+        .endpoint_order("shortvideo", "search", &[FALLBACK])
+        .provider(
+            PRIMARY,
+            "shortvideo_primary",
+            "http://127.0.0.1:9",
+            PRIMARY_KEY_ENV,
+        )
+        .provider(
+            FALLBACK,
+            "shortvideo_fallback",
+            "http://127.0.0.1:9/",
+            FALLBACK_KEY_ENV,
+        )
+}
+
+/// A request that passes the key check and then fails on its parameters,
+/// so it tells an accepted key (400) from a refused one (401) without any
+/// upstream.
+const AUTH_PROBE: &str = "/v1/shortvideo/profile";
+
+async fn assert_key_accepted(server: &Server, key: &str) {
+    let a = Api::new(&server.base_url(), Some(key))
+        .get(AUTH_PROBE)
+        .await;
+    a.assert_invalid("username");
+}
+
+async fn assert_key_refused(server: &Server, key: &str) {
+    let a = Api::new(&server.base_url(), Some(key))
+        .get(AUTH_PROBE)
+        .await;
+    a.assert_error(401, "INVALID_API_KEY");
+}
+
+fn keys(config: &Config, args: &[&str]) -> CliOutput {
+    let mut all = vec!["keys"];
+    all.extend_from_slice(args);
+    run_cli(config, &standard_env(), &all)
+}
+
+#[tokio::test]
+async fn keys_are_issued_listed_and_revoked() {
+    let config = plain().write();
+    let alice = issue_key(&config, "alice");
+    let bob = issue_key(&config, "bob");
+    assert_ne!(alice, bob);
+
+    let stored = std::fs::read_to_string(config.keys_file()).expect("keys_file was written");
+    assert!(
+        !stored.contains(&alice) && !stored.contains(&bob),
+        "only hashes are stored"
+    );
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(config.keys_file())
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "keys_file is private");
+    }
+
+    let list = keys(&config, &["list"]);
+    assert!(list.success(), "{list:?}");
+    assert!(
+        list.stdout.contains("alice") && list.stdout.contains("bob"),
+        "{list:?}"
+    );
+    assert!(!list.stdout.contains(&alice), "list never shows a key");
+    let list = keys(&config, &["list", "--json"]);
+    assert!(list.success(), "{list:?}");
+    let json: serde_json::Value =
+        serde_json::from_str(&list.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {list:?}"));
+    let text = json.to_string();
+    assert!(
+        text.contains("\"alice\"") && text.contains("\"bob\""),
+        "{text}"
+    );
+    assert!(
+        !text.contains(&alice) && !text.contains(&bob),
+        "list never shows a key"
+    );
+
+    let server = Server::start(&config);
+    assert_key_accepted(&server, &alice).await;
+    assert_key_accepted(&server, &bob).await;
+    drop(server);
+
+    let revoke = keys(&config, &["revoke", "bob"]);
+    assert!(revoke.success(), "{revoke:?}");
+    let server = Server::start(&config);
+    assert_key_refused(&server, &bob).await;
+    assert_key_accepted(&server, &alice).await;
+}
+
+#[tokio::test]
+async fn a_duplicate_name_or_an_unknown_revoke_fails() {
+    let config = plain().write();
+    let alice = issue_key(&config, "alice");
+    let before = std::fs::read_to_string(config.keys_file()).unwrap();
+
+    let dup = keys(&config, &["issue", "--name", "alice"]);
+    assert!(!dup.success(), "a duplicate name must fail: {dup:?}");
+    assert!(dup.stdout.trim().is_empty(), "no key is printed: {dup:?}");
+    assert!(!dup.stderr.trim().is_empty(), "says why: {dup:?}");
+
+    let unknown = keys(&config, &["revoke", "carol"]);
+    assert!(!unknown.success(), "an unknown name must fail: {unknown:?}");
+    assert!(!unknown.stderr.trim().is_empty(), "says why: {unknown:?}");
+
+    let after = std::fs::read_to_string(config.keys_file()).unwrap();
+    assert_eq!(before, after, "failed commands change nothing");
+    let server = Server::start(&config);
+    assert_key_accepted(&server, &alice).await;
+}
+
+#[tokio::test]
+async fn without_a_keys_file_no_key_is_valid() {
+    let config = plain().write();
+    assert!(!config.keys_file().exists());
+    let server = Server::start(&config);
+    assert_key_refused(&server, "sg_anything").await;
+    let a = Api::new(&server.base_url(), None).get(AUTH_PROBE).await;
+    a.assert_error(401, "MISSING_API_KEY");
+}
+
+#[test]
+fn check_accepts_a_good_config() {
+    let config = plain().write();
+    let out = run_cli(&config, &standard_env(), &["check"]);
+    assert!(out.success(), "{out:?}");
+}
+
+/// Asserts `serve` and `check` both refuse `config` with one stderr line
+/// naming `file` (the config, or the library at fault) and each of `words`.
+fn assert_refused(config: &Config, env: &[(String, String)], file: &str, words: &[&str]) {
+    let serve = match Server::try_start(config, env, &[]) {
+        Ok(_) => panic!("serve must refuse this config:\n{}", config.text()),
+        Err(out) => out,
+    };
+    let check = run_cli(config, env, &["check"]);
+    for (what, out) in [("check", &check), ("serve", &serve)] {
+        let line = out.refusal_line(what);
+        assert!(line.contains(file), "{what}: names {file}: {line}");
+        for word in words {
+            assert!(line.contains(word), "{what}: names {word:?}: {line}");
+        }
+        for secret in [PRIMARY_KEY, FALLBACK_KEY] {
+            assert!(
+                !out.stderr.contains(secret),
+                "{what}: leaks an upstream key"
+            );
+        }
+    }
+    // Last, so a stray log line does not hide a wrong reason.
+    check.assert_one_stderr_line("check");
+    serve.assert_one_stderr_line("serve");
+}
+
+const CONFIG_FILE: &str = "platforms.toml";
+
+#[test]
+fn an_unknown_key_in_the_config_is_refused_by_name() {
+    let text = plain().to_toml().replace(
+        "state_dir = \"state\"\n",
+        "state_dir = \"state\"\nlisten_backlog = 5\n",
+    );
+    assert_refused(
+        &Config::from_toml(&text),
+        &standard_env(),
+        CONFIG_FILE,
+        &["listen_backlog"],
+    );
+
+    let text = plain().to_toml().replace(
+        "timeout_ms = 2000\n",
+        "timeout_ms = 2000\ntimeout_seconds = 2\n",
+    );
+    assert_refused(
+        &Config::from_toml(&text),
+        &standard_env(),
+        CONFIG_FILE,
+        &["timeout_seconds"],
+    );
+}
+
+#[test]
+fn an_unset_api_key_variable_is_refused_by_name() {
+    let config = plain()
+        .provider(
+            "extra",
+            "shortvideo_fallback",
+            "http://127.0.0.1:9",
+            "SG_TEST_NEVER_SET_VAR",
+        )
+        .write();
+    assert_refused(
+        &config,
+        &standard_env(),
+        CONFIG_FILE,
+        &["SG_TEST_NEVER_SET_VAR"],
+    );
+}
+
+#[test]
+fn a_missing_plugin_library_is_refused_by_name() {
+    let config = plain()
+        .provider(
+            "extra",
+            "no_such_plugin_lib",
+            "http://127.0.0.1:9",
+            PRIMARY_KEY_ENV,
+        )
+        .write();
+    // The line names the library file it could not load.
+    assert_refused(&config, &standard_env(), "libno_such_plugin_lib", &[]);
+}
+
+#[test]
+fn a_chain_naming_an_undefined_provider_is_refused_by_name() {
+    let config = ConfigBuilder::new()
+        .platform("shortvideo", "live", &[PRIMARY, "ghost-provider"])
+        .provider(
+            PRIMARY,
+            "shortvideo_primary",
+            "http://127.0.0.1:9",
+            PRIMARY_KEY_ENV,
+        )
+        .write();
+    assert_refused(&config, &standard_env(), CONFIG_FILE, &["ghost-provider"]);
+}
+
+#[test]
+fn a_syntax_error_or_a_missing_file_is_refused() {
+    let text = format!("{}\n[server\n", plain().to_toml());
+    assert_refused(&Config::from_toml(&text), &standard_env(), CONFIG_FILE, &[]);
+    let config = plain().write();
+    std::fs::remove_file(config.path()).unwrap();
+    assert_refused(&config, &standard_env(), CONFIG_FILE, &[]);
+}
+
+#[test]
+fn a_busy_port_fails_the_start() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy = taken.local_addr().unwrap().to_string();
+    let config = plain().write();
+    let out = match Server::try_start(&config, &standard_env(), &["--listen", &busy]) {
+        Ok(_) => panic!("serve must not start on a busy port"),
+        Err(out) => out,
+    };
+    let line = out.refusal_line("serve");
+    assert!(line.contains(&busy), "says which address is busy: {line}");
+    out.assert_one_stderr_line("serve");
+}
+
+#[test]
+fn listen_on_the_command_line_overrides_the_config() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy = taken.local_addr().unwrap().to_string();
+    let config = plain().write();
+    // The busy address in the file, a free one on the command line.
+    config.rewrite(&config.text().replace(
+        "\nlisten = \"127.0.0.1:0\"",
+        &format!("\nlisten = \"{busy}\""),
+    ));
+    assert!(
+        Server::try_start(&config, &standard_env(), &[]).is_err(),
+        "the file's address is busy"
+    );
+    let server = Server::start_with(&config, &standard_env(), &["--listen", "127.0.0.1:0"]);
+    assert_ne!(server.addr().to_string(), busy);
+}

@@ -1,0 +1,349 @@
+//! The HTTP surface: every error code of the table but `INTERNAL_ERROR`
+//! with its status, the order of the checks (method, key, platform,
+//! endpoint, parameters, chain), parameter rules, and `/healthz`.
+
+use socialgate_tests::upstream::{fixtures, LUNA_SEC_UID};
+use socialgate_tests::{Answer, Stack};
+
+const PROFILE: &str = "/v1/shortvideo/profile?username=lunabakes";
+
+/// A stack with a planned platform `clipgram` beside the live one.
+async fn stack_with_planned_platform() -> Stack {
+    Stack::builder()
+        .raw("[platforms.clipgram]\nstatus = \"planned\"\nproviders = []")
+        .start()
+        .await
+}
+
+fn assert_json(a: &Answer) {
+    let ct = a.header("content-type").unwrap_or_default();
+    assert!(
+        ct.starts_with("application/json"),
+        "content-type {ct:?}: {a:?}"
+    );
+}
+
+#[tokio::test]
+async fn healthz_answers_200_without_a_key() {
+    let stack = Stack::start().await;
+    let a = stack.api.with_key(None).get("/healthz").await;
+    assert_eq!(a.status, 200, "{a:?}");
+    let a = stack.api.with_key(Some("not-a-key")).get("/healthz").await;
+    assert_eq!(a.status, 200, "{a:?}");
+}
+
+#[tokio::test]
+async fn a_missing_or_unknown_key_is_401() {
+    let stack = Stack::start().await;
+    stack.primary.serve_fixtures().await;
+    let a = stack.api.with_key(None).get(PROFILE).await;
+    a.assert_error(401, "MISSING_API_KEY");
+    assert_json(&a);
+    let unknown = [
+        "sg_live_0000000000000000".to_owned(),
+        format!("{}x", stack.key),
+        stack.key[..stack.key.len() - 1].to_owned(),
+        stack.key.to_uppercase(),
+    ];
+    for key in unknown.iter().filter(|k| **k != stack.key) {
+        let a = stack.api.with_key(Some(key)).get(PROFILE).await;
+        a.assert_error(401, "INVALID_API_KEY");
+    }
+    assert_eq!(
+        stack.primary.request_count().await,
+        0,
+        "nothing reached an upstream"
+    );
+    stack.get(PROFILE).await.assert_success(false);
+}
+
+#[tokio::test]
+async fn methods_other_than_get_are_405_with_allow_get() {
+    let stack = Stack::start().await;
+    for method in ["POST", "PUT", "DELETE", "PATCH", "OPTIONS", "HEAD"] {
+        for path in [PROFILE, "/v1/instagram/profile", "/v1/shortvideo/nope"] {
+            // Without a key too: the method is checked first.
+            for api in [stack.api.clone(), stack.api.with_key(None)] {
+                let a = api.request(method, path).await;
+                assert_eq!(a.status, 405, "{method} {path}: {a:?}");
+                assert_eq!(a.header("allow"), Some("GET"), "{method} {path}: {a:?}");
+                if method != "HEAD" {
+                    a.assert_error(405, "METHOD_NOT_ALLOWED");
+                }
+            }
+        }
+    }
+    assert_eq!(stack.primary.request_count().await, 0);
+}
+
+#[tokio::test]
+async fn an_unknown_platform_is_404_and_a_planned_one_501() {
+    let stack = stack_with_planned_platform().await;
+    for path in [
+        "/v1/instagram/profile?username=lunabakes",
+        "/v1/SHORTVIDEO/profile?username=lunabakes",
+        "/v1/shortvideo2/profile?username=lunabakes",
+    ] {
+        let a = stack.get(path).await;
+        a.assert_error(404, "PLATFORM_NOT_FOUND");
+        assert_json(&a);
+    }
+    for path in [
+        "/v1/clipgram/profile?username=lunabakes",
+        "/v1/clipgram/anything",
+        "/v1/clipgram/posts?username=bad%20name",
+    ] {
+        stack
+            .get(path)
+            .await
+            .assert_error(501, "PLATFORM_NOT_AVAILABLE");
+    }
+}
+
+#[tokio::test]
+async fn an_unknown_endpoint_or_any_other_path_is_404() {
+    let stack = Stack::start().await;
+    for path in [
+        "/v1/shortvideo/videos?username=lunabakes",
+        "/v1/shortvideo/Profile?username=lunabakes",
+        "/v1/shortvideo/profile/?username=lunabakes",
+        "/v1/shortvideo/profile/extra?username=lunabakes",
+        "/v1/shortvideo",
+        "/v1/shortvideo/",
+        "/v2/shortvideo/profile?username=lunabakes",
+        "/V1/shortvideo/profile?username=lunabakes",
+        "/v1",
+        "/",
+        "/favicon.ico",
+    ] {
+        let a = stack.get(path).await;
+        a.assert_error(404, "ENDPOINT_NOT_FOUND");
+        assert_json(&a);
+    }
+    assert_eq!(stack.primary.request_count().await, 0);
+}
+
+#[tokio::test]
+async fn invalid_parameters_are_400_naming_the_parameter_before_any_upstream() {
+    let stack = Stack::start().await;
+    let long_name = "a".repeat(65);
+    let long_query = "q".repeat(101);
+    let cases: Vec<(String, &str)> = vec![
+        ("/v1/shortvideo/profile".into(), "username"),
+        ("/v1/shortvideo/profile?username=".into(), "username"),
+        ("/v1/shortvideo/profile?username=@".into(), "username"),
+        (
+            "/v1/shortvideo/profile?username=@@lunabakes".into(),
+            "username",
+        ),
+        (
+            "/v1/shortvideo/profile?username=luna%20bakes".into(),
+            "username",
+        ),
+        (
+            "/v1/shortvideo/profile?username=luna-bakes".into(),
+            "username",
+        ),
+        (
+            "/v1/shortvideo/profile?username=l%C3%BCna".into(),
+            "username",
+        ),
+        (
+            format!("/v1/shortvideo/profile?username={long_name}"),
+            "username",
+        ),
+        (
+            "/v1/shortvideo/profile?username=a&username=b".into(),
+            "username",
+        ),
+        ("/v1/shortvideo/posts?count=10".into(), "username"),
+        (
+            "/v1/shortvideo/posts?username=lunabakes&count=0".into(),
+            "count",
+        ),
+        (
+            "/v1/shortvideo/posts?username=lunabakes&count=31".into(),
+            "count",
+        ),
+        (
+            "/v1/shortvideo/posts?username=lunabakes&count=abc".into(),
+            "count",
+        ),
+        (
+            "/v1/shortvideo/posts?username=lunabakes&count=2.5".into(),
+            "count",
+        ),
+        (
+            "/v1/shortvideo/posts?username=lunabakes&count=-1".into(),
+            "count",
+        ),
+        (
+            "/v1/shortvideo/posts?username=lunabakes&count=99999999999".into(),
+            "count",
+        ),
+        (
+            "/v1/shortvideo/posts?username=lunabakes&count=5&count=6".into(),
+            "count",
+        ),
+        ("/v1/shortvideo/post".into(), "id"),
+        ("/v1/shortvideo/post?id=".into(), "id"),
+        ("/v1/shortvideo/post?id=abc".into(), "id"),
+        ("/v1/shortvideo/post?id=-7312345678901234567".into(), "id"),
+        ("/v1/shortvideo/post?id=123456789012345678901".into(), "id"),
+        ("/v1/shortvideo/post?id=1&id=2".into(), "id"),
+        ("/v1/shortvideo/comments?count=5".into(), "id"),
+        (
+            "/v1/shortvideo/comments?id=7312345678901234567&count=0".into(),
+            "count",
+        ),
+        (
+            "/v1/shortvideo/comments?id=7312345678901234567&count=201".into(),
+            "count",
+        ),
+        ("/v1/shortvideo/search".into(), "query"),
+        ("/v1/shortvideo/search?query=".into(), "query"),
+        (format!("/v1/shortvideo/search?query={long_query}"), "query"),
+        ("/v1/shortvideo/search?query=luna&count=31".into(), "count"),
+        ("/v1/shortvideo/search?query=luna&count=0".into(), "count"),
+        (
+            "/v1/shortvideo/posts?username=lunabakes&cursor=a&cursor=b".into(),
+            "cursor",
+        ),
+    ];
+    for (path, param) in &cases {
+        let a = stack.get(path).await;
+        assert_eq!(a.status, 400, "{path}: {a:?}");
+        a.assert_invalid(param);
+        assert_json(&a);
+    }
+    assert_eq!(
+        stack.primary.request_count().await,
+        0,
+        "invalid input never reaches an upstream"
+    );
+    assert_eq!(stack.fallback.request_count().await, 0);
+}
+
+#[tokio::test]
+async fn boundary_values_pass_and_unknown_parameters_are_ignored() {
+    let stack = Stack::start().await;
+    let p = &stack.primary;
+    let name64 = format!("a.b_{}", "z".repeat(60));
+    let mut profile = fixtures::primary_user_profile();
+    profile["user"]["unique_id"] = serde_json::json!(name64);
+    p.profile(&name64, &profile).await;
+    p.profile("lunabakes", &fixtures::primary_user_profile())
+        .await;
+    p.posts(LUNA_SEC_UID, 30, "0", &fixtures::primary_user_posts())
+        .await;
+    p.posts(LUNA_SEC_UID, 1, "0", &fixtures::primary_user_posts())
+        .await;
+    stack
+        .fallback
+        .search("l", 30, "0", &fixtures::fallback_user_search())
+        .await;
+    let query100 = "🥐".repeat(100);
+    stack
+        .fallback
+        .search(&query100, 1, "0", &fixtures::fallback_user_search())
+        .await;
+
+    let a = stack
+        .get(&format!("/v1/shortvideo/profile?username=@{name64}"))
+        .await;
+    a.assert_success(false);
+    assert_eq!(a.data()["username"], name64.as_str());
+    stack
+        .get("/v1/shortvideo/profile?username=lunabakes&utm_source=x&utm_source=y&count=abc")
+        .await
+        .assert_success(false);
+    stack
+        .get("/v1/shortvideo/posts?username=lunabakes&count=30")
+        .await
+        .assert_success(true);
+    stack
+        .get("/v1/shortvideo/posts?username=lunabakes&count=1")
+        .await
+        .assert_success(true);
+    stack
+        .get("/v1/shortvideo/search?query=l&count=30")
+        .await
+        .assert_success(true);
+    let path = format!(
+        "/v1/shortvideo/search?query={}&count=1",
+        socialgate_tests::api::encode(&query100)
+    );
+    stack.get(&path).await.assert_success(true);
+}
+
+#[tokio::test]
+async fn checks_run_in_order_method_key_platform_endpoint_parameters() {
+    let stack = stack_with_planned_platform().await;
+    let no_key = stack.api.with_key(None);
+    let bad_key = stack.api.with_key(Some("nope"));
+    let bad_params = "/v1/shortvideo/posts?username=bad%20name&count=0";
+
+    // Method before key.
+    let a = no_key.request("POST", bad_params).await;
+    a.assert_error(405, "METHOD_NOT_ALLOWED");
+    // Key before platform, endpoint and parameters.
+    no_key
+        .get(bad_params)
+        .await
+        .assert_error(401, "MISSING_API_KEY");
+    bad_key
+        .get(bad_params)
+        .await
+        .assert_error(401, "INVALID_API_KEY");
+    no_key
+        .get("/v1/instagram/profile")
+        .await
+        .assert_error(401, "MISSING_API_KEY");
+    bad_key
+        .get("/v1/shortvideo/nope")
+        .await
+        .assert_error(401, "INVALID_API_KEY");
+    no_key
+        .get("/v1/clipgram/profile")
+        .await
+        .assert_error(401, "MISSING_API_KEY");
+    // Platform before endpoint and parameters.
+    stack
+        .get("/v1/instagram/nope?count=0")
+        .await
+        .assert_error(404, "PLATFORM_NOT_FOUND");
+    stack
+        .get("/v1/clipgram/nope?count=0")
+        .await
+        .assert_error(501, "PLATFORM_NOT_AVAILABLE");
+    // Endpoint before parameters.
+    stack
+        .get("/v1/shortvideo/nope?username=bad%20name")
+        .await
+        .assert_error(404, "ENDPOINT_NOT_FOUND");
+    // Parameters before the chain.
+    stack.get(bad_params).await.assert_invalid("username");
+    assert_eq!(stack.primary.request_count().await, 0);
+    assert_eq!(stack.fallback.request_count().await, 0);
+}
+
+#[tokio::test]
+async fn the_server_prints_one_stdout_line_and_serves_on_it() {
+    let stack = Stack::start().await;
+    stack.primary.serve_fixtures().await;
+    let a = stack.api.with_key(None).get("/healthz").await;
+    assert_eq!(a.status, 200);
+    stack.get(PROFILE).await.assert_success(false);
+    stack
+        .get("/v1/shortvideo/nope")
+        .await
+        .assert_error(404, "ENDPOINT_NOT_FOUND");
+    // Logs go to stderr; stdout only announces listeners.
+    let extra = stack.server.extra_stdout();
+    assert!(
+        extra
+            .iter()
+            .all(|l| l.starts_with("admin listening on http://127.0.0.1:")),
+        "stdout holds only the listening lines: {extra:?}"
+    );
+}

@@ -1,0 +1,406 @@
+//! Exact comment counts through several upstream pages, and cursors: a
+//! `meta.next_cursor` followed to the next page goes back to the provider
+//! that issued it, and a tampered, foreign or misplaced one is refused.
+
+use serde_json::json;
+use socialgate_tests::api::with_cursor;
+use socialgate_tests::upstream::{
+    comment_id, comment_text, fallback_comments_page, fixtures, primary_comments_page, query_param,
+    set, LUNA, LUNA_SEC_UID, POSTS_NEXT_CURSOR, POST_ID,
+};
+use socialgate_tests::{Answer, Stack};
+
+const POSTS: &str = "/v1/shortvideo/posts?username=lunabakes";
+const COMMENTS_120: &str = "/v1/shortvideo/comments?id=7312345678901234567&count=120";
+const COMMENTS_20: &str = "/v1/shortvideo/comments?id=7312345678901234567&count=20";
+
+/// Asserts the answer holds generated comments `from..to`, in order.
+fn assert_comments(a: &Answer, from: u64, to: u64) {
+    a.assert_success(true);
+    let items = a.data().as_array().expect("an array");
+    assert_eq!(items.len() as u64, to - from, "exactly the count asked for");
+    for (item, i) in items.iter().zip(from..to) {
+        assert_eq!(item["id"], comment_id(i), "item {i}");
+        assert_eq!(item["text"], comment_text(i), "item {i}");
+    }
+}
+
+/// The (count, cursor) of each comment page an upstream was asked for.
+async fn pages_asked(
+    upstream: &socialgate_tests::upstream::Upstream,
+    path: &str,
+) -> Vec<(String, String)> {
+    upstream
+        .requests_to(path)
+        .await
+        .iter()
+        .map(|r| {
+            (
+                query_param(r, "count").unwrap_or_default(),
+                query_param(r, "cursor").unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+fn pages(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect()
+}
+
+#[tokio::test]
+async fn comments_count_120_through_three_primary_pages_then_the_next_page() {
+    let stack = Stack::start().await;
+    let p = &stack.primary;
+    p.comments(POST_ID, 50, 0, &primary_comments_page(POST_ID, 0, 50, 811))
+        .await;
+    p.comments(
+        POST_ID,
+        50,
+        50,
+        &primary_comments_page(POST_ID, 50, 50, 811),
+    )
+    .await;
+    p.comments(
+        POST_ID,
+        20,
+        100,
+        &primary_comments_page(POST_ID, 100, 20, 811),
+    )
+    .await;
+    p.comments(
+        POST_ID,
+        20,
+        120,
+        &primary_comments_page(POST_ID, 120, 20, 811),
+    )
+    .await;
+    stack.fallback.serve_fixtures().await;
+
+    let first = stack.get(COMMENTS_120).await;
+    assert_comments(&first, 0, 120);
+    assert_eq!(
+        pages_asked(p, "/v1/comment/list").await,
+        pages(&[("50", "0"), ("50", "50"), ("20", "100")])
+    );
+    let cursor = first.next_cursor().expect("811 comments exist");
+
+    let second = stack.get(&with_cursor(COMMENTS_20, &cursor)).await;
+    assert_comments(&second, 120, 140);
+    assert_eq!(
+        pages_asked(p, "/v1/comment/list").await[3..],
+        pages(&[("20", "120")])[..],
+        "the next page starts where the first ended"
+    );
+    assert_eq!(stack.fallback.request_count().await, 0);
+}
+
+#[tokio::test]
+async fn comments_count_120_through_three_fallback_pages_then_the_next_page() {
+    let stack = Stack::start().await;
+    stack.primary.fail_all(500).await;
+    let f = &stack.fallback;
+    f.comments(POST_ID, 50, 0, &fallback_comments_page(0, 50, 811))
+        .await;
+    f.comments(POST_ID, 50, 50, &fallback_comments_page(50, 50, 811))
+        .await;
+    f.comments(POST_ID, 20, 100, &fallback_comments_page(100, 20, 811))
+        .await;
+    f.comments(POST_ID, 20, 120, &fallback_comments_page(120, 20, 811))
+        .await;
+
+    let first = stack.get(COMMENTS_120).await;
+    assert_comments(&first, 0, 120);
+    assert_eq!(
+        pages_asked(f, "/comment/list").await,
+        pages(&[("50", "0"), ("50", "50"), ("20", "100")])
+    );
+    let cursor = first.next_cursor().expect("811 comments exist");
+
+    // The primary is healthy now: the cursor must still go to the fallback.
+    stack.primary.reset().await;
+    for (count, cursor) in [(20, 0), (20, 120)] {
+        let page = primary_comments_page(POST_ID, cursor, 20, 811);
+        stack.primary.comments(POST_ID, count, cursor, &page).await;
+    }
+    let second = stack.get(&with_cursor(COMMENTS_20, &cursor)).await;
+    assert_comments(&second, 120, 140);
+    assert_eq!(
+        pages_asked(f, "/comment/list").await[3..],
+        pages(&[("20", "120")])[..]
+    );
+    assert_eq!(
+        stack.primary.request_count().await,
+        0,
+        "the cursor went to its issuer"
+    );
+}
+
+#[tokio::test]
+async fn comments_stop_at_the_end_when_fewer_exist() {
+    let stack = Stack::start().await;
+    stack.primary.fail_all(500).await;
+    let f = &stack.fallback;
+    f.comments(POST_ID, 50, 0, &fallback_comments_page(0, 50, 70))
+        .await;
+    f.comments(POST_ID, 50, 50, &fallback_comments_page(50, 20, 70))
+        .await;
+    let a = stack.get(COMMENTS_120).await;
+    assert_comments(&a, 0, 70);
+    assert_eq!(a.next_cursor(), None, "no more comments");
+}
+
+/// The primary's second page of posts: one post, the end.
+fn primary_posts_page_two() -> serde_json::Value {
+    let mut body = fixtures::primary_user_posts();
+    let mut item = body["aweme_list"][2].clone();
+    set(&mut item, "/aweme_id", json!("7312345678901220000"));
+    body["aweme_list"] = json!([item]);
+    body["max_cursor"] = json!(1761000000000u64);
+    body["has_more"] = json!(0);
+    body
+}
+
+/// The fallback's second page of posts: one post, the end.
+fn fallback_posts_page_two() -> serde_json::Value {
+    let mut body = fixtures::fallback_user_posts();
+    let mut item = body["data"]["videos"][2].clone();
+    set(&mut item, "/video_id", json!("7312345678901220001"));
+    body["data"]["videos"] = json!([item]);
+    body["data"]["cursor"] = json!("1761000000000");
+    body["data"]["hasMore"] = json!(false);
+    body
+}
+
+async fn serve_primary_posts(stack: &Stack) {
+    let p = &stack.primary;
+    p.profile(LUNA, &fixtures::primary_user_profile()).await;
+    p.posts(LUNA_SEC_UID, 10, "0", &fixtures::primary_user_posts())
+        .await;
+    p.posts(
+        LUNA_SEC_UID,
+        10,
+        POSTS_NEXT_CURSOR,
+        &primary_posts_page_two(),
+    )
+    .await;
+}
+
+async fn serve_fallback_posts(stack: &Stack) {
+    let f = &stack.fallback;
+    f.user_posts(LUNA, 10, "0", &fixtures::fallback_user_posts())
+        .await;
+    f.user_posts(LUNA, 10, POSTS_NEXT_CURSOR, &fallback_posts_page_two())
+        .await;
+}
+
+#[tokio::test]
+async fn a_posts_cursor_goes_back_to_the_primary() {
+    let stack = Stack::start().await;
+    serve_primary_posts(&stack).await;
+    serve_fallback_posts(&stack).await;
+
+    let first = stack.get(POSTS).await;
+    first.assert_success(true);
+    let cursor = first.next_cursor().expect("has_more 1");
+    assert!(
+        !cursor.contains(POSTS_NEXT_CURSOR),
+        "the token is opaque: {cursor}"
+    );
+    assert!(
+        !cursor.to_lowercase().contains("primary"),
+        "the token is opaque: {cursor}"
+    );
+
+    let second = stack.get(&with_cursor(POSTS, &cursor)).await;
+    second.assert_success(true);
+    assert_eq!(
+        second.data().as_array().map(Vec::len),
+        Some(1),
+        "{second:?}"
+    );
+    assert_eq!(second.data()[0]["id"], "7312345678901220000");
+    assert_eq!(second.next_cursor(), None, "has_more 0 ends the list");
+
+    let asked: Vec<String> = stack
+        .primary
+        .requests_to("/v1/user/posts")
+        .await
+        .iter()
+        .map(|r| query_param(r, "max_cursor").unwrap_or_default())
+        .collect();
+    assert_eq!(asked, ["0", POSTS_NEXT_CURSOR]);
+    assert_eq!(stack.fallback.request_count().await, 0);
+}
+
+#[tokio::test]
+async fn a_posts_cursor_goes_back_to_the_fallback_that_issued_it() {
+    let stack = Stack::start().await;
+    stack.primary.fail_all(500).await;
+    serve_fallback_posts(&stack).await;
+    let first = stack.get(POSTS).await;
+    first.assert_success(true);
+    assert_eq!(
+        first.data()[0]["duration_ms"],
+        15000,
+        "the fallback answered"
+    );
+    let cursor = first.next_cursor().expect("hasMore true");
+
+    // The primary is healthy now, and first in the chain.
+    stack.primary.reset().await;
+    serve_primary_posts(&stack).await;
+    let second = stack.get(&with_cursor(POSTS, &cursor)).await;
+    second.assert_success(true);
+    assert_eq!(second.data()[0]["id"], "7312345678901220001", "{second:?}");
+    assert_eq!(second.next_cursor(), None);
+    assert_eq!(
+        stack.primary.request_count().await,
+        0,
+        "the cursor went to its issuer"
+    );
+    let asked: Vec<String> = stack
+        .fallback
+        .requests_to("/user/posts")
+        .await
+        .iter()
+        .map(|r| query_param(r, "cursor").unwrap_or_default())
+        .collect();
+    assert_eq!(asked, ["0", POSTS_NEXT_CURSOR]);
+}
+
+#[tokio::test]
+async fn the_issuer_of_a_cursor_failing_is_502_without_asking_another() {
+    let stack = Stack::start().await;
+    serve_primary_posts(&stack).await;
+    let cursor = stack.get(POSTS).await.next_cursor().expect("has_more 1");
+    stack.primary.reset().await;
+    stack.primary.fail_all(500).await;
+    serve_fallback_posts(&stack).await;
+    stack
+        .get(&with_cursor(POSTS, &cursor))
+        .await
+        .assert_error(502, "UPSTREAM_UNAVAILABLE");
+    assert_eq!(
+        stack.fallback.request_count().await,
+        0,
+        "upstream cursors do not transfer"
+    );
+}
+
+/// `token` with the character at `at` replaced by another of its alphabet.
+fn flip(token: &str, at: usize) -> String {
+    let mut chars: Vec<char> = token.chars().collect();
+    chars[at] = if chars[at] == 'A' { 'B' } else { 'A' };
+    chars.into_iter().collect()
+}
+
+#[tokio::test]
+async fn a_tampered_or_made_up_cursor_is_refused() {
+    let stack = Stack::start().await;
+    serve_primary_posts(&stack).await;
+    let cursor = stack.get(POSTS).await.next_cursor().expect("has_more 1");
+    let before = stack.primary.request_count().await;
+    let n = cursor.chars().count();
+    let mut bad = vec![
+        flip(&cursor, n / 2),
+        flip(&cursor, 0),
+        flip(&cursor, n * 3 / 4),
+        cursor.chars().take(n - 4).collect::<String>(),
+        format!("{cursor}AAAA"),
+        "not-a-cursor".to_owned(),
+        POSTS_NEXT_CURSOR.to_owned(),
+    ];
+    bad.dedup();
+    for token in bad {
+        let a = stack.get(&with_cursor(POSTS, &token)).await;
+        a.assert_invalid("cursor");
+    }
+    assert_eq!(
+        stack.primary.request_count().await,
+        before,
+        "refused before any upstream"
+    );
+    assert_eq!(stack.fallback.request_count().await, 0);
+}
+
+#[tokio::test]
+async fn a_cursor_only_continues_its_own_endpoint_and_subject() {
+    let stack = Stack::start().await;
+    serve_primary_posts(&stack).await;
+    stack
+        .primary
+        .comments(POST_ID, 3, 0, &fixtures::primary_comment_list())
+        .await;
+    let posts_cursor = stack.get(POSTS).await.next_cursor().expect("has_more 1");
+    let comments = stack
+        .get("/v1/shortvideo/comments?id=7312345678901234567&count=3")
+        .await;
+    let comments_cursor = comments.next_cursor().expect("811 comments exist");
+    let before = stack.primary.request_count().await;
+
+    let misplaced = [
+        ("/v1/shortvideo/posts?username=someoneelse", &posts_cursor),
+        (
+            "/v1/shortvideo/comments?id=7312345678901234567&count=3",
+            &posts_cursor,
+        ),
+        ("/v1/shortvideo/search?query=lunabakes", &posts_cursor),
+        (
+            "/v1/shortvideo/comments?id=7312345678901234568&count=3",
+            &comments_cursor,
+        ),
+        ("/v1/shortvideo/posts?username=lunabakes", &comments_cursor),
+    ];
+    for (path, token) in misplaced {
+        let a = stack.get(&with_cursor(path, token)).await;
+        a.assert_invalid("cursor");
+    }
+    assert_eq!(
+        stack.primary.request_count().await,
+        before,
+        "refused before any upstream"
+    );
+    assert_eq!(stack.fallback.request_count().await, 0);
+}
+
+#[tokio::test]
+async fn an_empty_cursor_is_the_first_page() {
+    let stack = Stack::start().await;
+    serve_primary_posts(&stack).await;
+    let a = stack.get(&format!("{POSTS}&cursor=")).await;
+    a.assert_success(true);
+    assert_eq!(a.data().as_array().map(Vec::len), Some(3), "{a:?}");
+}
+
+#[tokio::test]
+async fn a_cursor_from_another_server_process_is_refused() {
+    // Without cursor_key_env each process seals cursors with its own key.
+    let mut stack = Stack::start().await;
+    serve_primary_posts(&stack).await;
+    let cursor = stack.get(POSTS).await.next_cursor().expect("has_more 1");
+    stack.restart();
+    stack
+        .get(&with_cursor(POSTS, &cursor))
+        .await
+        .assert_invalid("cursor");
+}
+
+#[tokio::test]
+async fn with_cursor_key_env_a_cursor_survives_a_restart() {
+    let mut stack = Stack::builder()
+        .server_line("cursor_key_env = \"SG_TEST_CURSOR_KEY\"")
+        .env(
+            "SG_TEST_CURSOR_KEY",
+            "c3VwZXItc2VjcmV0LWN1cnNvci1rZXktZm9yLXRlc3Q=",
+        )
+        .start()
+        .await;
+    serve_primary_posts(&stack).await;
+    let cursor = stack.get(POSTS).await.next_cursor().expect("has_more 1");
+    stack.restart();
+    let a = stack.get(&with_cursor(POSTS, &cursor)).await;
+    a.assert_success(true);
+    assert_eq!(a.data()[0]["id"], "7312345678901220000", "{a:?}");
+}
