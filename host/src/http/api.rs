@@ -90,8 +90,11 @@ pub async fn handle(app: &App, request: Request<Incoming>) -> Response<Body> {
     response
 }
 
+/// The OpenAPI 3.1 description of this API, kept in the repository.
+const OPENAPI: &str = include_str!("../../../openapi/openapi.json");
+
 fn is_public(path: &str) -> bool {
-    matches!(path, "/healthz" | "/readyz")
+    matches!(path, "/healthz" | "/readyz" | "/v1/openapi.json")
 }
 
 async fn route(
@@ -109,7 +112,8 @@ async fn route(
         }
         return Ok(match path {
             "/healthz" => response::plain_json(StatusCode::OK, r#"{"status":"ok"}"#),
-            _ => readiness(app),
+            "/readyz" => readiness(app),
+            _ => response::plain_json(StatusCode::OK, OPENAPI),
         });
     }
     // Held until the answer is built; past the limit, refuse at once.
@@ -170,6 +174,21 @@ async fn route(
         _ => None,
     };
 
+    // Only the issuer can continue its listing. If the operator has since
+    // removed it from this chain, the token is dead.
+    let providers = match &resume {
+        None => &chain[..],
+        Some(Position { provider, upstream }) => {
+            let issuer = chain.iter().find(|p| p.name == *provider).ok_or_else(|| {
+                ApiError::InvalidParameter(
+                    "parameter `cursor` has expired; start the listing again".into(),
+                )
+            })?;
+            call = call.with_cursor(Some(upstream.clone()));
+            std::slice::from_ref(issuer)
+        }
+    };
+
     // Held before any upstream call, refunded unless the answer is delivered.
     let credit = app
         .accounts
@@ -177,22 +196,14 @@ async fn route(
         .map_err(|_| ApiError::InsufficientCredits)?;
 
     let deadline = Deadline::after(snapshot.config.server.limits.request_timeout);
-    let journal = &mut report.journal;
-    let served = match &resume {
-        None => chain::serve(chain, &call, &app.upstream, deadline, journal).await,
-        Some(Position { provider, upstream }) => {
-            // Only the issuer can continue its listing. If the operator has
-            // since removed it from this chain, the token is dead.
-            let issuer = chain.iter().find(|p| p.name == *provider).ok_or_else(|| {
-                ApiError::InvalidParameter(
-                    "parameter `cursor` has expired; start the listing again".into(),
-                )
-            })?;
-            call = call.with_cursor(Some(upstream.clone()));
-            let issuer = std::slice::from_ref(issuer);
-            chain::serve(issuer, &call, &app.upstream, deadline, journal).await
-        }
-    };
+    let served = chain::serve(
+        providers,
+        &call,
+        &app.upstream,
+        deadline,
+        &mut report.journal,
+    )
+    .await;
     let served = served.map_err(|e| match e {
         ChainError::NotFound => ApiError::ResourceNotFound,
         ChainError::InvalidInput(message) => ApiError::InvalidParameter(message),
