@@ -3,6 +3,7 @@
 //! at a time.
 
 use crate::{Call, Comment, Endpoint, Post, Profile, UpstreamRequest, UpstreamResponse};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;
@@ -30,6 +31,19 @@ pub struct ProviderConfig {
     pub api_key: String,
     /// The `[providers.NAME.settings]` table as given, or an empty object.
     pub settings: serde_json::Value,
+}
+
+impl ProviderConfig {
+    /// The `settings` table read into the provider's own type; an absent
+    /// table is `T::default()`. Give `T` `#[serde(deny_unknown_fields)]` so a
+    /// misspelt or misplaced setting fails the load instead of being ignored.
+    /// The error is for the operator and names the offending key.
+    pub fn settings<T: DeserializeOwned + Default>(&self) -> Result<T, String> {
+        match &self.settings {
+            serde_json::Value::Null => Ok(T::default()),
+            value => T::deserialize(value).map_err(|e| format!("settings: {e}")),
+        }
+    }
 }
 
 /// The key is left out.

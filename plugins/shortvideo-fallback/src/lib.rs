@@ -77,10 +77,7 @@ impl Provider for Fallback {
     }
 
     fn new(config: ProviderConfig) -> Result<Self, String> {
-        let settings: Settings = match config.settings {
-            serde_json::Value::Null => Settings::default(),
-            value => serde_json::from_value(value).map_err(|e| format!("settings: {e}"))?,
-        };
+        let settings: Settings = config.settings()?;
         // The URL is not echoed: it might carry credentials as userinfo.
         let base_host = host_of(&config.base_url).ok_or("base_url has no host")?;
         let host = match settings.rapidapi_host {

@@ -93,18 +93,7 @@ impl Provider for Primary {
     /// Takes no settings. Any key given is refused, so a misplaced or
     /// misspelt setting fails the load instead of being silently ignored.
     fn new(config: ProviderConfig) -> Result<Self, String> {
-        match &config.settings {
-            serde_json::Value::Null => {}
-            serde_json::Value::Object(map) if map.is_empty() => {}
-            serde_json::Value::Object(map) => {
-                let keys: Vec<&str> = map.keys().map(String::as_str).collect();
-                return Err(format!(
-                    "shortvideo-primary takes no settings; unknown: {}",
-                    keys.join(", ")
-                ));
-            }
-            _ => return Err("shortvideo-primary: settings must be a table".into()),
-        }
+        let NoSettings {} = config.settings()?;
         Ok(Primary {
             upstream: Arc::new(Upstream {
                 base_url: config.base_url,
@@ -144,5 +133,10 @@ impl Provider for Primary {
         }
     }
 }
+
+/// This provider has no settings; any key is an error naming it.
+#[derive(serde::Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct NoSettings {}
 
 plugin_api::export_provider!(Primary);

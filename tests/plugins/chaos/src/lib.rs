@@ -46,10 +46,7 @@ impl Provider for Chaos {
     }
 
     fn new(config: ProviderConfig) -> Result<Self, String> {
-        let settings: Settings = match config.settings {
-            serde_json::Value::Null => Settings::default(),
-            value => serde_json::from_value(value).map_err(|e| format!("settings: {e}"))?,
-        };
+        let settings: Settings = config.settings()?;
         match settings.mode {
             Mode::PanicOnSetup => panic!("chaos panics in new() (mode panic_on_setup)"),
             Mode::FailSetup => Err("chaos refuses to set up (mode fail_setup)".into()),
