@@ -51,10 +51,11 @@ fn refusal(code: i64, msg: &str) -> ProviderError {
             ProviderError::new(ErrorKind::RateLimited, "upstream limit of 1 request/second")
                 .retry_after(Duration::from_secs(1))
         }
-        _ => {
-            let msg: String = msg.chars().take(200).collect();
-            ProviderError::bad_response(format!("upstream code {code}: {msg:?}"))
-        }
+        // The message text is not logged: an upstream may echo anything
+        // into it, our key included.
+        _ => ProviderError::bad_response(format!(
+            "upstream code {code} with an unrecognised message"
+        )),
     }
 }
 
