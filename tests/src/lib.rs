@@ -60,3 +60,4 @@ pub const POST_KEYS: [&str; 9] = [
 
 /// The normalized comment's keys, in answer order.
 pub const COMMENT_KEYS: [&str; 6] = ["id", "text", "likes", "replies", "created_at", "author"];
+pub mod reload;

@@ -297,6 +297,11 @@ impl Server {
         let _ = self.child.wait();
     }
 
+    /// The process ID, for signals and `/proc/<pid>/status`.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Whether the process is still alive.
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
