@@ -2,7 +2,7 @@
 //!
 //! Any failure moves on to the next provider, except two answers that are
 //! the same whoever gives them: "not found" (the user or post does not
-//! exist) and invalid input. A provider whose breaker is open is skipped
+//! exist; a search has nothing to be missing) and invalid input. A provider whose breaker is open is skipped
 //! without an upstream call; when every provider of the chain is open, the
 //! one whose cooldown ends first is tried anyway, so the chain never refuses
 //! outright. Every attempt is bounded by its provider's timeout and by the
@@ -151,8 +151,10 @@ async fn attempt_through(
         error.message()
     );
     let stop = match error.kind() {
-        // Both prove the upstream works: they close the breaker too.
-        ErrorKind::NotFound => Some(ChainError::NotFound),
+        // Both prove the upstream works: they close the breaker too. "Not
+        // found" is only an answer where there is a resource to find; from
+        // a search it is an upstream gone off its contract.
+        ErrorKind::NotFound if call.endpoint().names_a_resource() => Some(ChainError::NotFound),
         ErrorKind::InvalidInput => Some(ChainError::InvalidInput(error.message().to_owned())),
         _ if deadline.expired() => {
             // Our deadline cut the attempt short, not the provider's own

@@ -169,10 +169,12 @@ fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
 /// Loads plugins and keys, binds, announces the address, serves until a
 /// shutdown signal.
 pub async fn serve(config: Config, listen: Option<SocketAddr>) -> Result<(), CliError> {
+    let shutdown = server::shutdown_signal()?;
+    let hangup = crate::reload::hangup_signal();
     let (listener, app) = start(config, listen).await?;
-    let reloader = crate::reload::Reloader::new(app.clone(), listener.local_addr()?);
+    let reloader = crate::reload::Reloader::new(app.clone(), listener.local_addr()?, hangup);
     let watching = tokio::spawn(reloader.run());
-    server::run(listener, app, server::shutdown_signal()).await;
+    server::run(listener, app, shutdown).await;
     watching.abort();
     Ok(())
 }

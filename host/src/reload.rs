@@ -48,11 +48,18 @@ pub struct Reloader {
     /// Where the server listens; a config asking for another address needs
     /// a restart.
     listening: SocketAddr,
+    hangup: Hangup,
 }
 
 impl Reloader {
-    pub fn new(app: Arc<App>, listening: SocketAddr) -> Reloader {
-        Reloader { app, listening }
+    /// `hangup` comes from [`hangup_signal`], registered before the server
+    /// announced itself.
+    pub fn new(app: Arc<App>, listening: SocketAddr, hangup: Hangup) -> Reloader {
+        Reloader {
+            app,
+            listening,
+            hangup,
+        }
     }
 
     /// Rebuilds the snapshot from the files. On error nothing changes,
@@ -134,12 +141,12 @@ impl Reloader {
     }
 
     /// Reloads on every change of a watched file and on SIGHUP, forever.
-    pub async fn run(self) {
+    pub async fn run(mut self) {
         let (tx, mut rx) = mpsc::unbounded_channel::<()>();
         let watched: Watched = Arc::default();
         let mut watcher = FolderWatcher::start(tx, watched.clone());
         watcher.follow(&self.app.snapshot().config, &watched);
-        let mut hangup = hangup_signal();
+        let mut hangup = self.hangup.take();
         loop {
             let trigger = tokio::select! {
                 event = rx.recv() => match event {
@@ -262,12 +269,15 @@ fn is_change(kind: &EventKind) -> bool {
     }
 }
 
+/// SIGHUP, where the platform has it.
 #[cfg(unix)]
-type Hangup = Option<tokio::signal::unix::Signal>;
+pub type Hangup = Option<tokio::signal::unix::Signal>;
 #[cfg(not(unix))]
-type Hangup = Option<()>;
+pub type Hangup = Option<()>;
 
-fn hangup_signal() -> Hangup {
+/// Registers for SIGHUP now: before the server announces itself, since an
+/// unhandled SIGHUP kills the process.
+pub fn hangup_signal() -> Hangup {
     #[cfg(unix)]
     {
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok()

@@ -61,6 +61,13 @@ impl Endpoint {
         )
     }
 
+    /// Whether the endpoint names one resource (a user or a post) that may
+    /// not exist. Search does not: no match is an empty list, never "not
+    /// found".
+    pub fn names_a_resource(self) -> bool {
+        !matches!(self, Endpoint::Search)
+    }
+
     /// The `count` parameter's allowed range and default, for list endpoints.
     pub fn count_rule(self) -> Option<(RangeInclusive<u32>, u32)> {
         match self {

@@ -17,11 +17,26 @@
 //!   doubles of the two upstreams, and the fixture bodies they answer with.
 //! - [`stack`]: [`Stack`], the usual set-up of one test: both doubles, a
 //!   config, a key, a running server and a client.
+//! - [`raw_upstream`]: a raw-TCP upstream double for the faults wiremock
+//!   cannot express (reset mid-body, silence, trickling, chunked bodies) and
+//!   a closed port.
+//! - [`rig`]: [`rig::Rig`], the set-up of a resilience test: any upstream as
+//!   the primary, resilience keys per provider and under `[server]`.
+//! - [`openapi`]: [`openapi::Contract`], `openapi/openapi.json` as a contract:
+//!   answers checked against the schema and headers of their path, method and
+//!   status, and what was exercised.
+//! - [`operator`]: the operator's side: signals, the admin listener and its
+//!   Prometheus text, requests with chosen headers or on a held connection,
+//!   and `keys usage`.
 
 pub mod api;
 pub mod config;
+pub mod openapi;
+pub mod operator;
 pub mod paths;
 pub mod process;
+pub mod raw_upstream;
+pub mod rig;
 pub mod stack;
 pub mod upstream;
 

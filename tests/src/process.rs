@@ -25,6 +25,9 @@ pub const PROCESS_TIMEOUT: Duration = Duration::from_secs(20);
 /// The exact prefix of the line `serve` prints once bound.
 pub const LISTENING_PREFIX: &str = "listening on http://";
 
+/// The exact prefix of the line `serve` prints for the admin listener.
+pub const ADMIN_LISTENING_PREFIX: &str = "admin listening on http://";
+
 static OUTPUT_FILES: AtomicUsize = AtomicUsize::new(0);
 
 /// A fresh file name in the config's folder for captured output.
@@ -305,6 +308,11 @@ impl Server {
     /// Whether the process is still alive.
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// How the process ended, or `None` while it runs.
+    pub fn exit_status(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().ok().flatten()
     }
 }
 

@@ -392,3 +392,23 @@ async fn plugins_run_from_private_copies_so_rewriting_a_library_file_is_harmless
     assert!(server.is_running(), "the host survived");
     assert_eq!(fallback.request_count().await, 0);
 }
+
+/// A search names no resource, so an upstream saying "User doesn't exist"
+/// to one has left its contract: that is a failed attempt, not a 404.
+#[tokio::test]
+async fn not_found_from_a_search_is_a_failure_not_a_404() {
+    let stack = Stack::start().await;
+    stack
+        .fallback
+        .search("luna", 10, "0", &fixtures::fallback_user_not_found())
+        .await;
+    stack
+        .get(SEARCH)
+        .await
+        .assert_error(502, "UPSTREAM_UNAVAILABLE");
+    assert_eq!(
+        stack.primary.request_count().await,
+        0,
+        "search never asks the primary"
+    );
+}

@@ -37,10 +37,11 @@ pub async fn run(listen: Option<SocketAddr>, fail_primary: bool) -> Result<(), C
 
     let mut config = demo_config(&sandbox, exe_dir, state_dir.clone(), keys_file, listen);
     config.ledger_path = state_dir.join("usage.db");
+    let shutdown = server::shutdown_signal()?;
     let (listener, app) = cli::start(config, None).await?;
     let base = format!("http://{}", listener.local_addr()?);
     print_welcome(&base, &key, fail_primary);
-    server::run(listener, app, server::shutdown_signal()).await;
+    server::run(listener, app, shutdown).await;
     drop(sandbox);
     Ok(())
 }

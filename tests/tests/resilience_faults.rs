@@ -1,0 +1,484 @@
+//! The fault matrix of issue 4 and the request deadline.
+//!
+//! The primary fails in one way per test; for each, with the fallback
+//! healthy, the caller gets the fallback's data with 200 within the
+//! primary's timeout plus the fallback's time; with the fallback failing
+//! too, 502 `UPSTREAM_UNAVAILABLE`; and the server keeps answering. Faults
+//! wiremock cannot express come from a raw-TCP double. Then the deadline:
+//! `request_timeout_ms` running out is 504 `UPSTREAM_TIMEOUT` at once, while
+//! providers that each fail (fast or by their own timeout) within a live
+//! deadline are 502.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use socialgate_tests::config::{CHAOS, FALLBACK, PRIMARY, PRIMARY_KEY};
+use socialgate_tests::raw_upstream::{closed_port, Behaviour, RawUpstream};
+use socialgate_tests::rig::{Rig, RigBuilder};
+use socialgate_tests::upstream::{fixtures, json_response, render, LUNA};
+use socialgate_tests::Answer;
+use wiremock::ResponseTemplate;
+
+const PROFILE: &str = "/v1/shortvideo/profile?username=lunabakes";
+/// The contract's request for that profile (P1).
+const P1_TARGET: &str = "/v1/user/profile?unique_id=lunabakes";
+
+/// The primary's `timeout_ms` in the matrix.
+const PRIMARY_TIMEOUT_MS: u64 = 600;
+/// Slack for a debug build on a busy machine, on top of the timeout.
+const MARGIN: Duration = Duration::from_millis(900);
+
+/// `followers` in each double's profile fixture: who answered.
+const PRIMARY_FOLLOWERS: u64 = 5_479_588;
+const FALLBACK_FOLLOWERS: u64 = 5_500_000;
+
+/// How the primary fails in one case of the matrix.
+enum Fault {
+    /// The wiremock primary answers P1 with this.
+    Wire(ResponseTemplate),
+    /// The raw-TCP double stands in for the primary.
+    Raw(Behaviour),
+    /// The primary's `base_url` is a port where nothing listens.
+    ConnectionRefused,
+    /// The `chaos` plugin, first in the chain, panics in its step.
+    PluginPanic,
+}
+
+/// What else a case needs.
+#[derive(Clone, Copy, Default)]
+struct Traits {
+    /// Only the primary's timeout ends it.
+    slow: bool,
+    /// It opens the primary's breaker whatever the threshold (a 429): the
+    /// server is restarted between the two halves so both reach it.
+    opens_breaker: bool,
+    /// The primary's `max_body_bytes`.
+    max_body_bytes: Option<usize>,
+}
+
+/// The primary's profile fixture, padded past `size` bytes with a field the
+/// contract says to ignore: valid, only too large.
+fn padded_profile(size: usize) -> Vec<u8> {
+    let mut body = fixtures::primary_user_profile();
+    body["extra"]["padding"] = Value::String("x".repeat(size));
+    render(&body).into_bytes()
+}
+
+fn primary_profile_bytes() -> Vec<u8> {
+    render(&fixtures::primary_user_profile()).into_bytes()
+}
+
+const SMALL_CAP: usize = 16 * 1024;
+
+fn assert_fallback_answered(case: &str, a: &Answer) {
+    assert_eq!(a.status, 200, "[{case}] expected the fallback's 200: {a:?}");
+    a.assert_success(false);
+    assert_eq!(
+        a.data()["followers"],
+        FALLBACK_FOLLOWERS,
+        "[{case}] the fallback's data: {a:?}"
+    );
+}
+
+/// How many requests reached the primary's upstream; each must be the
+/// contract's P1 with the primary's key.
+async fn primary_requests(case: &str, rig: &Rig, raw: Option<&RawUpstream>) -> usize {
+    match raw {
+        Some(raw) => {
+            for request in raw.requests() {
+                assert_eq!(request.method, "GET", "[{case}] {request:?}");
+                assert_eq!(request.target, P1_TARGET, "[{case}] the contract's P1");
+                assert_eq!(
+                    request.header("x-api-key"),
+                    Some(PRIMARY_KEY),
+                    "[{case}] {request:?}"
+                );
+            }
+            raw.request_count()
+        }
+        None => rig.primary.requests_to("/v1/user/profile").await.len(),
+    }
+}
+
+/// Runs one case of the matrix; every assertion names `case`.
+async fn check(case: &str, fault: Fault, traits: Traits) {
+    let raw = match &fault {
+        Fault::Raw(behaviour) => Some(RawUpstream::start(behaviour.clone())),
+        _ => None,
+    };
+    let refused = closed_port();
+    let mut builder = RigBuilder::default()
+        .timeout_ms(PRIMARY, PRIMARY_TIMEOUT_MS)
+        // The matrix asks the primary every time: keep failure counts off.
+        .breaker(PRIMARY, 1000, 60_000)
+        .breaker(FALLBACK, 1000, 60_000);
+    builder = match &fault {
+        Fault::Wire(_) => builder,
+        Fault::Raw(_) => builder.primary_url(&raw.as_ref().expect("started").base_url()),
+        Fault::ConnectionRefused => builder.primary_url(&format!("http://{refused}")),
+        Fault::PluginPanic => builder
+            .providers(&[CHAOS, FALLBACK])
+            .chaos("panic_in_step")
+            .timeout_ms(CHAOS, PRIMARY_TIMEOUT_MS)
+            .breaker(CHAOS, 1000, 60_000),
+    };
+    if let Some(cap) = traits.max_body_bytes {
+        builder = builder.provider_line(PRIMARY, &format!("max_body_bytes = {cap}"));
+    }
+    let reaches_primary = matches!(&fault, Fault::Wire(_) | Fault::Raw(_));
+    let mut rig: Rig = builder.start().await;
+    if let Fault::Wire(response) = fault {
+        let route = rig
+            .primary
+            .route("/v1/user/profile", &[("unique_id", LUNA)]);
+        rig.primary.respond(route, response).await;
+    }
+    let bound = Duration::from_millis(PRIMARY_TIMEOUT_MS) + MARGIN;
+    let timeout = Duration::from_millis(PRIMARY_TIMEOUT_MS);
+
+    // 1. The fallback answers, within the primary's timeout and its own time.
+    rig.fallback.serve_fixtures().await;
+    let (a, took) = rig.timed_get(PROFILE).await;
+    assert_fallback_answered(case, &a);
+    assert!(
+        took < bound,
+        "[{case}] failover took {took:?}, bound {bound:?}"
+    );
+    if traits.slow {
+        assert!(
+            took + Duration::from_millis(50) >= timeout,
+            "[{case}] only the primary's timeout should end this fault, it took {took:?}"
+        );
+    } else {
+        assert!(
+            took < timeout,
+            "[{case}] a failure that is not a timeout must not wait it out: {took:?}"
+        );
+    }
+    if reaches_primary {
+        assert_eq!(
+            primary_requests(case, &rig, raw.as_ref()).await,
+            1,
+            "[{case}] the primary was asked once"
+        );
+    }
+
+    // 2. The fallback fails too: 502, just as fast.
+    if traits.opens_breaker {
+        rig.restart();
+    }
+    rig.fallback.reset().await;
+    rig.fallback.fail_all(503).await;
+    let (a, took) = rig.timed_get(PROFILE).await;
+    assert_eq!(
+        (a.status, a.error_code()),
+        (502, "UPSTREAM_UNAVAILABLE"),
+        "[{case}] both failing: {a:?}"
+    );
+    a.assert_error(502, "UPSTREAM_UNAVAILABLE");
+    a.assert_absent_exact(&rig.fallback.base_url());
+    assert!(
+        took < bound,
+        "[{case}] the error took {took:?}, bound {bound:?}"
+    );
+    if reaches_primary {
+        assert_eq!(
+            primary_requests(case, &rig, raw.as_ref()).await,
+            2,
+            "[{case}] the primary was asked again"
+        );
+    }
+    assert_eq!(
+        rig.fallback.request_count().await,
+        1,
+        "[{case}] the fallback was asked"
+    );
+
+    // 3. The server stays up and serves again.
+    assert!(rig.server.is_running(), "[{case}] the server is alive");
+    let health = rig.api.with_key(None).get("/healthz").await;
+    assert_eq!(health.status, 200, "[{case}] /healthz: {health:?}");
+    rig.fallback.reset().await;
+    rig.fallback.serve_fixtures().await;
+    let a = rig.get(PROFILE).await;
+    assert_fallback_answered(case, &a);
+    assert!(rig.server.is_running(), "[{case}] the server is alive");
+}
+
+fn fast() -> Traits {
+    Traits::default()
+}
+
+fn slow() -> Traits {
+    Traits {
+        slow: true,
+        ..Traits::default()
+    }
+}
+
+#[tokio::test]
+async fn http_500() {
+    check("HTTP 500", Fault::Wire(ResponseTemplate::new(500)), fast()).await;
+}
+
+#[tokio::test]
+async fn http_503() {
+    let response = ResponseTemplate::new(503)
+        .insert_header("Retry-After", "5")
+        .set_body_string("service unavailable");
+    check("HTTP 503", Fault::Wire(response), fast()).await;
+}
+
+#[tokio::test]
+async fn http_429_with_retry_after() {
+    let response = ResponseTemplate::new(429)
+        .insert_header("Retry-After", "30")
+        .set_body_raw(r#"{"message":"quota exceeded"}"#, "application/json");
+    let traits = Traits {
+        opens_breaker: true,
+        ..fast()
+    };
+    check("HTTP 429 with Retry-After", Fault::Wire(response), traits).await;
+}
+
+#[tokio::test]
+async fn http_401() {
+    let response = ResponseTemplate::new(401).set_body_string("invalid api key");
+    check("HTTP 401", Fault::Wire(response), fast()).await;
+}
+
+#[tokio::test]
+async fn connection_refused() {
+    check("connection refused", Fault::ConnectionRefused, fast()).await;
+}
+
+#[tokio::test]
+async fn connection_reset_mid_body() {
+    let behaviour = Behaviour::ResetMidBody {
+        body: primary_profile_bytes(),
+    };
+    check("connection reset mid-body", Fault::Raw(behaviour), fast()).await;
+}
+
+#[tokio::test]
+async fn headers_never_come() {
+    check("headers never come", Fault::Raw(Behaviour::Silent), slow()).await;
+}
+
+#[tokio::test]
+async fn body_trickling_past_the_timeout() {
+    // The whole fixture would take minutes at this pace.
+    let behaviour = Behaviour::Trickle {
+        body: primary_profile_bytes(),
+        every: Duration::from_millis(50),
+    };
+    check(
+        "body trickling past the timeout",
+        Fault::Raw(behaviour),
+        slow(),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn invalid_json() {
+    let response = ResponseTemplate::new(200)
+        .set_body_raw(r#"{"status_code":0,"user":{"uid":"#, "application/json");
+    check("invalid JSON", Fault::Wire(response), fast()).await;
+}
+
+#[tokio::test]
+async fn html_error_page() {
+    let page = "<!DOCTYPE html><html><head><title>502 Bad Gateway</title></head>\
+                <body><h1>Bad Gateway</h1><hr>nginx</body></html>";
+    let response = ResponseTemplate::new(200).set_body_raw(page, "text/html");
+    check("HTML error page", Fault::Wire(response), fast()).await;
+}
+
+#[tokio::test]
+async fn empty_body() {
+    let response = ResponseTemplate::new(200).insert_header("content-type", "application/json");
+    check("empty body", Fault::Wire(response), fast()).await;
+}
+
+#[tokio::test]
+async fn body_over_the_cap_with_its_length_declared() {
+    let behaviour = Behaviour::Respond {
+        body: padded_profile(4 * SMALL_CAP),
+    };
+    let traits = Traits {
+        max_body_bytes: Some(SMALL_CAP),
+        ..fast()
+    };
+    check(
+        "body over the cap (Content-Length)",
+        Fault::Raw(behaviour),
+        traits,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn body_over_the_cap_streamed_without_a_length() {
+    let behaviour = Behaviour::Chunked {
+        body: padded_profile(4 * SMALL_CAP),
+    };
+    let traits = Traits {
+        max_body_bytes: Some(SMALL_CAP),
+        ..fast()
+    };
+    check("body over the cap (chunked)", Fault::Raw(behaviour), traits).await;
+}
+
+/// The control of the two cases above: the same padded body under a larger
+/// cap is the primary's valid answer, so the cap alone failed it there.
+#[tokio::test]
+async fn the_padded_body_is_a_valid_answer_under_a_larger_cap() {
+    let raw = RawUpstream::start(Behaviour::Chunked {
+        body: padded_profile(4 * SMALL_CAP),
+    });
+    let rig = Rig::builder()
+        .primary_url(&raw.base_url())
+        .provider_line(PRIMARY, &format!("max_body_bytes = {}", 16 * SMALL_CAP))
+        .start()
+        .await;
+    let a = rig.get(PROFILE).await;
+    a.assert_success(false);
+    assert_eq!(
+        a.data()["followers"],
+        PRIMARY_FOLLOWERS,
+        "the primary: {a:?}"
+    );
+    assert_eq!(rig.fallback.request_count().await, 0);
+}
+
+#[tokio::test]
+async fn http_200_with_status_code_2098() {
+    let response = json_response(&fixtures::primary_try_again());
+    check("HTTP 200, status_code 2098", Fault::Wire(response), fast()).await;
+}
+
+#[tokio::test]
+async fn http_200_with_an_unknown_non_zero_status_code() {
+    let body = json!({"status_code": 10_000, "status_msg": "system busy"});
+    check(
+        "HTTP 200, status_code 10000",
+        Fault::Wire(json_response(&body)),
+        fast(),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn soft_block_status_0_without_user() {
+    let response = json_response(&fixtures::primary_soft_block());
+    check(
+        "soft block (status_code 0, no user)",
+        Fault::Wire(response),
+        fast(),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn plugin_panic() {
+    check("plugin panic", Fault::PluginPanic, fast()).await;
+}
+
+// ---- The request deadline ----
+
+#[tokio::test]
+async fn a_deadline_shorter_than_a_slow_primary_is_504_at_once_and_blames_no_one() {
+    let rig = Rig::builder()
+        .server_line("request_timeout_ms = 500")
+        .timeout_ms(PRIMARY, 3000)
+        // One failure would open it: the deadline must not count as one.
+        .breaker(PRIMARY, 1, 60_000)
+        .start()
+        .await;
+    let slow = json_response(&fixtures::primary_user_profile()).set_delay(Duration::from_secs(2));
+    let route = rig
+        .primary
+        .route("/v1/user/profile", &[("unique_id", LUNA)]);
+    rig.primary.respond(route, slow).await;
+    rig.fallback.serve_fixtures().await;
+
+    let (a, took) = rig.timed_get(PROFILE).await;
+    a.assert_error(504, "UPSTREAM_TIMEOUT");
+    assert!(
+        took >= Duration::from_millis(450) && took < Duration::from_millis(500) + MARGIN,
+        "504 when the 500 ms deadline ends, not the 2 s answer: took {took:?}"
+    );
+    assert_eq!(
+        rig.fallback.request_count().await,
+        0,
+        "no attempt starts past the deadline"
+    );
+
+    // The primary was not to blame: it is still asked, and answers.
+    rig.primary.reset().await;
+    rig.primary.serve_fixtures().await;
+    let a = rig.get(PROFILE).await;
+    a.assert_success(false);
+    assert_eq!(a.data()["followers"], PRIMARY_FOLLOWERS, "{a:?}");
+}
+
+#[tokio::test]
+async fn a_deadline_running_out_during_the_fallback_is_504() {
+    let rig = Rig::builder()
+        .server_line("request_timeout_ms = 500")
+        .timeout_ms(FALLBACK, 3000)
+        .start()
+        .await;
+    rig.primary.fail_all(500).await;
+    let slow = json_response(&fixtures::fallback_user_info()).set_delay(Duration::from_secs(2));
+    let route = rig.fallback.route("/user/info", &[("unique_id", LUNA)]);
+    rig.fallback.respond(route, slow).await;
+
+    let (a, took) = rig.timed_get(PROFILE).await;
+    a.assert_error(504, "UPSTREAM_TIMEOUT");
+    assert!(took < Duration::from_millis(500) + MARGIN, "took {took:?}");
+    assert_eq!(rig.primary.request_count().await, 1);
+    assert_eq!(rig.fallback.request_count().await, 1);
+}
+
+#[tokio::test]
+async fn providers_failing_fast_within_a_live_deadline_are_502() {
+    let rig = Rig::builder()
+        .server_line("request_timeout_ms = 3000")
+        .start()
+        .await;
+    rig.primary.fail_all(500).await;
+    rig.fallback.fail_all(503).await;
+    let (a, took) = rig.timed_get(PROFILE).await;
+    a.assert_error(502, "UPSTREAM_UNAVAILABLE");
+    assert!(took < MARGIN, "both fail fast: took {took:?}");
+    assert_eq!(rig.primary.request_count().await, 1);
+    assert_eq!(rig.fallback.request_count().await, 1);
+}
+
+#[tokio::test]
+async fn providers_timing_out_on_their_own_within_a_live_deadline_are_502() {
+    let rig = Rig::builder()
+        .server_line("request_timeout_ms = 5000")
+        .timeout_ms(PRIMARY, 300)
+        .timeout_ms(FALLBACK, 300)
+        .start()
+        .await;
+    let late = Duration::from_secs(3);
+    let route = rig
+        .primary
+        .route("/v1/user/profile", &[("unique_id", LUNA)]);
+    let answer = json_response(&fixtures::primary_user_profile()).set_delay(late);
+    rig.primary.respond(route, answer).await;
+    let route = rig.fallback.route("/user/info", &[("unique_id", LUNA)]);
+    let answer = json_response(&fixtures::fallback_user_info()).set_delay(late);
+    rig.fallback.respond(route, answer).await;
+
+    let (a, took) = rig.timed_get(PROFILE).await;
+    a.assert_error(502, "UPSTREAM_UNAVAILABLE");
+    assert!(
+        took >= Duration::from_millis(550) && took < Duration::from_millis(600) + MARGIN,
+        "two 300 ms timeouts, well inside the 5 s deadline: took {took:?}"
+    );
+}

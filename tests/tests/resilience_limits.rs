@@ -1,0 +1,373 @@
+//! The client side of issue 4: a slow client is closed after
+//! `header_timeout_ms` while others are served; a head over
+//! `max_header_bytes` is refused; past `max_concurrent_requests` a request
+//! is answered 503 `OVERLOADED` at once; a key over its `[rate_limit]` gets
+//! 429 `RATE_LIMITED` with no upstream call; SIGTERM lets the request in
+//! flight finish, refuses new connections and exits 0.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use socialgate_tests::config::PRIMARY;
+use socialgate_tests::rig::{eventually, Rig};
+use socialgate_tests::upstream::{fixtures, json_response, LUNA};
+use socialgate_tests::{Answer, Api};
+
+const PROFILE: &str = "/v1/shortvideo/profile?username=lunabakes";
+const PRIMARY_FOLLOWERS: u64 = 5_479_588;
+
+/// How a raw connection ended.
+#[derive(Debug)]
+enum Ending {
+    /// The server closed it (EOF or reset) after this long, having sent
+    /// these bytes first.
+    Closed { after: Duration, sent: String },
+    /// Still open when the client gave up.
+    StillOpen,
+}
+
+/// Connects and sends `head` one byte a second, at most `max_bytes` bytes,
+/// watching for the server to close the connection.
+fn send_slowly(addr: SocketAddr, head: &[u8], max_bytes: usize) -> Ending {
+    let mut stream = TcpStream::connect(addr).expect("can connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(1)))
+        .expect("can set a read timeout");
+    let started = Instant::now();
+    let mut received = Vec::new();
+    for byte in head.iter().take(max_bytes) {
+        if stream.write_all(std::slice::from_ref(byte)).is_err() {
+            return Ending::Closed {
+                after: started.elapsed(),
+                sent: String::from_utf8_lossy(&received).into_owned(),
+            };
+        }
+        // Up to a second for the server to give up on us.
+        let mut buf = [0u8; 1024];
+        loop {
+            match stream.read(&mut buf) {
+                Ok(0) => {
+                    return Ending::Closed {
+                        after: started.elapsed(),
+                        sent: String::from_utf8_lossy(&received).into_owned(),
+                    }
+                }
+                Ok(n) => received.extend_from_slice(&buf[..n]),
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => break,
+                Err(_) => {
+                    return Ending::Closed {
+                        after: started.elapsed(),
+                        sent: String::from_utf8_lossy(&received).into_owned(),
+                    }
+                }
+            }
+        }
+    }
+    Ending::StillOpen
+}
+
+#[tokio::test]
+async fn a_slow_client_is_closed_while_others_are_served() {
+    let rig = Rig::builder()
+        .server_line("header_timeout_ms = 1000")
+        .start()
+        .await;
+    rig.primary.serve_fixtures().await;
+    let addr = rig.server.addr();
+    // One byte a second; at most header_timeout / 1 s + 3 bytes.
+    let slow = tokio::task::spawn_blocking(move || {
+        let head = format!("GET {PROFILE} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+        send_slowly(addr, head.as_bytes(), 4)
+    });
+
+    // Meanwhile others, each on a new connection, are answered promptly.
+    let mut served = 0;
+    for _ in 0..40 {
+        if slow.is_finished() {
+            break;
+        }
+        let api = Api::new(&rig.server.base_url(), Some(&rig.key));
+        let started = Instant::now();
+        let a = api.get(PROFILE).await;
+        assert_eq!(a.data()["followers"], PRIMARY_FOLLOWERS, "{a:?}");
+        let health = api.with_key(None).get("/healthz").await;
+        assert_eq!(health.status, 200, "{health:?}");
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_millis(500),
+            "served promptly: {took:?}"
+        );
+        served += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    match slow.await.expect("the slow client finished") {
+        Ending::Closed { after, sent } => {
+            assert!(
+                after < Duration::from_millis(2500),
+                "closed within the 1 s header timeout and a margin, after {after:?}"
+            );
+            assert!(
+                sent.is_empty() || sent.starts_with("HTTP/1.1 408"),
+                "nothing, or a 408, before closing: {sent:?}"
+            );
+        }
+        Ending::StillOpen => panic!("the server kept a connection sending one byte a second"),
+    }
+    assert!(served >= 3, "others were served meanwhile ({served})");
+    assert_eq!(rig.primary.request_count().await, served);
+}
+
+#[tokio::test]
+async fn a_head_over_max_header_bytes_is_refused() {
+    let rig = Rig::builder()
+        .server_line("max_header_bytes = 8192")
+        .start()
+        .await;
+    let addr = rig.server.addr();
+    let exchange = move |filler: usize| {
+        let mut stream = TcpStream::connect(addr).expect("can connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(3)))
+            .expect("can set a read timeout");
+        let head = format!(
+            "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Filler: {}\r\nConnection: close\r\n\r\n",
+            "a".repeat(filler)
+        );
+        // The server may close before taking it all: that is a refusal.
+        let _ = stream.write_all(head.as_bytes());
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer);
+        String::from_utf8_lossy(&answer).into_owned()
+    };
+    let big = tokio::task::spawn_blocking(move || exchange(20_000))
+        .await
+        .expect("the exchange finished");
+    assert!(
+        big.is_empty() || big.starts_with("HTTP/1.1 431"),
+        "a 20 kB head: 431 or closed, got {big:?}"
+    );
+    // A head under the limit is served, and the server carries on.
+    let small = tokio::task::spawn_blocking(move || exchange(4_000))
+        .await
+        .expect("the exchange finished");
+    assert!(small.starts_with("HTTP/1.1 200"), "a 4 kB head: {small:?}");
+}
+
+#[tokio::test]
+async fn past_max_concurrent_requests_the_answer_is_503_at_once() {
+    let rig = Rig::builder()
+        .server_line("max_concurrent_requests = 1")
+        .timeout_ms(PRIMARY, 5000)
+        .start()
+        .await;
+    let slow = json_response(&fixtures::primary_user_profile()).set_delay(Duration::from_secs(1));
+    let route = rig
+        .primary
+        .route("/v1/user/profile", &[("unique_id", LUNA)]);
+    rig.primary.respond(route, slow).await;
+
+    let api = rig.api.clone();
+    let holding = tokio::spawn(async move { api.get(PROFILE).await });
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            rig.primary.request_count().await == 1
+        })
+        .await,
+        "the first request reached the upstream"
+    );
+
+    let started = Instant::now();
+    let a = rig.get(PROFILE).await;
+    let took = started.elapsed();
+    a.assert_error(503, "OVERLOADED");
+    let retry: u64 = a
+        .header("retry-after")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("503 needs Retry-After in seconds: {a:?}"));
+    assert!(retry >= 1, "{a:?}");
+    assert!(
+        took < Duration::from_millis(200),
+        "at once, not queued: {took:?}"
+    );
+    // Overload is checked before the key.
+    rig.api
+        .with_key(None)
+        .get(PROFILE)
+        .await
+        .assert_error(503, "OVERLOADED");
+    // Public paths skip the gate.
+    for path in ["/healthz", "/readyz"] {
+        let a = rig.api.with_key(None).get(path).await;
+        assert_eq!(a.status, 200, "{path} while full: {a:?}");
+    }
+    assert_eq!(
+        rig.primary.request_count().await,
+        1,
+        "refused before any upstream call"
+    );
+
+    let first: Answer = holding.await.expect("the first request finished");
+    first.assert_success(false);
+    assert_eq!(first.data()["followers"], PRIMARY_FOLLOWERS);
+    // The slot is free again.
+    rig.primary.reset().await;
+    rig.primary.serve_fixtures().await;
+    rig.get(PROFILE).await.assert_success(false);
+}
+
+#[tokio::test]
+async fn a_key_over_its_rate_limit_gets_429_without_an_upstream_call() {
+    let rig = Rig::builder()
+        .raw("[rate_limit]\nper_second = 1\nburst = 2")
+        .extra_key("other")
+        .start()
+        .await;
+    rig.primary.serve_fixtures().await;
+    let answers = [
+        rig.get(PROFILE).await,
+        rig.get(PROFILE).await,
+        rig.get(PROFILE).await,
+    ];
+    answers[0].assert_success(false);
+    answers[1].assert_success(false);
+    let a = &answers[2];
+    a.assert_error(429, "RATE_LIMITED");
+    let retry: u64 = a
+        .header("retry-after")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("429 needs Retry-After in seconds: {a:?}"));
+    assert!((1..=2).contains(&retry), "about a second: {a:?}");
+    assert_eq!(
+        rig.primary.request_count().await,
+        2,
+        "the limited request reached no upstream"
+    );
+    assert_eq!(rig.fallback.request_count().await, 0);
+    // The limit is checked right after the key, before the platform.
+    rig.get("/v1/nosuchplatform/profile?username=x")
+        .await
+        .assert_error(429, "RATE_LIMITED");
+
+    // Another key has its own bucket; public paths are not limited.
+    rig.api_with_key("other")
+        .get(PROFILE)
+        .await
+        .assert_success(false);
+    let health = rig.get("/healthz").await;
+    assert_eq!(health.status, 200, "{health:?}");
+    assert_eq!(rig.primary.request_count().await, 3);
+}
+
+/// Sends SIGTERM to the server's own process (never by name).
+fn terminate(pid: u32) {
+    let status = std::process::Command::new("kill")
+        .arg("-TERM")
+        .arg(pid.to_string())
+        .status()
+        .expect("can run kill");
+    assert!(status.success(), "kill -TERM {pid} failed");
+}
+
+fn connection_refused(addr: SocketAddr) -> bool {
+    matches!(
+        TcpStream::connect_timeout(&addr, Duration::from_millis(200)),
+        Err(e) if e.kind() == ErrorKind::ConnectionRefused
+    )
+}
+
+#[tokio::test]
+async fn sigterm_finishes_the_request_in_flight_refuses_new_ones_and_exits_0() {
+    const GRACE_MS: u64 = 3000;
+    let mut rig = Rig::builder()
+        .server_line(&format!("shutdown_grace_ms = {GRACE_MS}"))
+        .timeout_ms(PRIMARY, 5000)
+        .start()
+        .await;
+    let slow = json_response(&fixtures::primary_user_profile()).set_delay(Duration::from_secs(1));
+    let route = rig
+        .primary
+        .route("/v1/user/profile", &[("unique_id", LUNA)]);
+    rig.primary.respond(route, slow).await;
+
+    let api = rig.api.clone();
+    let in_flight = tokio::spawn(async move { api.get(PROFILE).await });
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            rig.primary.request_count().await == 1
+        })
+        .await,
+        "the request reached the upstream"
+    );
+    let addr = rig.server.addr();
+    terminate(rig.server.pid());
+    let signalled = Instant::now();
+
+    assert!(
+        eventually(Duration::from_secs(1), || async {
+            connection_refused(addr)
+        })
+        .await,
+        "new connections are refused soon after SIGTERM"
+    );
+    let a = in_flight.await.expect("the request task finished");
+    a.assert_success(false);
+    assert_eq!(a.data()["followers"], PRIMARY_FOLLOWERS, "{a:?}");
+
+    let bound = Duration::from_millis(GRACE_MS + 1500);
+    let mut status = None;
+    while status.is_none() && signalled.elapsed() < bound {
+        status = rig.server.exit_status();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let status = status.unwrap_or_else(|| panic!("still running {bound:?} after SIGTERM"));
+    assert_eq!(status.code(), Some(0), "a clean exit: {status:?}");
+    assert!(
+        rig.server.stderr().contains("shutting down"),
+        "the drain is logged:\n{}",
+        rig.server.stderr()
+    );
+}
+
+#[tokio::test]
+async fn sigterm_stops_waiting_for_a_request_after_the_grace_period() {
+    const GRACE_MS: u64 = 500;
+    let mut rig = Rig::builder()
+        .server_line(&format!("shutdown_grace_ms = {GRACE_MS}"))
+        .timeout_ms(PRIMARY, 5000)
+        .start()
+        .await;
+    let slow = json_response(&fixtures::primary_user_profile()).set_delay(Duration::from_secs(4));
+    let route = rig
+        .primary
+        .route("/v1/user/profile", &[("unique_id", LUNA)]);
+    rig.primary.respond(route, slow).await;
+    let request = reqwest::Client::new()
+        .get(format!("{}{PROFILE}", rig.server.base_url()))
+        .header("X-API-Key", &rig.key)
+        .timeout(Duration::from_secs(6));
+    // Its answer never comes: the connection is closed under it.
+    let in_flight = tokio::spawn(async move { request.send().await.is_ok() });
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            rig.primary.request_count().await == 1
+        })
+        .await,
+        "the request reached the upstream"
+    );
+    terminate(rig.server.pid());
+    let signalled = Instant::now();
+    let bound = Duration::from_millis(GRACE_MS + 1500);
+    let mut status = None;
+    while status.is_none() && signalled.elapsed() < bound {
+        status = rig.server.exit_status();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let status = status.unwrap_or_else(|| panic!("still running {bound:?} after SIGTERM"));
+    assert_eq!(status.code(), Some(0), "a clean exit: {status:?}");
+    let answered = in_flight.await.expect("the request task finished");
+    assert!(
+        !answered,
+        "the request outliving the grace period was cut off"
+    );
+}
