@@ -169,10 +169,13 @@ fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
 /// Loads plugins and keys, binds, announces the address, serves until a
 /// shutdown signal.
 pub async fn serve(config: Config, listen: Option<SocketAddr>) -> Result<(), CliError> {
+    // Signals and file watches exist before the server announces itself:
+    // anything that happens after the `listening on` line is seen.
     let shutdown = server::shutdown_signal()?;
     let hangup = crate::reload::hangup_signal();
+    let watch = crate::reload::Watch::start(&config);
     let (listener, app) = start(config, listen).await?;
-    let reloader = crate::reload::Reloader::new(app.clone(), listener.local_addr()?, hangup);
+    let reloader = crate::reload::Reloader::new(app.clone(), listener.local_addr()?, hangup, watch);
     let watching = tokio::spawn(reloader.run());
     server::run(listener, app, shutdown).await;
     watching.abort();

@@ -9,9 +9,11 @@
 //! reused for the same content, and never unloaded: requests started before
 //! a reload may still be running its code.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::time::SystemTime;
 
 use abi_stable::std_types::RStr;
 use plugin_api::ffi::{HostServices, Library, LoadError, ProviderHandle};
@@ -47,47 +49,126 @@ pub enum PluginError {
 /// A library's SHA-256: what makes two library files the same library.
 pub type ContentHash = [u8; 32];
 
+/// What identifies a file's content without reading it: a rename into
+/// place changes the inode, an in-place write the size or the time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Fingerprint {
+    len: u64,
+    modified: Option<SystemTime>,
+    #[cfg(unix)]
+    inode: (u64, u64),
+}
+
+impl Fingerprint {
+    fn of(meta: &std::fs::Metadata) -> Fingerprint {
+        Fingerprint {
+            len: meta.len(),
+            modified: meta.modified().ok(),
+            #[cfg(unix)]
+            inode: {
+                use std::os::unix::fs::MetadataExt;
+                (meta.dev(), meta.ino())
+            },
+        }
+    }
+}
+
+#[derive(Default)]
+struct Loaded {
+    by_hash: HashMap<ContentHash, Library>,
+    /// The content last seen at each path, so an unchanged file is not read
+    /// and hashed again on every reload.
+    by_path: HashMap<PathBuf, (Fingerprint, ContentHash)>,
+    /// Private copies this process mapped.
+    copies: HashSet<PathBuf>,
+}
+
 /// Loads plugin libraries, each distinct content once per process.
 pub struct Loader {
     state_dir: PathBuf,
-    loaded: Mutex<HashMap<ContentHash, Library>>,
+    loaded: Mutex<Loaded>,
 }
 
 impl Loader {
-    /// How many distinct libraries this process has mapped.
-    pub fn loaded_count(&self) -> usize {
-        self.loaded.lock().unwrap_or_else(|e| e.into_inner()).len()
-    }
-
     pub fn new(state_dir: PathBuf) -> Loader {
         Loader {
             state_dir,
-            loaded: Mutex::new(HashMap::new()),
+            loaded: Mutex::new(Loaded::default()),
         }
+    }
+
+    /// How many distinct libraries this process has mapped.
+    pub fn loaded_count(&self) -> usize {
+        self.lock().by_hash.len()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Loaded> {
+        self.loaded.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The library at `path`, loaded from a private copy of its content,
     /// with its content hash.
     pub fn load(&self, path: &Path) -> Result<(Library, ContentHash), PluginError> {
-        let bytes = std::fs::read(path).map_err(|source| PluginError::Read {
+        let read_failed = |source| PluginError::Read {
             path: path.to_owned(),
             source,
-        })?;
-        let hash: ContentHash = Sha256::digest(&bytes).into();
+        };
+        // Metadata and bytes from one open file, so they describe the same
+        // content even if the path is replaced meanwhile.
+        let mut file = std::fs::File::open(path).map_err(read_failed)?;
+        let fingerprint = Fingerprint::of(&file.metadata().map_err(read_failed)?);
         // Holding the lock while loading keeps two reloads from mapping the
         // same content twice; loads are rare and quick.
-        let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(library) = loaded.get(&hash) {
-            return Ok((library.clone(), hash));
+        let mut loaded = self.lock();
+        if let Some((seen, hash)) = loaded.by_path.get(path) {
+            if *seen == fingerprint {
+                if let Some(library) = loaded.by_hash.get(hash) {
+                    return Ok((library.clone(), *hash));
+                }
+            }
         }
-        let copy = self.private_copy(path, &bytes, &hash)?;
-        let library = Library::load(&copy).map_err(|source| PluginError::Load {
-            path: path.to_owned(),
-            source,
-        })?;
-        tracing::debug!(library = %path.display(), copy = %copy.display(), "plugin library loaded");
-        loaded.insert(hash, library.clone());
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).map_err(read_failed)?;
+        let hash: ContentHash = Sha256::digest(&bytes).into();
+        let library = match loaded.by_hash.get(&hash) {
+            Some(library) => library.clone(),
+            None => {
+                let copy = self.private_copy(path, &bytes, &hash)?;
+                let library = Library::load(&copy).map_err(|source| PluginError::Load {
+                    path: path.to_owned(),
+                    source,
+                })?;
+                tracing::debug!(library = %path.display(), copy = %copy.display(), "plugin library loaded");
+                loaded.by_hash.insert(hash, library.clone());
+                loaded.copies.insert(copy);
+                library
+            }
+        };
+        loaded.by_path.insert(path.to_owned(), (fingerprint, hash));
         Ok((library, hash))
+    }
+
+    /// Deletes private copies this process has not mapped: left by earlier
+    /// runs, each a library-sized file. Call once, after the first load.
+    /// (Deleting a file another process has mapped is harmless: its mapping
+    /// stays until that process ends.)
+    pub fn prune(&self) {
+        let dir = self.state_dir.join("plugins");
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return;
+        };
+        let loaded = self.lock();
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if entry.file_type().is_ok_and(|t| t.is_file()) && !loaded.copies.contains(&path) {
+                match std::fs::remove_file(&path) {
+                    Ok(()) => tracing::debug!(copy = %path.display(), "stale plugin copy removed"),
+                    Err(e) => {
+                        tracing::warn!(copy = %path.display(), "cannot remove stale plugin copy: {e}")
+                    }
+                }
+            }
+        }
     }
 
     /// Writes `bytes` to `<state_dir>/plugins/<stem>-<hash>.so` unless that

@@ -43,130 +43,164 @@ pub enum ReloadError {
 /// the folder canonicalized, which is how watch events name them.
 type Watched = Arc<Mutex<HashSet<(PathBuf, std::ffi::OsString)>>>;
 
+/// Watches the files a configuration names. Start it before the server
+/// announces itself, so no change made after that is missed.
+pub struct Watch {
+    events: mpsc::UnboundedReceiver<()>,
+    watched: Watched,
+    folders: FolderWatcher,
+}
+
+impl Watch {
+    pub fn start(config: &Config) -> Watch {
+        let (tx, events) = mpsc::unbounded_channel();
+        let watched: Watched = Arc::default();
+        let mut folders = FolderWatcher::start(tx, watched.clone());
+        folders.follow(config, &watched);
+        Watch {
+            events,
+            watched,
+            folders,
+        }
+    }
+}
+
 pub struct Reloader {
     app: Arc<App>,
     /// Where the server listens; a config asking for another address needs
     /// a restart.
     listening: SocketAddr,
     hangup: Hangup,
+    watch: Watch,
 }
 
 impl Reloader {
-    /// `hangup` comes from [`hangup_signal`], registered before the server
-    /// announced itself.
-    pub fn new(app: Arc<App>, listening: SocketAddr, hangup: Hangup) -> Reloader {
+    /// `hangup` and `watch` are set up before the server announces itself.
+    pub fn new(app: Arc<App>, listening: SocketAddr, hangup: Hangup, watch: Watch) -> Reloader {
         Reloader {
             app,
             listening,
             hangup,
+            watch,
         }
     }
 
-    /// Rebuilds the snapshot from the files. On error nothing changes,
-    /// except that the keys file is still re-read: a broken config must not
-    /// keep a revoked key alive.
-    pub fn reload(&self) -> Result<(), ReloadError> {
-        let current = self.app.snapshot();
-        let config = match Config::load(&current.config.path) {
-            Ok(config) => config,
-            Err(e) => {
-                self.reload_keys_only(&current);
-                return Err(e.into());
-            }
-        };
-        self.warn_about_restart_only_changes(&current.config, &config);
-        let next = match Snapshot::build(config, &self.app.loader, Some(&current)) {
-            Ok(next) => next,
-            Err(e) => {
-                self.reload_keys_only(&current);
-                return Err(e.into());
-            }
-        };
-        let changes = next.routes.changes_since(&current.routes);
-        tracing::info!(keys = next.keys.len(), "reload applied: {changes}");
-        self.app.replace(next);
-        Ok(())
-    }
-
-    fn reload_keys_only(&self, current: &Snapshot) {
-        match KeyStore::load(&current.config.server.keys_file) {
-            Ok(keys) if keys != *current.keys => {
-                tracing::info!(keys = keys.len(), "keys reloaded");
-                self.app.replace(Snapshot {
-                    config: current.config.clone(),
-                    routes: current.routes.clone(),
-                    keys: Arc::new(keys),
-                    rate_limiter: current.rate_limiter.clone(),
-                });
-            }
-            Ok(_) => {}
-            Err(e) => tracing::error!("keys not reloaded: {e}"),
-        }
-    }
-
-    fn warn_about_restart_only_changes(&self, old: &Config, new: &Config) {
-        if new.server.listen != old.server.listen && new.server.listen != self.listening {
-            tracing::warn!(
-                listening = %self.listening,
-                configured = %new.server.listen,
-                "[server] listen changed: restart to apply"
-            );
-        }
-        let (o, n) = (&old.server, &new.server);
-        let mut fixed = Vec::new();
-        if n.limits.header_timeout != o.limits.header_timeout {
-            fixed.push("header_timeout_ms");
-        }
-        if n.limits.max_header_bytes != o.limits.max_header_bytes {
-            fixed.push("max_header_bytes");
-        }
-        if n.limits.max_concurrent_requests != o.limits.max_concurrent_requests {
-            fixed.push("max_concurrent_requests");
-        }
-        if n.limits.shutdown_grace != o.limits.shutdown_grace {
-            fixed.push("shutdown_grace_ms");
-        }
-        if n.state_dir != o.state_dir {
-            fixed.push("state_dir");
-        }
-        if n.cursor_key != o.cursor_key {
-            fixed.push("cursor_key_env");
-        }
-        if n.upstream_proxy != o.upstream_proxy {
-            fixed.push("upstream_proxy");
-        }
-        if !fixed.is_empty() {
-            tracing::warn!(settings = ?fixed, "[server] settings changed that apply only after a restart");
-        }
-    }
-
-    /// Reloads on every change of a watched file and on SIGHUP, forever.
+    /// Reloads on every change of a watched file and on SIGHUP, until the
+    /// task is dropped.
     pub async fn run(mut self) {
-        let (tx, mut rx) = mpsc::unbounded_channel::<()>();
-        let watched: Watched = Arc::default();
-        let mut watcher = FolderWatcher::start(tx, watched.clone());
-        watcher.follow(&self.app.snapshot().config, &watched);
-        let mut hangup = self.hangup.take();
         loop {
             let trigger = tokio::select! {
-                event = rx.recv() => match event {
+                event = self.watch.events.recv() => match event {
                     Some(()) => {
                         // Let a burst of events settle into one reload.
-                        while let Ok(Some(())) = tokio::time::timeout(DEBOUNCE, rx.recv()).await {}
+                        while let Ok(Some(())) = tokio::time::timeout(DEBOUNCE, self.watch.events.recv()).await {}
                         "file change"
                     }
                     None => return,
                 },
-                () = next_hangup(&mut hangup) => "SIGHUP",
+                () = next_hangup(&mut self.hangup) => "SIGHUP",
             };
             tracing::debug!(trigger, "reloading");
-            let result = self.reload();
+            // Reading files and loading libraries blocks: keep it off the
+            // threads that serve requests.
+            let (app, listening) = (self.app.clone(), self.listening);
+            let result = tokio::task::spawn_blocking(move || reload(&app, listening)).await;
+            let result = result.unwrap_or_else(|_| {
+                tracing::error!("reload panicked; still serving the previous configuration");
+                Ok(())
+            });
             crate::metrics::reload(result.is_ok());
             if let Err(e) = result {
                 tracing::error!("reload rejected, still serving the previous configuration: {e}");
             }
-            watcher.follow(&self.app.snapshot().config, &watched);
+            self.watch
+                .folders
+                .follow(&self.app.snapshot().config, &self.watch.watched);
         }
+    }
+}
+
+/// Rebuilds the snapshot from the files. On error nothing changes, except
+/// that the keys file is still re-read: a broken config must not keep a
+/// revoked key alive.
+pub fn reload(app: &App, listening: SocketAddr) -> Result<(), ReloadError> {
+    let current = app.snapshot();
+    let config = match Config::load(&current.config.path) {
+        Ok(config) => config,
+        Err(e) => {
+            reload_keys_only(app, &current);
+            return Err(e.into());
+        }
+    };
+    warn_about_restart_only_changes(&current.config, &config, listening);
+    let next = match Snapshot::build(config, &app.loader, Some(&current)) {
+        Ok(next) => next,
+        Err(e) => {
+            reload_keys_only(app, &current);
+            return Err(e.into());
+        }
+    };
+    let changes = next.routes.changes_since(&current.routes);
+    tracing::info!(keys = next.keys.len(), "reload applied: {changes}");
+    app.replace(next);
+    Ok(())
+}
+
+fn reload_keys_only(app: &App, current: &Snapshot) {
+    match KeyStore::load(&current.config.server.keys_file) {
+        Ok(keys) if keys != *current.keys => {
+            tracing::info!(keys = keys.len(), "keys reloaded");
+            app.replace(Snapshot {
+                config: current.config.clone(),
+                routes: current.routes.clone(),
+                keys: Arc::new(keys),
+                rate_limiter: current.rate_limiter.clone(),
+            });
+        }
+        Ok(_) => {}
+        Err(e) => tracing::error!("keys not reloaded: {e}"),
+    }
+}
+
+fn warn_about_restart_only_changes(old: &Config, new: &Config, listening: SocketAddr) {
+    if new.server.listen != old.server.listen && new.server.listen != listening {
+        tracing::warn!(
+            listening = %listening,
+            configured = %new.server.listen,
+            "[server] listen changed: restart to apply"
+        );
+    }
+    let (o, n) = (&old.server, &new.server);
+    let mut fixed = Vec::new();
+    if n.limits.header_timeout != o.limits.header_timeout {
+        fixed.push("header_timeout_ms");
+    }
+    if n.limits.max_header_bytes != o.limits.max_header_bytes {
+        fixed.push("max_header_bytes");
+    }
+    if n.limits.max_concurrent_requests != o.limits.max_concurrent_requests {
+        fixed.push("max_concurrent_requests");
+    }
+    if n.limits.shutdown_grace != o.limits.shutdown_grace {
+        fixed.push("shutdown_grace_ms");
+    }
+    if n.state_dir != o.state_dir {
+        fixed.push("state_dir");
+    }
+    if n.cursor_key != o.cursor_key {
+        fixed.push("cursor_key_env");
+    }
+    if n.upstream_proxy != o.upstream_proxy {
+        fixed.push("upstream_proxy");
+    }
+    if n.admin_listen != o.admin_listen {
+        fixed.push("admin_listen");
+    }
+    if n.log_format != o.log_format {
+        fixed.push("log_format");
+    }
+    if !fixed.is_empty() {
+        tracing::warn!(settings = ?fixed, "[server] settings changed that apply only after a restart");
     }
 }
 

@@ -96,6 +96,7 @@ impl App {
         let ledger = Ledger::open(&config.ledger_path, LEDGER_FLUSH_EVERY)?;
         let accounts = Accounts::new(ledger.lifetime_credits()?);
         let snapshot = Snapshot::build(config, &loader, None)?;
+        loader.prune();
         Ok(App {
             snapshot: ArcSwap::from_pointee(snapshot),
             cursors,

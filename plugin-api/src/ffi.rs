@@ -311,20 +311,53 @@ pub enum LoadError {
 impl std::fmt::Display for LoadError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            // abi_stable's messages span many lines; keep the first, which
-            // names the problem, so one log line stays one line.
-            LoadError::Library(e) => {
-                let text = e.to_string();
-                let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
-                f.write_str(lines.next().unwrap_or("unknown library error"))?;
-                if let Some(second) = lines.next() {
-                    write!(f, " {second}")?;
-                }
-                Ok(())
-            }
+            LoadError::Library(e) => describe(e, f),
             LoadError::Manifest(why) => write!(f, "unreadable manifest: {why}"),
         }
     }
+}
+
+/// abi_stable's reports span many lines (a layout mismatch prints both
+/// layouts); say in one line what the operator has to do about it.
+fn describe(error: &LibraryError, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+    match error {
+        LibraryError::OpenError { err, .. } => write!(f, "cannot be loaded: {err}"),
+        LibraryError::GetSymbolError { .. } => {
+            f.write_str("exports no plugin root module (not built with `export_provider!`)")
+        }
+        LibraryError::ParseVersionError(_) => f.write_str("declares an unreadable interface version"),
+        LibraryError::IncompatibleVersionNumber {
+            expected_version,
+            actual_version,
+            ..
+        } => write!(
+            f,
+            "built against plugin-api {actual_version}, incompatible with this host's \
+             {expected_version}; rebuild it against this host's plugin-api"
+        ),
+        LibraryError::AbiInstability(_) | LibraryError::InvalidCAbi { .. } => f.write_str(
+            "built against an incompatible plugin-api: its interface layout differs from this \
+             host's (abi_stable layout check); rebuild it against this host's plugin-api",
+        ),
+        LibraryError::InvalidAbiHeader(_) => {
+            f.write_str("built with an incompatible abi_stable version; rebuild it against this host's plugin-api")
+        }
+        LibraryError::RootModule { err, .. } => {
+            let text = err.to_string();
+            write!(f, "its root module failed to start: {}", first_line(&text))
+        }
+        LibraryError::Many(errors) => match errors.first() {
+            Some(first) => describe(first, f),
+            None => f.write_str("unusable"),
+        },
+    }
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("unknown library error")
 }
 
 impl std::error::Error for LoadError {}

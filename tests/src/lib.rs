@@ -28,6 +28,9 @@
 //! - [`operator`]: the operator's side: signals, the admin listener and its
 //!   Prometheus text, requests with chosen headers or on a held connection,
 //!   and `keys usage`.
+//! - [`reload`]: changing a running server's files as an operator does
+//!   (renamed into place, library copies with appended bytes), waiting for
+//!   its reload log lines, and its memory from `/proc`.
 
 pub mod api;
 pub mod config;

@@ -1,7 +1,8 @@
 //! Changing a running server's files the way an operator does, and watching
 //! it react: files replaced atomically (a temporary file renamed into place),
 //! plugin library copies that differ by appended bytes, bounded polls, the
-//! reload lines of the server's log, SIGHUP, and the process's memory.
+//! reload lines of the server's log, and the process's memory. (SIGHUP is
+//! [`crate::operator::signal`].)
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -96,12 +97,12 @@ pub async fn wait_for_log(server: &Server, needle: &str, count: usize) -> String
 
 /// Waits until the server reacts to changes of its files, and returns how
 /// many reloads it has applied by then (at least one). Call it before the
-/// first change a test makes, and before the first SIGHUP.
+/// first change a test makes.
 ///
-/// The server starts watching, and handling SIGHUP, only some time after it
-/// prints its `listening on` line: a change made in between is never
-/// applied, and a SIGHUP ends the process. So this rewrites the config with
-/// its own text until a reload is applied, then waits for the log to settle.
+/// The server starts watching its files only some time after it prints its
+/// `listening on` line (its reloader task sets the watches up), and a change
+/// made in between is never applied. So this rewrites the config with its
+/// own text until a reload is applied, then waits for the log to settle.
 pub async fn await_watching(server: &Server, config: &Config) -> usize {
     let start = Instant::now();
     let before = log_lines(server, APPLIED).len();
@@ -138,18 +139,11 @@ pub async fn await_watching(server: &Server, config: &Config) -> usize {
     }
 }
 
-/// Sends SIGHUP to the server (its own pid only).
-pub fn sighup(server: &Server) {
-    let status = std::process::Command::new("kill")
-        .args(["-HUP", &server.pid().to_string()])
-        .status()
-        .expect("can run kill");
-    assert!(status.success(), "kill -HUP {} failed", server.pid());
-}
-
 /// The resident memory of a process, from `/proc/<pid>/status`, in KiB.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Memory {
+    /// `VmSize`: everything mapped, resident or not.
+    pub size: u64,
     /// `VmRSS`: everything resident.
     pub rss: u64,
     /// `RssAnon`: heap, stacks, anonymous mappings.
@@ -173,6 +167,7 @@ impl Memory {
                 .unwrap_or_else(|| panic!("no {name} in {}", path.display()))
         };
         Memory {
+            size: field("VmSize"),
             rss: field("VmRSS"),
             anon: field("RssAnon"),
             file: field("RssFile"),

@@ -1,0 +1,525 @@
+//! Hot reload, against a running server: the operator edits `platforms.toml`,
+//! the keys file or a plugin library (or sends SIGHUP), and the server picks
+//! the change up within about a second without dropping a request. A bad
+//! change is refused with one log line naming the file and the reason, and
+//! the previous table keeps answering.
+//!
+//! Every change is made as an operator should make it: a new file renamed
+//! into place. Tests wait for a change with a bounded poll.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::json;
+use socialgate_tests::config::{
+    standard_env, ConfigBuilder, FALLBACK, FALLBACK_KEY, FALLBACK_KEY_ENV, PRIMARY, PRIMARY_KEY,
+};
+use socialgate_tests::operator::signal;
+use socialgate_tests::reload::{
+    await_watching, library_copy, log_lines, mapped_files, replace_file, wait_for_log, wait_until,
+    APPLIED, REJECTED,
+};
+use socialgate_tests::upstream::LUNA;
+use socialgate_tests::{issue_key, run_cli, Api, Config, Server, Stack, StackBuilder};
+use socialgate_tests::{FallbackMock, PrimaryMock, PROFILE_KEYS};
+use wiremock::matchers::{header, method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+const PROFILE: &str = "/v1/shortvideo/profile?username=lunabakes";
+
+/// A request that passes the key check and then fails on its parameters, so
+/// it tells an accepted key (400) from a refused one (401) with no upstream.
+const AUTH_PROBE: &str = "/v1/shortvideo/profile";
+
+/// How soon a key change must apply. The service promises about a second;
+/// the keys file change triggers a full reload, which re-reads and hashes
+/// every configured library: about 0.75 s alone in the debug build, more
+/// when other tests share the two cores.
+const KEY_CHANGE_BOUND: Duration = Duration::from_secs(2);
+
+/// The made-up platform's provider, its key and the variable carrying it.
+const MADEUP: &str = "madeup";
+const MADEUP_KEY_ENV: &str = "SG_TEST_MADEUP_KEY";
+const MADEUP_KEY: &str = "mk-test-madeup-3c4f21";
+const MADEUP_PROFILE: &str = "/v1/madeup/profile?username=zed";
+
+/// A stack with every fixture served by both doubles, its server watching
+/// its files, and how many reloads it has applied so far.
+async fn serving_stack(builder: StackBuilder) -> (Stack, usize) {
+    let stack = builder.start().await;
+    stack.primary.serve_fixtures().await;
+    stack.fallback.serve_fixtures().await;
+    let applied = await_watching(&stack.server, &stack.config).await;
+    (stack, applied)
+}
+
+/// Asserts a 200 profile answer of `shortvideo` with the normalized keys.
+fn assert_profile(a: &socialgate_tests::Answer) {
+    a.assert_success(false);
+    assert_eq!(a.keys_at("/data"), PROFILE_KEYS, "{a:?}");
+    assert_eq!(a.data()["username"], LUNA, "{a:?}");
+}
+
+/// The one line the server logged for its `n`-th rejected reload, after
+/// waiting for it; it must name `file` and each of `words`.
+async fn assert_rejected(server: &Server, n: usize, file: &str, words: &[&str]) -> String {
+    let line = wait_for_log(server, REJECTED, n).await;
+    assert!(line.contains(file), "the log line names {file}: {line}");
+    for word in words {
+        assert!(line.contains(word), "the log line names {word:?}: {line}");
+    }
+    assert_eq!(
+        log_lines(server, REJECTED).len(),
+        n,
+        "one line per rejected change:\n{}",
+        server.stderr()
+    );
+    line
+}
+
+/// Asserts `socialgate check` refuses the config on disk with the same
+/// reason the server logged in `logged`.
+fn assert_check_agrees(config: &Config, logged: &str) {
+    let out = run_cli(config, &standard_env(), &["check"]);
+    let line = out.refusal_line("check");
+    out.assert_one_stderr_line("check");
+    let reason = line.strip_prefix("socialgate: ").unwrap_or(line);
+    assert!(
+        logged.ends_with(reason),
+        "check and the server give the same reason:\n check: {line}\nserver: {logged}"
+    );
+}
+
+#[tokio::test]
+async fn reordering_providers_changes_which_upstream_is_asked_first() {
+    let (stack, applied) = serving_stack(Stack::builder()).await;
+    assert_profile(&stack.get(PROFILE).await);
+    assert_eq!(stack.primary.request_count().await, 1, "primary first");
+    assert_eq!(stack.fallback.request_count().await, 0);
+
+    let swapped = Stack::builder()
+        .providers(&[FALLBACK, PRIMARY])
+        .config(&stack.primary, &stack.fallback)
+        .to_toml();
+    replace_file(stack.config.path(), swapped);
+    let took = wait_until("the fallback asked first", || async {
+        assert_profile(&stack.get(PROFILE).await);
+        stack.fallback.request_count().await > 0
+    })
+    .await;
+    eprintln!("reorder applied after {took:?}");
+
+    // From now on the fallback answers and the primary is never asked.
+    let primary_before = stack.primary.request_count().await;
+    let fallback_before = stack.fallback.request_count().await;
+    for _ in 0..3 {
+        let a = stack.get(PROFILE).await;
+        assert_profile(&a);
+        assert_eq!(
+            a.data()["followers"],
+            5500000,
+            "the fallback's figure: {a:?}"
+        );
+    }
+    assert_eq!(stack.primary.request_count().await, primary_before);
+    assert_eq!(stack.fallback.request_count().await, fallback_before + 3);
+    let line = wait_for_log(&stack.server, APPLIED, applied + 1).await;
+    assert!(line.contains("no provider or library changed"), "{line}");
+    let stderr = stack.server.stderr();
+    for secret in [PRIMARY_KEY, FALLBACK_KEY, stack.key.as_str()] {
+        assert!(!stderr.contains(secret), "no secret in the log");
+    }
+}
+
+#[tokio::test]
+async fn a_revoked_key_is_refused_and_a_new_key_accepted_within_a_second() {
+    let stack = Stack::start().await;
+    await_watching(&stack.server, &stack.config).await;
+    let api = |key: &str| Api::new(&stack.server.base_url(), Some(key));
+    api(&stack.key)
+        .get(AUTH_PROBE)
+        .await
+        .assert_invalid("username");
+
+    let bob = issue_key(&stack.config, "bob");
+    let took = wait_until("the new key accepted", || async {
+        api(&bob).get(AUTH_PROBE).await.status == 400
+    })
+    .await;
+    eprintln!("issued key accepted after {took:?}");
+    assert!(took < KEY_CHANGE_BOUND, "took {took:?}");
+    api(&bob).get(AUTH_PROBE).await.assert_invalid("username");
+
+    let revoke = run_cli(&stack.config, &standard_env(), &["keys", "revoke", "e2e"]);
+    assert!(revoke.success(), "{revoke:?}");
+    let took = wait_until("the revoked key refused", || async {
+        api(&stack.key).get(AUTH_PROBE).await.status == 401
+    })
+    .await;
+    eprintln!("revoked key refused after {took:?}");
+    assert!(took < KEY_CHANGE_BOUND, "took {took:?}");
+    api(&stack.key)
+        .get(AUTH_PROBE)
+        .await
+        .assert_error(401, "INVALID_API_KEY");
+    api(&bob).get(AUTH_PROBE).await.assert_invalid("username");
+
+    let stderr = stack.server.stderr();
+    assert!(
+        !stderr.contains(&bob) && !stderr.contains(&stack.key),
+        "no key in the log"
+    );
+}
+
+#[tokio::test]
+async fn a_broken_config_is_rejected_while_the_old_table_answers() {
+    let (stack, applied) = serving_stack(Stack::builder().providers(&[FALLBACK])).await;
+    let good = stack.config.text();
+    // (what, the broken text, words the reason must hold)
+    let broken: [(&str, String, &[&str]); 3] = [
+        ("syntax error", format!("{good}\n[server\n"), &[]),
+        (
+            "unknown provider",
+            good.replace(
+                "providers = [\"shortvideo-fallback\"]",
+                "providers = [\"shortvideo-fallback\", \"ghost-provider\"]",
+            ),
+            &["ghost-provider"],
+        ),
+        (
+            "unknown key",
+            good.replace(
+                "state_dir = \"state\"\n",
+                "state_dir = \"state\"\nlisten_backlog = 5\n",
+            ),
+            &["listen_backlog"],
+        ),
+    ];
+    for (n, (what, text, words)) in broken.iter().enumerate() {
+        assert_ne!(*text, good, "{what}: the edit applies");
+        replace_file(stack.config.path(), text);
+        let line = assert_rejected(&stack.server, n + 1, "platforms.toml", words).await;
+        eprintln!("{what}: {line}");
+        // The previous table keeps answering, from the fallback.
+        for _ in 0..3 {
+            assert_profile(&stack.get(PROFILE).await);
+        }
+        assert_check_agrees(&stack.config, &line);
+    }
+    assert_eq!(stack.primary.request_count().await, 0);
+
+    // Fixed, the file applies again: the primary first now.
+    let fixed = Stack::builder()
+        .providers(&[PRIMARY, FALLBACK])
+        .config(&stack.primary, &stack.fallback)
+        .to_toml();
+    replace_file(stack.config.path(), fixed);
+    wait_for_log(&stack.server, APPLIED, applied + 1).await;
+    assert_profile(&stack.get(PROFILE).await);
+    assert_eq!(stack.primary.request_count().await, 1, "the fixed order");
+    assert_eq!(log_lines(&stack.server, REJECTED).len(), broken.len());
+}
+
+/// A config whose fallback loads its library from `library` (a file the
+/// config owns), the fallback alone in the chain; and how many reloads the
+/// server has applied.
+async fn owned_library_stack(library: &Path) -> (Stack, usize) {
+    let (stack, applied) = serving_stack(Stack::builder().providers(&[FALLBACK])).await;
+    library_copy("shortvideo_fallback", library, b"");
+    let text = stack.config.text().replace(
+        "library = \"shortvideo_fallback\"",
+        &format!(
+            "library = {}",
+            socialgate_tests::config::toml_str(&library.display().to_string())
+        ),
+    );
+    assert_ne!(text, stack.config.text());
+    replace_file(stack.config.path(), text);
+    wait_for_log(&stack.server, APPLIED, applied + 1).await;
+    assert_profile(&stack.get(PROFILE).await);
+    (stack, applied + 1)
+}
+
+#[tokio::test]
+async fn an_incompatible_library_is_rejected_while_the_old_table_answers() {
+    socialgate_tests::paths::require_plugin("incompatible_plugin");
+    let scratch = socialgate_tests::paths::scratch_dir();
+    let library = scratch.path().join("libs/libshortvideo_fallback.so");
+    let (stack, applied) = owned_library_stack(&library).await;
+    let good_config = stack.config.text();
+
+    // The configured library file replaced by an incompatible one.
+    let incompatible = socialgate_tests::paths::plugin_library("incompatible_plugin");
+    replace_file(&library, std::fs::read(&incompatible).unwrap());
+    let line = assert_rejected(&stack.server, 1, "libshortvideo_fallback", &["plugin"]).await;
+    eprintln!("replaced library: {line}");
+    for _ in 0..3 {
+        assert_profile(&stack.get(PROFILE).await);
+    }
+    assert_check_agrees(&stack.config, &line);
+
+    // The good file back: it applies (the same content, loaded before).
+    library_copy("shortvideo_fallback", &library, b"");
+    wait_for_log(&stack.server, APPLIED, applied + 1).await;
+    assert_profile(&stack.get(PROFILE).await);
+
+    // The config pointing at the incompatible library by name.
+    let text = good_config.replace(
+        &socialgate_tests::config::toml_str(&library.display().to_string()),
+        "\"incompatible_plugin\"",
+    );
+    assert_ne!(text, good_config);
+    replace_file(stack.config.path(), text);
+    let line = assert_rejected(&stack.server, 2, "libincompatible_plugin", &["plugin"]).await;
+    eprintln!("configured library: {line}");
+    for _ in 0..3 {
+        assert_profile(&stack.get(PROFILE).await);
+    }
+    assert_check_agrees(&stack.config, &line);
+    assert!(stack.server.stderr().lines().all(|l| !l.contains("panic")));
+}
+
+/// `check` names the library, but its reason for a library built against
+/// another plugin interface must say so in one line, not abi_stable's
+/// multi-line layout dump.
+#[test]
+fn an_incompatible_library_is_refused_with_a_clear_reason() {
+    socialgate_tests::paths::require_plugin("incompatible_plugin");
+    let config = ConfigBuilder::new()
+        .platform("shortvideo", "live", &[FALLBACK])
+        .provider(
+            FALLBACK,
+            "incompatible_plugin",
+            "http://127.0.0.1:9",
+            FALLBACK_KEY_ENV,
+        )
+        .write();
+    let out = run_cli(&config, &standard_env(), &["check"]);
+    let line = out.refusal_line("check");
+    out.assert_one_stderr_line("check");
+    let (_, reason) = line
+        .split_once("libincompatible_plugin.so: ")
+        .unwrap_or_else(|| panic!("names the library: {line}"));
+    let reason = reason.to_lowercase();
+    assert!(
+        ["incompatible", "layout", "interface", "version"]
+            .iter()
+            .any(|w| reason.contains(w)),
+        "says the interface does not match: {line}"
+    );
+    assert!(
+        !reason.contains("<this>") && !reason.contains("---"),
+        "{line}"
+    );
+}
+
+/// The made-up platform's tables, with `status`.
+fn madeup_tables(base_url: &str, status: &str) -> String {
+    format!(
+        "[platforms.madeup]\nstatus = \"{status}\"\nproviders = [\"{MADEUP}\"]\n\n\
+         [providers.{MADEUP}]\nlibrary = \"madeup_plugin\"\nbase_url = \"{base_url}\"\n\
+         api_key_env = \"{MADEUP_KEY_ENV}\"\n"
+    )
+}
+
+/// A double of the made-up platform's upstream: `zed` exists, `nobody` not.
+async fn madeup_upstream() -> MockServer {
+    let server = MockServer::start().await;
+    let user = |name: &str| {
+        Mock::given(method("GET"))
+            .and(path(format!("/users/{name}")))
+            .and(header("Authorization", format!("Bearer {MADEUP_KEY}")))
+    };
+    user("zed")
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "handle": "zed", "name": "Zed Made-Up", "fans": "1234"
+        })))
+        .mount(&server)
+        .await;
+    user("nobody")
+        .respond_with(ResponseTemplate::new(404).set_body_json(json!({"error": "not found"})))
+        .mount(&server)
+        .await;
+    server
+}
+
+#[tokio::test]
+async fn a_new_platform_goes_live_and_is_removed_on_a_running_server() {
+    socialgate_tests::paths::require_plugin("madeup_plugin");
+    let upstream = madeup_upstream().await;
+    let (stack, _) = serving_stack(Stack::builder().env(MADEUP_KEY_ENV, MADEUP_KEY)).await;
+    let base = stack.config.text();
+    let with = |status: &str| format!("{base}\n{}", madeup_tables(&upstream.uri(), status));
+
+    stack
+        .get(MADEUP_PROFILE)
+        .await
+        .assert_error(404, "PLATFORM_NOT_FOUND");
+
+    replace_file(stack.config.path(), with("live"));
+    let took = wait_until("madeup live", || async {
+        stack.get(MADEUP_PROFILE).await.status == 200
+    })
+    .await;
+    eprintln!("madeup live after {took:?}");
+    let a = stack.get(MADEUP_PROFILE).await;
+    assert_eq!(a.json["success"], true, "{a:?}");
+    assert_eq!(a.json["platform"], "madeup", "{a:?}");
+    assert_eq!(a.json["meta"]["credits_used"], 1, "{a:?}");
+    assert_eq!(a.keys_at("/data"), PROFILE_KEYS, "{a:?}");
+    let expected = json!({
+        "username": "zed", "display_name": "Zed Made-Up", "followers": 1234, "verified": false,
+        "id": null, "bio": null, "following": null, "likes": null, "videos": null,
+        "avatar_url": null
+    });
+    assert_eq!(*a.data(), expected, "{a:?}");
+    a.assert_absent(MADEUP_KEY);
+    stack
+        .get("/v1/madeup/profile?username=nobody")
+        .await
+        .assert_error(404, "RESOURCE_NOT_FOUND");
+    stack
+        .get("/v1/madeup/posts?username=zed")
+        .await
+        .assert_error(404, "ENDPOINT_NOT_FOUND");
+    assert_profile(&stack.get(PROFILE).await);
+    let line = wait_for_log(&stack.server, "platforms added: madeup", 1).await;
+    assert!(line.contains(APPLIED), "{line}");
+
+    replace_file(stack.config.path(), &base);
+    wait_until("madeup removed", || async {
+        stack.get(MADEUP_PROFILE).await.status == 404
+    })
+    .await;
+    stack
+        .get(MADEUP_PROFILE)
+        .await
+        .assert_error(404, "PLATFORM_NOT_FOUND");
+
+    replace_file(stack.config.path(), with("planned"));
+    wait_until("madeup planned", || async {
+        stack.get(MADEUP_PROFILE).await.status == 501
+    })
+    .await;
+    stack
+        .get(MADEUP_PROFILE)
+        .await
+        .assert_error(501, "PLATFORM_NOT_AVAILABLE");
+
+    replace_file(stack.config.path(), with("live"));
+    wait_until("madeup live again", || async {
+        stack.get(MADEUP_PROFILE).await.status == 200
+    })
+    .await;
+    assert_eq!(stack.get(MADEUP_PROFILE).await.data()["username"], "zed");
+    assert_profile(&stack.get(PROFILE).await);
+    assert!(log_lines(&stack.server, REJECTED).is_empty());
+    let stderr = stack.server.stderr();
+    assert!(!stderr.contains(MADEUP_KEY), "no upstream key in the log");
+}
+
+#[tokio::test]
+async fn sighup_reloads() {
+    let (mut stack, applied) = serving_stack(Stack::builder()).await;
+    for n in 1..=2 {
+        signal(&stack.server, "HUP");
+        let line = wait_for_log(&stack.server, APPLIED, applied + n).await;
+        assert!(line.contains("no provider or library changed"), "{line}");
+        assert_profile(&stack.get(PROFILE).await);
+    }
+    assert!(stack.server.is_running());
+}
+
+#[tokio::test]
+async fn a_library_swapped_by_rename_is_loaded_from_a_private_copy() {
+    let scratch = socialgate_tests::paths::scratch_dir();
+    let library = scratch.path().join("libs/libshortvideo_fallback.so");
+    let (stack, applied) = owned_library_stack(&library).await;
+    let state = stack.config.dir().join("state/plugins");
+    let copies = || -> Vec<PathBuf> {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&state)
+            .expect("the state folder holds the copies")
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "so"))
+            .collect();
+        files.sort();
+        files
+    };
+    let before = copies();
+
+    library_copy("shortvideo_fallback", &library, b"\0swap-1");
+    let line = wait_for_log(&stack.server, APPLIED, applied + 1).await;
+    assert!(
+        line.contains("libraries changed") && line.contains(&library.display().to_string()),
+        "names the library as changed: {line}"
+    );
+    assert!(
+        line.contains("providers set up anew: shortvideo-fallback"),
+        "{line}"
+    );
+    assert_profile(&stack.get(PROFILE).await);
+    let after = copies();
+    assert_eq!(after.len(), before.len() + 1, "{before:?} -> {after:?}");
+
+    // The process maps the private copies, never the operator's file, so
+    // the operator may delete or overwrite it.
+    let mapped = mapped_files(stack.server.pid());
+    assert!(
+        !mapped.iter().any(|m| m.starts_with(scratch.path())),
+        "the operator's file is not mapped: {mapped:?}"
+    );
+    let new_copy = after.iter().find(|c| !before.contains(c)).unwrap();
+    assert!(
+        mapped.contains(new_copy),
+        "{} is mapped: {mapped:?}",
+        new_copy.display()
+    );
+    std::fs::write(&library, b"not a library any more").unwrap();
+    let rejected = wait_for_log(&stack.server, REJECTED, 1).await;
+    assert!(rejected.contains("libshortvideo_fallback"), "{rejected}");
+    for _ in 0..3 {
+        assert_profile(&stack.get(PROFILE).await);
+    }
+}
+
+#[tokio::test]
+async fn a_breaker_survives_an_unrelated_reload() {
+    let primary = PrimaryMock::start().await;
+    let fallback = FallbackMock::start().await;
+    fallback.serve_fixtures().await;
+    primary.fail_all(503).await;
+    let builder = Stack::builder().breaker_failures(1);
+    let cooldown = "breaker_cooldown_ms = 600000";
+    let config = builder
+        .config(&primary, &fallback)
+        .provider_line(PRIMARY, cooldown)
+        .write();
+    let key = issue_key(&config, "e2e");
+    let server = Server::start(&config);
+    let applied = await_watching(&server, &config).await;
+    let api = Api::new(&server.base_url(), Some(&key));
+
+    // One failure opens the primary's breaker; then it is skipped.
+    assert_profile(&api.get(PROFILE).await);
+    assert_eq!(primary.request_count().await, 1);
+    assert_profile(&api.get(PROFILE).await);
+    assert_eq!(primary.request_count().await, 1, "the breaker is open");
+
+    // An unrelated change: the fallback's timeout.
+    let text = builder
+        .config(&primary, &fallback)
+        .provider_line(PRIMARY, cooldown)
+        .timeout_ms(FALLBACK, 2500)
+        .to_toml();
+    replace_file(config.path(), text);
+    let line = wait_for_log(&server, APPLIED, applied + 1).await;
+    assert!(line.contains("no provider or library changed"), "{line}");
+    for _ in 0..3 {
+        assert_profile(&api.get(PROFILE).await);
+    }
+    assert_eq!(
+        primary.request_count().await,
+        1,
+        "the primary's breaker is still open after the reload"
+    );
+}
