@@ -319,12 +319,10 @@ impl Config {
             }
         };
         if let Some(proxy) = &raw.server.upstream_proxy {
-            if !(proxy.starts_with("http://")
-                || proxy.starts_with("https://")
-                || proxy.starts_with("socks5://"))
-            {
+            // The client is built without SOCKS support.
+            if !(proxy.starts_with("http://") || proxy.starts_with("https://")) {
                 return Err(invalid(format!(
-                    "[server] upstream_proxy: `{proxy}` is not an http://, https:// or socks5:// URL"
+                    "[server] upstream_proxy: `{proxy}` is not an http:// or https:// URL"
                 )));
             }
         }

@@ -156,11 +156,7 @@ async fn route(
         params.iter().map(|(k, v)| (k.as_ref(), v.as_ref())),
     )
     .map_err(|e| ApiError::InvalidParameter(e.to_string()))?;
-    let listing = Listing {
-        platform,
-        endpoint: endpoint.as_str(),
-        subject: call.subject(),
-    };
+    let listing = listing_of(platform, endpoint, &call);
     let token = params
         .iter()
         .find(|(k, v)| k == "cursor" && !v.is_empty())
@@ -233,6 +229,7 @@ async fn route(
     ))
 }
 
+/// The listing a cursor belongs to: the same endpoint and subject.
 fn listing_of<'a>(
     platform: &'a str,
     endpoint: plugin_api::Endpoint,
