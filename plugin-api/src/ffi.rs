@@ -1,6 +1,6 @@
 //! The binary interface between host and plugins, built on `abi_stable`.
 //!
-//! Plugin authors never touch this module: [`export_provider!`] wires a
+//! Plugin authors never touch this module: [`export_provider!`](crate::export_provider) wires a
 //! [`Provider`] to it, and the host reaches plugins only through
 //! [`Library`], [`ProviderHandle`] and [`AttemptHandle`].
 //!
