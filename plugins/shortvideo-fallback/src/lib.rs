@@ -6,7 +6,7 @@
 //!
 //! - this file: configuration, the upstream request of each endpoint and
 //!   the reading of its answer.
-//! - [`wire`]: the upstream payloads, the wrapper's error classification,
+//! - `wire`: the upstream payloads, the wrapper's error classification,
 //!   and the mapping to the normalized schema.
 
 use plugin_api::attempt::{self, Page};

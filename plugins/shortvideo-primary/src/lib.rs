@@ -6,7 +6,7 @@
 //! # Layout
 //!
 //! - this file: the [`Provider`] (manifest, settings, one attempt per call)
-//!   and [`Upstream`], the one place requests are built, so none lacks the
+//!   and `Upstream`, the one place requests are built, so none lacks the
 //!   key header.
 //! - `wire`: the upstream payloads, how a body's `status_code` and missing
 //!   objects are classified, and the mapping to the normalized schema.
