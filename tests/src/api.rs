@@ -79,7 +79,9 @@ impl fmt::Debug for Answer {
 }
 
 impl Answer {
-    async fn read(response: reqwest::Response) -> Answer {
+    /// Reads a response whole: status, lower-cased headers, text, and the
+    /// text as JSON (`Null` when it is not JSON).
+    pub async fn read(response: reqwest::Response) -> Answer {
         let status = response.status().as_u16();
         let headers = response
             .headers()

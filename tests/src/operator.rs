@@ -103,25 +103,7 @@ pub async fn send(base: &str, method: &str, path: &str, headers: &[(&str, &str)]
         .send()
         .await
         .unwrap_or_else(|e| panic!("request to {path} failed: {e}"));
-    let status = response.status().as_u16();
-    let headers = response
-        .headers()
-        .iter()
-        .map(|(n, v)| {
-            (
-                n.as_str().to_ascii_lowercase(),
-                String::from_utf8_lossy(v.as_bytes()).into_owned(),
-            )
-        })
-        .collect();
-    let text = response.text().await.expect("can read the body");
-    let json = serde_json::from_str(&text).unwrap_or(Value::Null);
-    Answer {
-        status,
-        headers,
-        text,
-        json,
-    }
+    Answer::read(response).await
 }
 
 /// Sends one `GET path` with `headers` on a connection the caller opened,
