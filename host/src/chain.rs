@@ -2,17 +2,24 @@
 //!
 //! Any failure moves on to the next provider, except two answers that are
 //! the same whoever gives them: "not found" (the user or post does not
-//! exist; a search has nothing to be missing) and invalid input. A provider whose breaker is open is skipped
-//! without an upstream call; when every provider of the chain is open, the
-//! one whose cooldown ends first is tried anyway, so the chain never refuses
-//! outright. Every attempt is bounded by its provider's timeout and by the
-//! request's deadline; when the deadline passes the chain stops.
+//! exist; a search has nothing to be missing) and invalid input. A provider
+//! whose breaker is open is skipped without an upstream call; when every
+//! provider of the chain is open, the one whose cooldown ends first is
+//! probed anyway, so the chain never refuses outright. Every attempt is
+//! bounded by its provider's timeout and by the request's deadline; when
+//! the deadline passes the chain stops.
+//!
+//! Each attempt runs as its own task and always records its outcome on the
+//! breaker, even if the caller hangs up meanwhile: a breaker that never
+//! hears how a probe ended cannot protect anyone.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use plugin_api::ffi::AttemptHandle;
 use plugin_api::{Call, Done, ErrorKind, Next, ProviderError};
 use tokio::time::{timeout, Instant};
+use tracing::Instrument;
 
 use crate::resilience::breaker::{Outcome, Permit};
 use crate::resilience::deadline::Deadline;
@@ -22,6 +29,9 @@ use crate::upstream::{Fetched, UpstreamClient};
 /// Steps allowed in one attempt: a comment page of 200 takes 4, a first page
 /// of posts 2. A plugin that loops is cut off.
 pub const MAX_STEPS: usize = 16;
+
+/// The longest message of a plugin's "invalid input" shown to a caller.
+const MAX_INPUT_MESSAGE: usize = 200;
 
 /// An answer and who gave it (for the log and the cursor, never the caller).
 pub struct Served {
@@ -65,6 +75,15 @@ pub enum ChainError {
     DeadlineExceeded,
 }
 
+/// How one attempt ended, for the chain.
+enum Verdict {
+    Answered(Done),
+    /// Try the next provider.
+    Failed,
+    /// The chain ends with this.
+    Stop(ChainError),
+}
+
 /// Asks `providers` in order, within `deadline`, noting each attempt in
 /// `journal`.
 pub async fn serve(
@@ -74,31 +93,37 @@ pub async fn serve(
     deadline: Deadline,
     journal: &mut Journal,
 ) -> Result<Served, ChainError> {
-    let mut soonest_open: Option<(&Arc<Provider>, Instant)> = None;
+    let mut open = Vec::new();
     for provider in providers {
         match provider.breaker.try_acquire(Instant::now()) {
             Ok(permit) => {
                 match attempt_through(provider, permit, call, client, deadline, journal).await {
-                    Ok(done) => return Ok(served(done, provider)),
-                    Err(Some(stop)) => return Err(stop),
-                    Err(None) => {}
+                    Verdict::Answered(done) => return Ok(served(done, provider)),
+                    Verdict::Stop(stop) => return Err(stop),
+                    Verdict::Failed => {}
                 }
             }
             Err(until) => {
                 tracing::debug!(provider = %provider.name, "skipped: breaker open");
-                if soonest_open.is_none_or(|(_, soonest)| until < soonest) {
-                    soonest_open = Some((provider, until));
-                }
+                open.push((provider, until));
             }
         }
     }
     if journal.attempts.is_empty() {
-        if let Some((provider, _)) = soonest_open {
-            let permit = provider.breaker.force_acquire();
+        // Every provider is open: probe the one whose cooldown ends first
+        // (unless another request is probing it already).
+        open.sort_by_key(|(_, until)| *until);
+        let forced = open.into_iter().find_map(|(provider, _)| {
+            provider
+                .breaker
+                .force_acquire()
+                .map(|permit| (provider, permit))
+        });
+        if let Some((provider, permit)) = forced {
             match attempt_through(provider, permit, call, client, deadline, journal).await {
-                Ok(done) => return Ok(served(done, provider)),
-                Err(Some(stop)) => return Err(stop),
-                Err(None) => {}
+                Verdict::Answered(done) => return Ok(served(done, provider)),
+                Verdict::Stop(stop) => return Err(stop),
+                Verdict::Failed => {}
             }
         }
     }
@@ -115,33 +140,68 @@ fn served(done: Done, provider: &Arc<Provider>) -> Served {
     }
 }
 
-/// One attempt under a breaker permit, its outcome recorded. `Err(None)`:
-/// this provider failed, try the next; `Err(Some(_))`: the chain ends.
+/// One attempt under a breaker permit, run as its own task so its outcome
+/// is recorded whatever happens to the request that started it.
 async fn attempt_through(
-    provider: &Provider,
-    permit: Permit<'_>,
+    provider: &Arc<Provider>,
+    permit: Permit,
     call: &Call,
     client: &UpstreamClient,
     deadline: Deadline,
     journal: &mut Journal,
-) -> Result<Done, Option<ChainError>> {
-    let started = Instant::now();
-    let result = attempt(provider, call, client, deadline).await;
-    let now = Instant::now();
+) -> Verdict {
+    let task = tokio::spawn({
+        let (provider, call, client) = (provider.clone(), call.clone(), client.clone());
+        async move {
+            let started = Instant::now();
+            let outcome = attempt(&provider, &call, &client, deadline).await;
+            let elapsed = started.elapsed();
+            let verdict = judge(&provider, permit, &call, outcome, deadline);
+            (verdict, elapsed)
+        }
+        // The request's span (and its ID) goes with the attempt.
+        .instrument(tracing::Span::current())
+    });
+    let (verdict, outcome, elapsed) = match task.await {
+        Ok(((verdict, outcome), elapsed)) => (verdict, outcome, elapsed),
+        // The task panicked outside the plugin boundary: a host bug. Its
+        // permit was dropped unreported, which counts as a failure.
+        Err(e) => {
+            tracing::error!(provider = %provider.name, "attempt task failed: {e}");
+            (
+                Verdict::Failed,
+                ErrorKind::Panicked.as_str(),
+                Duration::ZERO,
+            )
+        }
+    };
     journal.attempts.push(AttemptRecord {
         provider: provider.name.clone(),
-        outcome: match &result {
-            Ok(_) => "ok",
-            Err(e) => e.kind().as_str(),
-        },
-        elapsed: now - started,
+        outcome,
+        elapsed,
     });
-    let error = match result {
+    verdict
+}
+
+/// Records an attempt's outcome on the breaker and decides what the chain
+/// does next.
+fn judge(
+    provider: &Provider,
+    permit: Permit,
+    call: &Call,
+    outcome: Result<Done, AttemptError>,
+    deadline: Deadline,
+) -> (Verdict, &'static str) {
+    let now = Instant::now();
+    let (error, after_a_request) = match outcome {
         Ok(done) => {
             provider.breaker.record(permit, Outcome::Success, now);
-            return Ok(done);
+            return (Verdict::Answered(done), "ok");
         }
-        Err(error) => error,
+        Err(AttemptError {
+            error,
+            after_a_request,
+        }) => (error, after_a_request),
     };
     tracing::warn!(
         provider = %provider.name,
@@ -150,50 +210,80 @@ async fn attempt_through(
         "attempt failed: {}",
         error.message()
     );
-    let stop = match error.kind() {
-        // Both prove the upstream works: they close the breaker too. "Not
-        // found" is only an answer where there is a resource to find; from
-        // a search it is an upstream gone off its contract.
-        ErrorKind::NotFound if call.endpoint().names_a_resource() => Some(ChainError::NotFound),
-        ErrorKind::InvalidInput => Some(ChainError::InvalidInput(error.message().to_owned())),
-        _ if deadline.expired() => {
-            // Our deadline cut the attempt short, not the provider's own
-            // timeout: no blame. An unreported probe reopens at once.
-            drop(permit);
-            return Err(Some(ChainError::DeadlineExceeded));
+    let kind = error.kind();
+    let verdict = match kind {
+        // Proof the upstream works: it closes the breaker too. "Not found" is
+        // only an answer where there is a resource to find; from a search it
+        // is an upstream gone off its contract.
+        ErrorKind::NotFound if call.endpoint().names_a_resource() => {
+            provider.breaker.record(permit, Outcome::Success, now);
+            Verdict::Stop(ChainError::NotFound)
+        }
+        // Invalid input is the plugin's to find before it asks anything;
+        // after a request it is an upstream failure in disguise.
+        ErrorKind::InvalidInput if !after_a_request => {
+            provider.breaker.record(permit, Outcome::Neutral, now);
+            Verdict::Stop(ChainError::InvalidInput(caller_message(error.message())))
         }
         ErrorKind::RateLimited => {
-            provider
-                .breaker
-                .record(permit, Outcome::RateLimited(error.retry_after_hint()), now);
-            return Err(None);
+            let outcome = Outcome::RateLimited(error.retry_after_hint());
+            provider.breaker.record(permit, outcome, now);
+            Verdict::Failed
         }
         _ => {
+            // Also when our deadline cut it short: a provider that cannot
+            // answer within the time a request has is of no use to it.
             provider.breaker.record(permit, Outcome::Failure, now);
-            return Err(None);
+            Verdict::Failed
         }
     };
-    provider.breaker.record(permit, Outcome::Success, now);
-    Err(stop)
+    match verdict {
+        Verdict::Failed if deadline.expired() => {
+            (Verdict::Stop(ChainError::DeadlineExceeded), kind.as_str())
+        }
+        verdict => (verdict, kind.as_str()),
+    }
+}
+
+/// A plugin's message, made fit to show a caller: one bounded line.
+fn caller_message(message: &str) -> String {
+    message
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(MAX_INPUT_MESSAGE)
+        .collect()
+}
+
+/// Why an attempt failed, and whether it had reached the upstream.
+struct AttemptError {
+    error: ProviderError,
+    after_a_request: bool,
 }
 
 /// One provider's attempt: its steps, each upstream request performed by
 /// the host, all within the provider's timeout cut short by the deadline.
-pub async fn attempt(
+async fn attempt(
     provider: &Provider,
     call: &Call,
     client: &UpstreamClient,
     deadline: Deadline,
-) -> Result<Done, ProviderError> {
+) -> Result<Done, AttemptError> {
+    let mut requests = 0;
     let steps = async {
         let mut attempt = provider.handle.begin(call);
         let mut last: Option<Fetched> = None;
         for _ in 0..MAX_STEPS {
-            let response = last.as_ref().map(Fetched::as_response);
-            match attempt.step(response)? {
+            let (handed_back, next) = step(attempt, last).await?;
+            attempt = handed_back;
+            match next? {
                 Next::Done(done) => return Ok(done),
                 Next::Fetch(request) => {
-                    tracing::debug!(provider = %provider.name, url = request.url(), "upstream request");
+                    tracing::debug!(
+                        provider = %provider.name,
+                        url = %crate::config::redacted_url(request.url()),
+                        "upstream request"
+                    );
+                    requests += 1;
                     last = Some(client.fetch(&request, provider.max_body_bytes).await?);
                 }
             }
@@ -203,10 +293,35 @@ pub async fn attempt(
         )))
     };
     let limit = deadline.bound(provider.timeout);
-    timeout(limit, steps).await.unwrap_or_else(|_| {
+    let result = timeout(limit, steps).await.unwrap_or_else(|_| {
         Err(ProviderError::new(
             ErrorKind::Transient,
             format!("no answer within {} ms", limit.as_millis()),
         ))
+    });
+    result.map_err(|error| AttemptError {
+        error,
+        after_a_request: requests > 0,
+    })
+}
+
+/// One plugin step, on the blocking pool: parsing a large body, or a plugin
+/// gone wrong, must not stall the threads that serve requests.
+async fn step(
+    mut attempt: AttemptHandle,
+    last: Option<Fetched>,
+) -> Result<(AttemptHandle, Result<Next, ProviderError>), ProviderError> {
+    let span = tracing::Span::current();
+    tokio::task::spawn_blocking(move || {
+        // Plugin log lines belong to the request too.
+        let next = span.in_scope(|| attempt.step(last.as_ref().map(Fetched::as_response)));
+        (attempt, next)
+    })
+    .await
+    .map_err(|e| {
+        ProviderError::new(
+            ErrorKind::Panicked,
+            format!("plugin step did not finish: {e}"),
+        )
     })
 }

@@ -143,8 +143,10 @@ fn run(cli: Cli) -> Result<(), CliError> {
             init_logging(cli.log_format.unwrap_or_default());
             let config = Config::load(&cli.config)?;
             let path = config.path.clone();
-            let app = App::start(config)?;
-            let snapshot = app.snapshot();
+            // Everything a start would load, but nothing a running server
+            // owns: no ledger opened, no stale plugin copies pruned.
+            let loader = crate::plugins::Loader::new(config.server.state_dir.clone());
+            let snapshot = crate::state::Snapshot::build(config, &loader, None)?;
             println!(
                 "{}: ok: {} platforms, {} providers",
                 path.display(),
@@ -343,8 +345,13 @@ fn files_of(config_path: &Path) -> Result<Files, CliError> {
             partial
                 .server
                 .keys_file
-                .unwrap_or_else(|| "keys.toml".into()),
+                .unwrap_or_else(|| crate::config::DEFAULT_KEYS_FILE.into()),
         ),
-        ledger_path: base.join(partial.ledger.path.unwrap_or_else(|| "usage.db".into())),
+        ledger_path: base.join(
+            partial
+                .ledger
+                .path
+                .unwrap_or_else(|| crate::config::DEFAULT_LEDGER_FILE.into()),
+        ),
     })
 }

@@ -80,8 +80,9 @@ pub struct ServerConfig {
     pub state_dir: PathBuf,
     /// Key for sealing cursors; `None`: a random key per process.
     pub cursor_key: Option<Secret>,
-    /// The only proxy upstream requests may use; never taken from the environment.
-    pub upstream_proxy: Option<String>,
+    /// The only proxy upstream requests may use; never taken from the
+    /// environment. A secret: it may carry credentials.
+    pub upstream_proxy: Option<Secret>,
     pub limits: ServerLimits,
     /// The operators' listener (metrics); `None` when set to `"off"`.
     pub admin_listen: Option<SocketAddr>,
@@ -148,7 +149,7 @@ impl PlatformConfig {
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ProviderConfig {
     /// The plugin library file.
     pub library: PathBuf,
@@ -162,6 +163,37 @@ pub struct ProviderConfig {
     /// Larger upstream bodies are bad responses.
     pub max_body_bytes: usize,
 }
+
+/// The base URL may carry credentials: print it redacted.
+impl fmt::Debug for ProviderConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProviderConfig")
+            .field("library", &self.library)
+            .field("base_url", &redacted_url(&self.base_url))
+            .field("api_key", &self.api_key)
+            .field("timeout", &self.timeout)
+            .field("settings", &self.settings)
+            .field("breaker", &self.breaker)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .finish()
+    }
+}
+
+/// A URL without what may be secret in it (user info, query), for logs.
+pub fn redacted_url(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let rest = rest.split(['?', '#']).next().unwrap_or("");
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    let query = if url.contains('?') { "?…" } else { "" };
+    format!("{scheme}://{host}{path}{query}")
+}
+
+/// Default file names, beside the config.
+pub const DEFAULT_KEYS_FILE: &str = "keys.toml";
+pub const DEFAULT_LEDGER_FILE: &str = "usage.db";
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9464";
@@ -319,11 +351,12 @@ impl Config {
             }
         };
         if let Some(proxy) = &raw.server.upstream_proxy {
-            // The client is built without SOCKS support.
+            // The client is built without SOCKS support. The value is not
+            // echoed: it may carry credentials.
             if !(proxy.starts_with("http://") || proxy.starts_with("https://")) {
-                return Err(invalid(format!(
-                    "[server] upstream_proxy: `{proxy}` is not an http:// or https:// URL"
-                )));
+                return Err(invalid(
+                    "[server] upstream_proxy: not an http:// or https:// URL".into(),
+                ));
             }
         }
         let defaults = ServerLimits::default();
@@ -390,7 +423,7 @@ impl Config {
                 raw.server
                     .keys_file
                     .as_deref()
-                    .unwrap_or(Path::new("keys.toml")),
+                    .unwrap_or(Path::new(DEFAULT_KEYS_FILE)),
             ),
             plugin_dir: plugin_dir.clone(),
             state_dir: resolve(
@@ -400,7 +433,7 @@ impl Config {
                     .unwrap_or(Path::new("state")),
             ),
             cursor_key,
-            upstream_proxy: raw.server.upstream_proxy,
+            upstream_proxy: raw.server.upstream_proxy.map(Secret::new),
             limits,
             admin_listen,
             log_format: raw.server.log_format.unwrap_or_default(),
@@ -409,11 +442,16 @@ impl Config {
         let mut providers = BTreeMap::new();
         for (name, p) in raw.providers {
             let at = |what: &str| format!("[providers.{name}] {what}");
+            // Provider names travel in cursors and metric labels: keep them
+            // short and plain.
+            if !valid_segment(&name) {
+                return Err(invalid(at(
+                    ": a provider name is 1-64 of a-z, 0-9, `-` and `_`",
+                )));
+            }
+            // Not echoed: a base URL may carry credentials.
             if !(p.base_url.starts_with("http://") || p.base_url.starts_with("https://")) {
-                return Err(invalid(at(&format!(
-                    "base_url: `{}` is not an http:// or https:// URL",
-                    p.base_url
-                ))));
+                return Err(invalid(at("base_url: not an http:// or https:// URL")));
             }
             let api_key = env(&p.api_key_env)
                 .filter(|v| !v.is_empty())
@@ -516,7 +554,12 @@ impl Config {
             platforms,
             providers,
             rate_limit,
-            ledger_path: resolve(raw.ledger.path.as_deref().unwrap_or(Path::new("usage.db"))),
+            ledger_path: resolve(
+                raw.ledger
+                    .path
+                    .as_deref()
+                    .unwrap_or(Path::new(DEFAULT_LEDGER_FILE)),
+            ),
             billing: raw.billing,
         })
     }
@@ -644,6 +687,23 @@ mod tests {
             assert!(!message.contains('\n'), "{message:?}");
             assert!(!message.contains("secret-"), "{message:?}");
         }
+    }
+
+    #[test]
+    fn urls_are_redacted_for_logs() {
+        assert_eq!(
+            redacted_url("https://user:pw@api.example:8443/v1/x?key=sk&u=1#f"),
+            "https://api.example:8443/v1/x?…"
+        );
+        assert_eq!(redacted_url("http://127.0.0.1:9"), "http://127.0.0.1:9");
+        let c = parse(&GOOD.replace(
+            "https://example.test/api/",
+            "https://u:topsecret@example.test/",
+        ))
+        .unwrap();
+        assert!(!format!("{c:?}").contains("topsecret"));
+        let bad = GOOD.replace("https://example.test/api/", "ftp://u:topsecret@x");
+        assert!(!parse(&bad).unwrap_err().to_string().contains("topsecret"));
     }
 
     #[test]

@@ -129,6 +129,14 @@ impl Loader {
         }
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes).map_err(read_failed)?;
+        // A library written in place while we read would be torn; mapping a
+        // torn library can crash the process. Refuse it: the write's end
+        // triggers another reload.
+        if Fingerprint::of(&file.metadata().map_err(read_failed)?) != fingerprint {
+            return Err(read_failed(std::io::Error::other(
+                "the file changed while being read; replace libraries by renaming a finished file into place",
+            )));
+        }
         let hash: ContentHash = Sha256::digest(&bytes).into();
         let library = match loaded.by_hash.get(&hash) {
             Some(library) => library.clone(),
@@ -188,7 +196,10 @@ impl Loader {
         let short: String = hash[..8].iter().map(|b| format!("{b:02x}")).collect();
         let extension = path.extension().and_then(|e| e.to_str()).unwrap_or("so");
         let copy = dir.join(format!("{stem}-{short}.{extension}"));
-        if copy.exists() {
+        // A copy left by an earlier run is used only if it is whole.
+        let intact =
+            std::fs::read(&copy).is_ok_and(|existing| Sha256::digest(&existing)[..] == hash[..]);
+        if intact {
             return Ok(copy);
         }
         let failed = |source| PluginError::Copy {
@@ -198,7 +209,12 @@ impl Loader {
         };
         std::fs::create_dir_all(&dir).map_err(failed)?;
         let tmp = dir.join(format!(".{stem}-{short}.{}.tmp", std::process::id()));
-        std::fs::write(&tmp, bytes)
+        let write_synced = |tmp: &Path| -> std::io::Result<()> {
+            let mut file = std::fs::File::create(tmp)?;
+            std::io::Write::write_all(&mut file, bytes)?;
+            file.sync_all()
+        };
+        write_synced(&tmp)
             .and_then(|()| std::fs::rename(&tmp, &copy))
             .map_err(|e| {
                 let _ = std::fs::remove_file(&tmp);

@@ -91,7 +91,8 @@ impl App {
         let loader = Loader::new(config.server.state_dir.clone());
         let cursors = CursorSealer::new(config.server.cursor_key.as_ref())
             .map_err(|e| StartError::Random(e.to_string()))?;
-        let upstream = UpstreamClient::new(config.server.upstream_proxy.as_deref())?;
+        let upstream =
+            UpstreamClient::new(config.server.upstream_proxy.as_ref().map(|p| p.expose()))?;
         let limits = config.server.limits;
         let ledger = Ledger::open(&config.ledger_path, LEDGER_FLUSH_EVERY)?;
         let accounts = Accounts::new(ledger.lifetime_credits()?);

@@ -191,7 +191,7 @@ impl Call {
     where
         I: IntoIterator<Item = (&'a str, &'a str)>,
     {
-        let params = Params::collect(params)?;
+        let params = Params::collect(endpoint, params)?;
         let count = |endpoint: Endpoint| -> Result<u32, ParamError> {
             let (range, default) = endpoint.count_rule().expect("list endpoint");
             params.count(range, default)
@@ -230,27 +230,36 @@ struct Params<'a> {
 }
 
 impl<'a> Params<'a> {
-    fn collect<I>(params: I) -> Result<Params<'a>, ParamError>
+    /// Collects the parameters `endpoint` reads. A parameter given twice is
+    /// refused only if the endpoint reads it; any other is ignored, however
+    /// often it appears.
+    fn collect<I>(endpoint: Endpoint, params: I) -> Result<Params<'a>, ParamError>
     where
         I: IntoIterator<Item = (&'a str, &'a str)>,
     {
+        let reads = |name: &str| match name {
+            "username" => matches!(endpoint, Endpoint::Profile | Endpoint::Posts),
+            "id" => matches!(endpoint, Endpoint::Post | Endpoint::Comments),
+            "query" => endpoint == Endpoint::Search,
+            // `cursor` is the host's to resolve, but a duplicate is refused
+            // here all the same.
+            "count" | "cursor" => endpoint.is_list(),
+            _ => false,
+        };
         let mut seen = Params::default();
-        // Duplicates are refused for every parameter we read, including
-        // `cursor`, which the host resolves itself.
         let mut cursor_seen = false;
-        for (name, value) in params {
+        for (name, value) in params.into_iter().filter(|(name, _)| reads(name)) {
             let (slot, name): (&mut Option<&'a str>, &'static str) = match name {
                 "username" => (&mut seen.username, "username"),
                 "id" => (&mut seen.id, "id"),
                 "query" => (&mut seen.query, "query"),
                 "count" => (&mut seen.count, "count"),
-                "cursor" => {
+                _ => {
                     if std::mem::replace(&mut cursor_seen, true) {
                         return Err(duplicate("cursor"));
                     }
                     continue;
                 }
-                _ => continue,
             };
             if slot.replace(value).is_some() {
                 return Err(duplicate(name));

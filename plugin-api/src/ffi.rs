@@ -149,14 +149,24 @@ fn panicked(payload: Box<dyn Any + Send>) -> ProviderError {
 // ---------------------------------------------------------------------------
 // Plugin side: adapters from the safe traits to the ABI.
 
-struct ProviderAdapter<P>(P);
+struct ProviderAdapter<P>(Option<P>);
+
+/// A provider's own destructor runs here, in the plugin: keep its panic on
+/// this side of the boundary.
+impl<P> Drop for ProviderAdapter<P> {
+    fn drop(&mut self) {
+        let provider = self.0.take();
+        let _ = catch_unwind(AssertUnwindSafe(move || drop(provider)));
+    }
+}
 
 impl<P: Provider> FfiProvider for ProviderAdapter<P> {
     fn begin(&self, call: RStr<'_>) -> FfiAttemptBox {
         let started = catch_unwind(AssertUnwindSafe(|| {
-            match serde_json::from_str::<Call>(call.as_str()) {
-                Ok(call) => self.0.begin(call),
-                Err(e) => attempt::fail(ProviderError::bad_response(format!(
+            match (serde_json::from_str::<Call>(call.as_str()), &self.0) {
+                (Ok(call), Some(provider)) => provider.begin(call),
+                (Ok(_), None) => attempt::fail(ProviderError::bad_response("provider is gone")),
+                (Err(e), _) => attempt::fail(ProviderError::bad_response(format!(
                     "host sent an unreadable call: {e}"
                 ))),
             }
@@ -169,6 +179,14 @@ impl<P: Provider> FfiProvider for ProviderAdapter<P> {
 struct AttemptAdapter {
     /// `None` once the attempt panicked: its state may be torn.
     inner: Option<Box<dyn Attempt>>,
+}
+
+/// An attempt's destructor is plugin code too.
+impl Drop for AttemptAdapter {
+    fn drop(&mut self) {
+        let inner = self.inner.take();
+        let _ = catch_unwind(AssertUnwindSafe(move || drop(inner)));
+    }
 }
 
 impl FfiAttempt for AttemptAdapter {
@@ -238,7 +256,7 @@ extern "C" fn instantiate<P: Provider>(
     }));
     match created {
         Ok(Ok(provider)) => ROk(FfiProvider_TO::from_value(
-            ProviderAdapter(provider),
+            ProviderAdapter(Some(provider)),
             TD_Opaque,
         )),
         Ok(Err(reason)) => RErr(reason.into()),
@@ -420,6 +438,10 @@ impl ProviderHandle {
     }
 }
 
+/// The longest upstream cursor a provider may hand out: the host seals it
+/// into the token callers carry in a URL.
+pub const MAX_CURSOR_LEN: usize = 1024;
+
 /// One attempt in progress; see [`Attempt`].
 pub struct AttemptHandle {
     inner: FfiAttemptBox,
@@ -474,9 +496,18 @@ impl AttemptHandle {
                         self.endpoint
                     )));
                 }
+                let next_cursor: Option<String> = next_cursor.into_option().map(Into::into);
+                if next_cursor
+                    .as_ref()
+                    .is_some_and(|c| c.len() > MAX_CURSOR_LEN)
+                {
+                    return Err(ProviderError::bad_response(format!(
+                        "plugin gave a cursor longer than {MAX_CURSOR_LEN} bytes"
+                    )));
+                }
                 Ok(Next::Done(Done {
                     output,
-                    next_cursor: next_cursor.into_option().map(Into::into),
+                    next_cursor,
                 }))
             }
             FfiStep::Fail {

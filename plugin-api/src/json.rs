@@ -16,7 +16,25 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::fmt;
 
-use crate::Timestamp;
+use crate::{ProviderError, Timestamp};
+
+/// Parses upstream JSON into `T`; the error says where it went wrong, never
+/// what the text was (an upstream may echo our key into any field).
+pub fn parse<'a, T: Deserialize<'a>>(text: &'a [u8]) -> Result<T, ProviderError> {
+    serde_json::from_slice(text).map_err(|e| {
+        let what = match e.classify() {
+            serde_json::error::Category::Io => "unreadable",
+            serde_json::error::Category::Syntax => "not JSON",
+            serde_json::error::Category::Data => "JSON of an unexpected shape",
+            serde_json::error::Category::Eof => "truncated JSON",
+        };
+        ProviderError::bad_response(format!(
+            "body is {what} (line {}, column {})",
+            e.line(),
+            e.column()
+        ))
+    })
+}
 
 /// An identifier or cursor that arrives as a JSON string or a bare integer
 /// of any length, kept exactly as text.
@@ -206,6 +224,21 @@ mod tests {
         assert_eq!(f("0").unwrap(), Some(Flag(false)));
         assert_eq!(f("1").unwrap(), Some(Flag(true)));
         assert!(f("2").is_err());
+    }
+
+    #[test]
+    fn parse_errors_never_quote_the_text() {
+        #[derive(Debug, Deserialize)]
+        struct Wrapper {
+            #[allow(dead_code)]
+            code: i64,
+        }
+        let echoed = br#"{"code":"echo sk_live_SECRET"}"#;
+        let error = super::parse::<Wrapper>(echoed).unwrap_err();
+        assert!(!error.message().contains("SECRET"), "{error}");
+        assert!(error.message().contains("unexpected shape"), "{error}");
+        let error = super::parse::<Wrapper>(b"<html>sk_live_SECRET").unwrap_err();
+        assert!(!error.message().contains("SECRET"), "{error}");
     }
 
     #[test]

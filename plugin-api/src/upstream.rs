@@ -168,9 +168,7 @@ impl<'a> UpstreamResponse<'a> {
         if self.body.iter().all(u8::is_ascii_whitespace) {
             return Err(ProviderError::new(ErrorKind::BadResponse, "empty body"));
         }
-        serde_json::from_slice(self.body).map_err(|e| {
-            ProviderError::new(ErrorKind::BadResponse, format!("unreadable body: {e}"))
-        })
+        crate::json::parse(self.body)
     }
 }
 

@@ -28,15 +28,14 @@ pub async fn run(listen: Option<SocketAddr>, fail_primary: bool) -> Result<(), C
     let exe_dir = executable_dir()?;
     // Beside the executable, not /tmp, which may forbid mapping libraries.
     let state_dir = exe_dir.join("socialgate-demo");
-    let keys_file = state_dir.join("keys.toml");
+    let keys_file = state_dir.join(crate::config::DEFAULT_KEYS_FILE);
     match std::fs::remove_file(&keys_file) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
         _ => {}
     }
     let key = KeysFileAt(&keys_file).issue("demo")?;
 
-    let mut config = demo_config(&sandbox, exe_dir, state_dir.clone(), keys_file, listen);
-    config.ledger_path = state_dir.join("usage.db");
+    let config = demo_config(&sandbox, exe_dir, state_dir, keys_file, listen);
     let shutdown = server::shutdown_signal()?;
     let (listener, app) = cli::start(config, None).await?;
     let base = format!("http://{}", listener.local_addr()?);
@@ -96,6 +95,7 @@ fn demo_config(
             endpoints: BTreeMap::from([(Endpoint::Search, vec!["shortvideo-fallback".into()])]),
         },
     )]);
+    let ledger_path = state_dir.join(crate::config::DEFAULT_LEDGER_FILE);
     Config {
         path: PathBuf::from("(demo)"),
         server: ServerConfig {
@@ -112,7 +112,7 @@ fn demo_config(
         platforms,
         providers,
         rate_limit: None,
-        ledger_path: PathBuf::from("usage.db"),
+        ledger_path,
         billing: Default::default(),
     }
 }

@@ -12,7 +12,7 @@ use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 
@@ -20,20 +20,26 @@ use crate::state::App;
 
 /// Serves the admin listener until the task is dropped.
 pub async fn run(listener: TcpListener, app: Arc<App>, metrics: PrometheusHandle) {
+    // The same defences as the public listener: it shares the process's
+    // descriptors, and operators may expose it beyond loopback.
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(app.limits.header_timeout)
+        .max_buf_size(app.limits.max_header_bytes);
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             continue;
         };
         let (app, metrics) = (app.clone(), metrics.clone());
+        let service = service_fn(move |request: Request<Incoming>| {
+            let response = answer(&app, &metrics, &request);
+            async move { Ok::<_, Infallible>(response) }
+        });
+        let connection = builder.serve_connection(TokioIo::new(stream), service);
         tokio::spawn(async move {
-            let service = service_fn(move |request: Request<Incoming>| {
-                let response = answer(&app, &metrics, &request);
-                async move { Ok::<_, Infallible>(response) }
-            });
-            let _ = http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
+            let _ = connection.await;
         });
     }
 }

@@ -55,8 +55,10 @@ pub async fn run(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Out
             }
         });
     }
-    drop(listener);
+    // Not ready from now on (for load balancers still probing over open
+    // connections), then no new connections.
     app.begin_draining();
+    drop(listener);
     tracing::info!(
         connections = graceful.count(),
         "shutting down: no new connections; finishing requests in flight"

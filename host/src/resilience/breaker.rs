@@ -7,7 +7,7 @@
 //! longer of the cooldown and its `Retry-After`. "Not found" and invalid
 //! input prove the upstream works, so they count as successes.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -15,6 +15,9 @@ use tokio::time::Instant;
 /// Defaults of `breaker_failures` and `breaker_cooldown_ms`.
 pub const DEFAULT_FAILURES: u32 = 5;
 pub const DEFAULT_COOLDOWN: Duration = Duration::from_secs(30);
+/// The longest an upstream's `Retry-After` can keep a breaker open: an
+/// upstream must not be able to switch itself off for good.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BreakerConfig {
@@ -52,31 +55,36 @@ pub enum Outcome {
     Failure,
     /// Quota exhausted; the upstream may say for how long.
     RateLimited(Option<Duration>),
+    /// The attempt never reached the upstream (the plugin refused the
+    /// input): it says nothing about the provider's health.
+    Neutral,
 }
 
 /// Leave to make one attempt. Report how it went with
-/// [`Breaker::record`]; dropping it unreported (the request was abandoned)
-/// lets the next request probe instead.
+/// [`Breaker::record`]. A probe dropped unreported counts as a failed probe:
+/// otherwise a provider that hangs until callers give up would be probed
+/// again at once, forever.
 #[must_use]
-pub struct Permit<'a> {
-    breaker: &'a Breaker,
+pub struct Permit {
+    breaker: Arc<Breaker>,
     probe: bool,
     reported: bool,
 }
 
-impl Permit<'_> {
-    pub fn is_probe(&self) -> bool {
+impl Permit {
+    #[cfg(test)]
+    fn is_probe(&self) -> bool {
         self.probe
     }
 }
 
-impl Drop for Permit<'_> {
+impl Drop for Permit {
     fn drop(&mut self) {
         if self.probe && !self.reported {
             let mut state = self.breaker.lock();
             if *state == State::Probing {
                 *state = State::Open {
-                    until: Instant::now(),
+                    until: Instant::now() + self.breaker.config.cooldown,
                 };
             }
         }
@@ -107,7 +115,7 @@ impl Breaker {
     }
 
     /// Leave to attempt now, or the instant the provider may be tried again.
-    pub fn try_acquire(&self, now: Instant) -> Result<Permit<'_>, Instant> {
+    pub fn try_acquire(self: &Arc<Self>, now: Instant) -> Result<Permit, Instant> {
         let mut state = self.lock();
         match *state {
             State::Closed { .. } => Ok(self.permit(false)),
@@ -116,38 +124,49 @@ impl Breaker {
                 Ok(self.permit(true))
             }
             State::Open { until } => Err(until),
-            // Another request is probing; try again shortly.
-            State::Probing => Err(now + Duration::from_millis(1)),
+            // Another request is probing; it decides.
+            State::Probing => Err(now),
         }
     }
 
-    /// Leave to attempt even though the breaker is open: used when every
-    /// provider of a chain is open, so a chain never refuses outright.
-    pub fn force_acquire(&self) -> Permit<'_> {
+    /// Leave to probe before the cooldown ends: used when every provider of
+    /// a chain is open, so a chain never refuses outright. `None` while
+    /// another probe is in flight: one probe at a time decides.
+    pub fn force_acquire(self: &Arc<Self>) -> Option<Permit> {
         let mut state = self.lock();
-        let probe = matches!(*state, State::Open { .. });
-        if probe {
-            *state = State::Probing;
+        match *state {
+            State::Closed { .. } => Some(self.permit(false)),
+            State::Open { .. } => {
+                *state = State::Probing;
+                Some(self.permit(true))
+            }
+            State::Probing => None,
         }
-        self.permit(probe)
     }
 
-    fn permit(&self, probe: bool) -> Permit<'_> {
+    fn permit(self: &Arc<Self>, probe: bool) -> Permit {
         Permit {
-            breaker: self,
+            breaker: self.clone(),
             probe,
             reported: false,
         }
     }
 
     /// Records how the attempt under `permit` went.
-    pub fn record(&self, mut permit: Permit<'_>, outcome: Outcome, now: Instant) {
+    pub fn record(&self, mut permit: Permit, outcome: Outcome, now: Instant) {
         permit.reported = true;
         let mut state = self.lock();
         *state = match (outcome, *state) {
             (Outcome::Success, _) => State::Closed { failures: 0 },
+            // Nothing learnt: a probe lets the next request probe.
+            (Outcome::Neutral, State::Probing) => State::Open { until: now },
+            (Outcome::Neutral, unchanged) => unchanged,
             (Outcome::RateLimited(after), _) => State::Open {
-                until: now + after.unwrap_or_default().max(self.config.cooldown),
+                until: now
+                    + after
+                        .unwrap_or_default()
+                        .min(MAX_RETRY_AFTER)
+                        .max(self.config.cooldown),
             },
             (Outcome::Failure, State::Closed { failures })
                 if failures + 1 < self.config.failures =>
@@ -173,14 +192,14 @@ impl Breaker {
 mod tests {
     use super::*;
 
-    fn breaker() -> Breaker {
-        Breaker::new(BreakerConfig {
+    fn breaker() -> Arc<Breaker> {
+        Arc::new(Breaker::new(BreakerConfig {
             failures: 3,
             cooldown: Duration::from_secs(10),
-        })
+        }))
     }
 
-    fn fail(b: &Breaker, now: Instant) {
+    fn fail(b: &Arc<Breaker>, now: Instant) {
         let permit = b.try_acquire(now).expect("closed");
         b.record(permit, Outcome::Failure, now);
     }
@@ -242,7 +261,7 @@ mod tests {
     }
 
     #[test]
-    fn an_abandoned_probe_lets_the_next_request_probe() {
+    fn an_abandoned_probe_counts_as_a_failed_one() {
         let b = breaker();
         let t = Instant::now();
         for _ in 0..3 {
@@ -250,18 +269,52 @@ mod tests {
         }
         let later = t + Duration::from_secs(10);
         drop(b.try_acquire(later).unwrap());
-        assert!(b.try_acquire(Instant::now().max(later)).unwrap().is_probe());
+        let reopened_until = b
+            .try_acquire(Instant::now().max(later))
+            .err()
+            .expect("open again");
+        assert!(reopened_until >= Instant::now() + Duration::from_secs(9));
     }
 
     #[test]
-    fn forced_attempts_probe_an_open_breaker() {
+    fn a_rate_limit_cannot_switch_a_provider_off_for_good() {
+        let b = breaker();
+        let t = Instant::now();
+        let p = b.try_acquire(t).unwrap();
+        b.record(
+            p,
+            Outcome::RateLimited(Some(Duration::from_secs(u64::MAX / 4))),
+            t,
+        );
+        assert_eq!(b.try_acquire(t).err(), Some(t + MAX_RETRY_AFTER));
+    }
+
+    #[test]
+    fn a_neutral_outcome_changes_nothing_but_frees_the_probe() {
+        let b = breaker();
+        let t = Instant::now();
+        fail(&b, t);
+        let p = b.try_acquire(t).unwrap();
+        b.record(p, Outcome::Neutral, t);
+        fail(&b, t);
+        assert!(!b.is_open(), "still two failures, not three");
+        fail(&b, t);
+        let later = t + Duration::from_secs(10);
+        let probe = b.try_acquire(later).unwrap();
+        b.record(probe, Outcome::Neutral, later);
+        assert!(b.try_acquire(later).unwrap().is_probe());
+    }
+
+    #[test]
+    fn forced_attempts_probe_an_open_breaker_one_at_a_time() {
         let b = breaker();
         let t = Instant::now();
         for _ in 0..3 {
             fail(&b, t);
         }
-        let forced = b.force_acquire();
+        let forced = b.force_acquire().expect("open: may probe");
         assert!(forced.is_probe());
+        assert!(b.force_acquire().is_none(), "one probe decides");
         b.record(forced, Outcome::Success, t);
         assert!(!b.is_open());
     }

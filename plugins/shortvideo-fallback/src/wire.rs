@@ -35,8 +35,7 @@ pub fn data<'a, T: Deserialize<'a>>(response: &UpstreamResponse<'a>) -> Result<T
     let data = envelope
         .data
         .ok_or_else(|| ProviderError::bad_response("`code` 0 without `data`"))?;
-    serde_json::from_str(data.get())
-        .map_err(|e| ProviderError::bad_response(format!("unusable `data`: {e}")))
+    plugin_api::json::parse(data.get().as_bytes())
 }
 
 /// Classifies a non-zero `code` by its `msg`, the only place the upstream
