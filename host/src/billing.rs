@@ -12,6 +12,9 @@ use std::sync::Mutex;
 
 use serde::Deserialize;
 
+/// Credits an answered request costs, on every endpoint today.
+pub const CREDITS_PER_REQUEST: u32 = 1;
+
 /// `[billing]` as configured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -93,7 +96,8 @@ impl Accounts {
     }
 
     /// Credits `key` has spent.
-    pub fn spent(&self, key: &str) -> u64 {
+    #[cfg(test)]
+    fn spent(&self, key: &str) -> u64 {
         self.lock().get(key).map_or(0, |a| a.spent)
     }
 }

@@ -7,16 +7,12 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
-use tokio::net::TcpListener;
 
 use crate::auth::{KeysError, KeysFileAt};
 use crate::config::{Config, ConfigError, LogFormat};
-use crate::http::{admin, server};
-use crate::metrics::MetricsError;
-use crate::state::{App, StartError};
+use crate::state::StartError;
 
 #[derive(Parser)]
 #[command(
@@ -89,13 +85,10 @@ pub enum CliError {
     Start(#[from] StartError),
     #[error(transparent)]
     Keys(#[from] KeysError),
-    #[error("cannot listen on {addr}: {source}")]
-    Bind {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
     #[error(transparent)]
-    Metrics(#[from] MetricsError),
+    Serve(#[from] crate::serve::ServeError),
+    #[error(transparent)]
+    Demo(#[from] crate::demo::DemoError),
     #[error(transparent)]
     Ledger(#[from] crate::ledger::LedgerError),
     #[error("{0}")]
@@ -133,11 +126,11 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Command::Serve => {
             let config = Config::load(&cli.config)?;
             init_logging(cli.log_format.unwrap_or(config.server.log_format));
-            runtime()?.block_on(serve(config, cli.listen))
+            Ok(runtime()?.block_on(crate::serve::serve(config, cli.listen))?)
         }
         Command::Demo { fail_primary } => {
             init_logging(cli.log_format.unwrap_or_default());
-            runtime()?.block_on(crate::demo::run(cli.listen, fail_primary))
+            Ok(runtime()?.block_on(crate::demo::run(cli.listen, fail_primary))?)
         }
         Command::Check => {
             init_logging(cli.log_format.unwrap_or_default());
@@ -166,68 +159,6 @@ fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-}
-
-/// Loads plugins and keys, binds, announces the address, serves until a
-/// shutdown signal.
-pub async fn serve(config: Config, listen: Option<SocketAddr>) -> Result<(), CliError> {
-    // Signals and file watches exist before the server announces itself:
-    // anything that happens after the `listening on` line is seen.
-    let shutdown = server::shutdown_signal()?;
-    let hangup = crate::reload::hangup_signal();
-    let watch = crate::reload::Watch::start(&config);
-    let (listener, app) = start(config, listen).await?;
-    let reloader = crate::reload::Reloader::new(app.clone(), listener.local_addr()?, hangup, watch);
-    let watching = tokio::spawn(reloader.run());
-    server::run(listener, app, shutdown).await;
-    watching.abort();
-    Ok(())
-}
-
-/// Everything up to a bound listener, whose address is printed on stdout
-/// (`listening on http://ADDR`), and the admin listener, serving already
-/// (`admin listening on http://ADDR`).
-pub async fn start(
-    config: Config,
-    listen: Option<SocketAddr>,
-) -> Result<(TcpListener, Arc<App>), CliError> {
-    let addr = listen.unwrap_or(config.server.listen);
-    let admin_addr = config.server.admin_listen;
-    let metrics = crate::metrics::install()?;
-    let app = Arc::new(App::start(config)?);
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|source| CliError::Bind { addr, source })?;
-    let local = listener.local_addr()?;
-    let admin = match admin_addr {
-        Some(addr) => Some(
-            TcpListener::bind(addr)
-                .await
-                .map_err(|source| CliError::Bind { addr, source })?,
-        ),
-        None => None,
-    };
-    // Only now, so a failed start prints nothing but its one error line.
-    let snapshot = app.snapshot();
-    tracing::info!(
-        platforms = snapshot.routes.platform_count(),
-        providers = snapshot.routes.provider_count(),
-        keys = snapshot.keys.len(),
-        "configuration loaded"
-    );
-    if snapshot.config.server.cursor_key.is_none() {
-        tracing::info!(
-            "no cursor_key_env: cursors are sealed with a per-process key and end with the process"
-        );
-    }
-    let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "listening on http://{local}")?;
-    if let Some(admin) = admin {
-        writeln!(stdout, "admin listening on http://{}", admin.local_addr()?)?;
-        tokio::spawn(admin::run(admin, app.clone(), metrics));
-    }
-    stdout.flush()?;
-    Ok((listener, app))
 }
 
 fn keys(config_path: &Path, command: KeysCommand) -> Result<(), CliError> {

@@ -47,8 +47,9 @@ impl Listing<'_> {
     }
 }
 
+/// The token does not open for this listing.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("parameter `cursor` is not a cursor this listing issued")]
+#[error("not a cursor this listing issued")]
 pub struct InvalidCursor;
 
 /// Seals and opens tokens with one key.

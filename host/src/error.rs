@@ -91,6 +91,17 @@ impl ApiError {
         }
     }
 
+    /// A `cursor` that this listing did not issue (tampered, foreign, or
+    /// from before a restart without `cursor_key_env`).
+    pub fn bad_cursor() -> ApiError {
+        ApiError::InvalidParameter("parameter `cursor` is not a cursor this listing issued".into())
+    }
+
+    /// A `cursor` whose provider is no longer in the chain.
+    pub fn expired_cursor() -> ApiError {
+        ApiError::InvalidParameter("parameter `cursor` has expired; start the listing again".into())
+    }
+
     /// A platform name echoed back, cut to a sane length.
     pub fn platform_not_found(name: &str) -> ApiError {
         ApiError::PlatformNotFound(name.chars().take(64).collect())

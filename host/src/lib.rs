@@ -25,8 +25,9 @@
 //!
 //! Around it: [`config`] reads `platforms.toml`, [`plugins`] loads provider
 //! libraries, [`reload`] rebuilds the snapshot when the config, the keys or a
-//! library changes, [`cli`] is the command line, and [`demo`] runs
-//! everything against built-in sandbox upstreams.
+//! library changes, [`serve`] starts and runs the server, [`cli`] is the
+//! command line, and [`demo`] runs everything against built-in sandbox
+//! upstreams.
 
 pub mod auth;
 pub mod billing;
@@ -43,5 +44,6 @@ pub mod plugins;
 pub mod reload;
 pub mod resilience;
 pub mod routing;
+pub mod serve;
 pub mod state;
 pub mod upstream;

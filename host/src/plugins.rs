@@ -97,11 +97,6 @@ impl Loader {
         }
     }
 
-    /// How many distinct libraries this process has mapped.
-    pub fn loaded_count(&self) -> usize {
-        self.lock().by_hash.len()
-    }
-
     fn lock(&self) -> std::sync::MutexGuard<'_, Loaded> {
         self.loaded.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -18,7 +18,7 @@ use plugin_api::Endpoint;
 use crate::config::{Config, PlatformStatus, ProviderConfig};
 use crate::error::ApiError;
 use crate::plugins::{self, ContentHash, Loader, PluginError};
-use crate::resilience::breaker::{Breaker, BreakerConfig};
+use crate::resilience::breaker::Breaker;
 
 /// A configured provider, ready to serve.
 pub struct Provider {
@@ -52,7 +52,6 @@ struct Identity {
 
 struct Slot {
     identity: Identity,
-    breaker_config: BreakerConfig,
     provider: Arc<Provider>,
 }
 
@@ -146,21 +145,18 @@ impl Routes {
     /// The chain for `/v1/{platform}/{endpoint}`, checking the platform
     /// before the endpoint.
     pub fn route(&self, platform: &str, endpoint: &str) -> Result<(Endpoint, &Chain), ApiError> {
-        match self.platforms.get(platform) {
-            None => Err(ApiError::platform_not_found(platform)),
-            Some(Platform::Planned) => Err(ApiError::PlatformNotAvailable(platform.to_owned())),
-            Some(Platform::Live(chains)) => Endpoint::from_segment(endpoint)
-                .and_then(|e| chains.get(&e).map(|chain| (e, chain)))
-                .ok_or(ApiError::EndpointNotFound),
-        }
+        let chains = self.live(platform)?;
+        Endpoint::from_segment(endpoint)
+            .and_then(|e| chains.get(&e).map(|chain| (e, chain)))
+            .ok_or(ApiError::EndpointNotFound)
     }
 
-    /// Whether `platform` is known at all, for paths too short to route.
-    pub fn check_platform(&self, platform: &str) -> Result<(), ApiError> {
+    /// The chains of a live platform; an unknown or planned one is an error.
+    pub fn live(&self, platform: &str) -> Result<&HashMap<Endpoint, Chain>, ApiError> {
         match self.platforms.get(platform) {
             None => Err(ApiError::platform_not_found(platform)),
             Some(Platform::Planned) => Err(ApiError::PlatformNotAvailable(platform.to_owned())),
-            Some(Platform::Live(_)) => Ok(()),
+            Some(Platform::Live(chains)) => Ok(chains),
         }
     }
 
@@ -259,12 +255,13 @@ fn reuse_or_create(
         None => Arc::new(create(config)?),
     };
     let breaker = match same_instance {
-        Some(before) if before.breaker_config == config.breaker => before.provider.breaker.clone(),
+        Some(before) if before.provider.breaker.config() == config.breaker => {
+            before.provider.breaker.clone()
+        }
         _ => Arc::new(Breaker::new(config.breaker)),
     };
     Ok(Slot {
         identity,
-        breaker_config: config.breaker,
         provider: Arc::new(Provider {
             name: name.to_owned(),
             handle,

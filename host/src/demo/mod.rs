@@ -11,19 +11,30 @@ use std::time::Duration;
 
 use plugin_api::Endpoint;
 
-use crate::auth::KeysFileAt;
-use crate::cli::{self, CliError};
+use crate::auth::{KeysError, KeysFileAt};
 use crate::config::{
     executable_dir, Config, PlatformConfig, PlatformStatus, ProviderConfig, Secret, ServerConfig,
     ServerLimits,
 };
 use crate::http::server;
 use crate::resilience::breaker::BreakerConfig;
+use crate::serve::{self, ServeError};
 use sandbox::Sandbox;
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 
-pub async fn run(listen: Option<SocketAddr>, fail_primary: bool) -> Result<(), CliError> {
+/// Why the demo could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    #[error(transparent)]
+    Serve(#[from] ServeError),
+    #[error(transparent)]
+    Keys(#[from] KeysError),
+    #[error("demo: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+pub async fn run(listen: Option<SocketAddr>, fail_primary: bool) -> Result<(), DemoError> {
     let sandbox = Sandbox::start(fail_primary).await?;
     let exe_dir = executable_dir()?;
     // Beside the executable, not /tmp, which may forbid mapping libraries.
@@ -37,7 +48,7 @@ pub async fn run(listen: Option<SocketAddr>, fail_primary: bool) -> Result<(), C
 
     let config = demo_config(&sandbox, exe_dir, state_dir, keys_file, listen);
     let shutdown = server::shutdown_signal()?;
-    let (listener, app) = cli::start(config, None).await?;
+    let (listener, app) = serve::start(config, None).await?;
     let base = format!("http://{}", listener.local_addr()?);
     print_welcome(&base, &key, fail_primary);
     server::run(listener, app, shutdown).await;

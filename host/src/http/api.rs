@@ -9,6 +9,7 @@
 
 use std::borrow::Cow;
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 use std::time::Instant;
 
 use futures_util::FutureExt;
@@ -20,12 +21,14 @@ use tracing::Instrument;
 
 use super::request_id;
 use super::response::{self, Body};
+use crate::billing::CREDITS_PER_REQUEST;
 use crate::chain::{self, ChainError, Journal};
 use crate::cursor::{Listing, Position};
 use crate::error::ApiError;
 use crate::metrics::{self, RouteLabels};
 use crate::resilience::deadline::Deadline;
 use crate::resilience::rate_limit::retry_after_secs;
+use crate::routing::{Chain, Provider};
 use crate::state::{App, Snapshot};
 
 const API_KEY_HEADER: &str = "x-api-key";
@@ -141,7 +144,7 @@ async fn route(
             // `/v1/{platform}` alone: an unknown platform is still named.
             let platform = &path["/v1/".len()..];
             if !platform.is_empty() {
-                snapshot.routes.check_platform(platform)?;
+                snapshot.routes.live(platform)?;
             }
             return Err(ApiError::EndpointNotFound);
         }
@@ -156,33 +159,17 @@ async fn route(
         params.iter().map(|(k, v)| (k.as_ref(), v.as_ref())),
     )
     .map_err(|e| ApiError::InvalidParameter(e.to_string()))?;
-    let listing = listing_of(platform, endpoint, &call);
     let token = params
         .iter()
         .find(|(k, v)| k == "cursor" && !v.is_empty())
         .map(|(_, v)| v.as_ref());
-    let resume = match token {
-        Some(token) if endpoint.is_list() => Some(
-            app.cursors
-                .open(listing, token)
-                .map_err(|e| ApiError::InvalidParameter(e.to_string()))?,
-        ),
-        _ => None,
-    };
-
-    // Only the issuer can continue its listing. If the operator has since
-    // removed it from this chain, the token is dead.
-    let providers = match &resume {
-        None => &chain[..],
-        Some(Position { provider, upstream }) => {
-            let issuer = chain.iter().find(|p| p.name == *provider).ok_or_else(|| {
-                ApiError::InvalidParameter(
-                    "parameter `cursor` has expired; start the listing again".into(),
-                )
-            })?;
-            call = call.with_cursor(Some(upstream.clone()));
-            std::slice::from_ref(issuer)
+    let providers = match token {
+        Some(token) if endpoint.is_list() => {
+            let (issuer, continued) = resume(app, chain, platform, &call, token)?;
+            call = continued;
+            issuer
         }
+        _ => &chain[..],
     };
 
     // Held before any upstream call, refunded unless the answer is delivered.
@@ -219,13 +206,39 @@ async fn route(
         })
     });
     credit.commit();
-    app.ledger.record(key, response::CREDITS_PER_REQUEST);
-    metrics::credits(u64::from(response::CREDITS_PER_REQUEST));
+    app.ledger.record(key, CREDITS_PER_REQUEST);
+    metrics::credits(u64::from(CREDITS_PER_REQUEST));
     Ok(response::success(
         platform,
         &served.done.output,
         next_cursor.as_ref().map(|c| c.as_deref()),
         id,
+    ))
+}
+
+/// Opens a caller's cursor: the provider that issued it (only it can
+/// continue the listing, since upstream cursors do not transfer) and the
+/// call continuing from its upstream cursor.
+fn resume<'c>(
+    app: &App,
+    chain: &'c Chain,
+    platform: &str,
+    call: &Call,
+    token: &str,
+) -> Result<(&'c [Arc<Provider>], Call), ApiError> {
+    let Position { provider, upstream } = app
+        .cursors
+        .open(listing_of(platform, call.endpoint(), call), token)
+        .map_err(|_| ApiError::bad_cursor())?;
+    // If the operator has since removed the issuer from this chain, the
+    // token is dead.
+    let issuer = chain
+        .iter()
+        .find(|p| p.name == provider)
+        .ok_or_else(ApiError::expired_cursor)?;
+    Ok((
+        std::slice::from_ref(issuer),
+        call.clone().with_cursor(Some(upstream)),
     ))
 }
 

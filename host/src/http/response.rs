@@ -7,12 +7,10 @@ use hyper::{Response, StatusCode};
 use plugin_api::Output;
 use serde::ser::{Serialize, Serializer};
 
+use crate::billing::CREDITS_PER_REQUEST;
 use crate::error::ApiError;
 
 pub type Body = Full<Bytes>;
-
-/// Credits a successful request reports; billing is not active.
-pub const CREDITS_PER_REQUEST: u32 = 1;
 
 #[derive(serde::Serialize)]
 struct Meta<'a> {

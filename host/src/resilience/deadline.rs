@@ -19,10 +19,6 @@ impl Deadline {
         }
     }
 
-    pub fn at(self) -> Instant {
-        self.at
-    }
-
     pub fn expired(self) -> bool {
         Instant::now() >= self.at
     }

@@ -1,0 +1,222 @@
+//! The host side of the boundary: loading a library and checking its
+//! interface, and safe handles to the providers and attempts inside it.
+
+use std::time::Duration;
+
+use abi_stable::library::{lib_header_from_path, LibraryError};
+use abi_stable::std_types::{RErr, ROk, RString, RVec, Tuple2};
+
+use super::{FfiAttemptBox, FfiProviderBox, FfiResponse, FfiStep, HostServices, PluginModuleRef};
+use crate::{
+    Call, Done, ErrorKind, Manifest, Next, Output, ProviderConfig, ProviderError, UpstreamRequest,
+    UpstreamResponse,
+};
+
+/// Why a plugin library could not be used.
+#[derive(Debug)]
+pub enum LoadError {
+    /// `abi_stable` refused it: not loadable, no root module, or built
+    /// against an incompatible plugin-api (version or layout).
+    Library(LibraryError),
+    /// Its manifest is unreadable.
+    Manifest(String),
+}
+
+impl std::fmt::Display for LoadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LoadError::Library(e) => describe(e, f),
+            LoadError::Manifest(why) => write!(f, "unreadable manifest: {why}"),
+        }
+    }
+}
+
+/// abi_stable's reports span many lines (a layout mismatch prints both
+/// layouts); say in one line what the operator has to do about it.
+fn describe(error: &LibraryError, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+    match error {
+        LibraryError::OpenError { err, .. } => write!(f, "cannot be loaded: {err}"),
+        LibraryError::GetSymbolError { .. } => {
+            f.write_str("exports no plugin root module (not built with `export_provider!`)")
+        }
+        LibraryError::ParseVersionError(_) => f.write_str("declares an unreadable interface version"),
+        LibraryError::IncompatibleVersionNumber {
+            expected_version,
+            actual_version,
+            ..
+        } => write!(
+            f,
+            "built against plugin-api {actual_version}, incompatible with this host's \
+             {expected_version}; rebuild it against this host's plugin-api"
+        ),
+        LibraryError::AbiInstability(_) | LibraryError::InvalidCAbi { .. } => f.write_str(
+            "built against an incompatible plugin-api: its interface layout differs from this \
+             host's (abi_stable layout check); rebuild it against this host's plugin-api",
+        ),
+        LibraryError::InvalidAbiHeader(_) => {
+            f.write_str("built with an incompatible abi_stable version; rebuild it against this host's plugin-api")
+        }
+        LibraryError::RootModule { err, .. } => {
+            let text = err.to_string();
+            write!(f, "its root module failed to start: {}", first_line(&text))
+        }
+        LibraryError::Many(errors) => match errors.first() {
+            Some(first) => describe(first, f),
+            None => f.write_str("unusable"),
+        },
+    }
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("unknown library error")
+}
+
+impl std::error::Error for LoadError {}
+
+/// A loaded plugin library. Libraries are never unloaded: their code may
+/// still be running for requests started before a reload.
+#[derive(Clone)]
+pub struct Library {
+    module: PluginModuleRef,
+    manifest: Manifest,
+}
+
+impl Library {
+    /// Loads the library at `path` and checks its interface.
+    ///
+    /// Each path is loaded once per process by the dynamic loader: load
+    /// distinct files (private copies) for distinct libraries.
+    pub fn load(path: &std::path::Path) -> Result<Library, LoadError> {
+        let header = lib_header_from_path(path).map_err(LoadError::Library)?;
+        let module = header
+            .init_root_module::<PluginModuleRef>()
+            .map_err(LoadError::Library)?;
+        let json = (module.manifest())();
+        let manifest: Manifest =
+            serde_json::from_str(json.as_str()).map_err(|e| LoadError::Manifest(e.to_string()))?;
+        Ok(Library { module, manifest })
+    }
+
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// Sets up one provider. The error is the plugin's reason, for the operator.
+    pub fn instantiate(
+        &self,
+        config: &ProviderConfig,
+        host: HostServices,
+    ) -> Result<ProviderHandle, String> {
+        let config = serde_json::to_string(config).map_err(|e| e.to_string())?;
+        match (self.module.instantiate())(config.as_str().into(), host) {
+            ROk(inner) => Ok(ProviderHandle { inner }),
+            RErr(reason) => Err(reason.into()),
+        }
+    }
+}
+
+/// A provider instance, shared by every request.
+pub struct ProviderHandle {
+    inner: FfiProviderBox,
+}
+
+impl ProviderHandle {
+    /// Starts an attempt at `call`.
+    pub fn begin(&self, call: &Call) -> AttemptHandle {
+        let json = serde_json::to_string(call).expect("a Call always serializes");
+        AttemptHandle {
+            inner: self.inner.begin(json.as_str().into()),
+            endpoint: call.endpoint(),
+        }
+    }
+}
+
+/// The longest upstream cursor a provider may hand out: the host seals it
+/// into the token callers carry in a URL.
+pub const MAX_CURSOR_LEN: usize = 1024;
+
+/// One attempt in progress; see [`Attempt`](crate::Attempt).
+pub struct AttemptHandle {
+    inner: FfiAttemptBox,
+    endpoint: crate::Endpoint,
+}
+
+impl AttemptHandle {
+    /// Feeds the last response (none at first) and returns what the plugin
+    /// wants next. An answer of another endpoint's shape, or one that does
+    /// not decode strictly, is a bad response.
+    pub fn step(&mut self, response: Option<UpstreamResponse<'_>>) -> Result<Next, ProviderError> {
+        let headers: RVec<Tuple2<RString, RString>> = response
+            .map(|r| {
+                r.headers
+                    .iter()
+                    .map(|(n, v)| Tuple2(n.as_str().into(), v.as_str().into()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let response = response.map(|r| FfiResponse {
+            status: r.status,
+            headers: headers.as_rslice(),
+            body: r.body.into(),
+        });
+        match self.inner.step(response.into()) {
+            FfiStep::Fetch {
+                method,
+                url,
+                headers,
+                body: _,
+            } => Ok(Next::Fetch(UpstreamRequest::from_parts(
+                method.into(),
+                url.into(),
+                headers
+                    .into_iter()
+                    .map(|t| (t.0.into(), t.1.into()))
+                    .collect(),
+            ))),
+            FfiStep::Done {
+                output,
+                next_cursor,
+            } => {
+                let output: Output = serde_json::from_str(output.as_str()).map_err(|e| {
+                    ProviderError::bad_response(format!(
+                        "plugin output does not fit the schema: {e}"
+                    ))
+                })?;
+                if output.endpoint() != self.endpoint {
+                    return Err(ProviderError::bad_response(format!(
+                        "plugin answered {} to a {} call",
+                        output.endpoint(),
+                        self.endpoint
+                    )));
+                }
+                let next_cursor: Option<String> = next_cursor.into_option().map(Into::into);
+                if next_cursor
+                    .as_ref()
+                    .is_some_and(|c| c.len() > MAX_CURSOR_LEN)
+                {
+                    return Err(ProviderError::bad_response(format!(
+                        "plugin gave a cursor longer than {MAX_CURSOR_LEN} bytes"
+                    )));
+                }
+                Ok(Next::Done(Done {
+                    output,
+                    next_cursor,
+                }))
+            }
+            FfiStep::Fail {
+                kind,
+                message,
+                retry_after_ms,
+            } => {
+                let error = ProviderError::new(ErrorKind::from_code(kind), message);
+                Err(match retry_after_ms.into_option() {
+                    Some(ms) => error.retry_after(Duration::from_millis(ms)),
+                    None => error,
+                })
+            }
+        }
+    }
+}

@@ -1,0 +1,201 @@
+//! The plugin side of the boundary: adapters from the safe [`Provider`] and
+//! [`Attempt`] traits to the ABI, with every call into the author's code
+//! inside `catch_unwind`, and what [`export_provider!`](crate::export_provider)
+//! expands to.
+
+use std::any::Any;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use abi_stable::library::{CheckTypeLayout, RootModuleResult};
+use abi_stable::prefix_type::PrefixTypeTrait;
+use abi_stable::sabi_trait::TD_Opaque;
+use abi_stable::std_types::{RErr, ROk, ROption, RResult, RStr, RString, RVec, Tuple2};
+
+#[doc(hidden)]
+pub use abi_stable::library::LibHeader;
+
+use super::{
+    FfiAttempt, FfiAttemptBox, FfiAttempt_TO, FfiProvider, FfiProviderBox, FfiProvider_TO,
+    FfiResponse, FfiStep, HostServices, PluginModule, PluginModuleRef,
+};
+use crate::attempt;
+use crate::{
+    Attempt, Call, ErrorKind, Next, Provider, ProviderConfig, ProviderError, UpstreamResponse,
+};
+
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    let text = payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a non-string payload");
+    format!("plugin panicked: {text}")
+}
+
+fn panicked(payload: Box<dyn Any + Send>) -> ProviderError {
+    ProviderError::new(ErrorKind::Panicked, panic_message(&*payload))
+}
+
+struct ProviderAdapter<P>(Option<P>);
+
+/// A provider's own destructor runs here, in the plugin: keep its panic on
+/// this side of the boundary.
+impl<P> Drop for ProviderAdapter<P> {
+    fn drop(&mut self) {
+        let provider = self.0.take();
+        let _ = catch_unwind(AssertUnwindSafe(move || drop(provider)));
+    }
+}
+
+impl<P: Provider> FfiProvider for ProviderAdapter<P> {
+    fn begin(&self, call: RStr<'_>) -> FfiAttemptBox {
+        let started = catch_unwind(AssertUnwindSafe(|| {
+            match (serde_json::from_str::<Call>(call.as_str()), &self.0) {
+                (Ok(call), Some(provider)) => provider.begin(call),
+                (Ok(_), None) => attempt::fail(ProviderError::bad_response("provider is gone")),
+                (Err(e), _) => attempt::fail(ProviderError::bad_response(format!(
+                    "host sent an unreadable call: {e}"
+                ))),
+            }
+        }));
+        let inner = started.unwrap_or_else(|payload| attempt::fail(panicked(payload)));
+        FfiAttempt_TO::from_value(AttemptAdapter { inner: Some(inner) }, TD_Opaque)
+    }
+}
+
+struct AttemptAdapter {
+    /// `None` once the attempt panicked: its state may be torn.
+    inner: Option<Box<dyn Attempt>>,
+}
+
+/// An attempt's destructor is plugin code too.
+impl Drop for AttemptAdapter {
+    fn drop(&mut self) {
+        let inner = self.inner.take();
+        let _ = catch_unwind(AssertUnwindSafe(move || drop(inner)));
+    }
+}
+
+impl FfiAttempt for AttemptAdapter {
+    fn step(&mut self, response: ROption<FfiResponse<'_>>) -> FfiStep {
+        let Some(inner) = self.inner.as_mut() else {
+            return ProviderError::new(ErrorKind::Panicked, "attempt already panicked").into();
+        };
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            let response = response.into_option();
+            let headers: Vec<(String, String)> = response
+                .as_ref()
+                .map(|r| {
+                    r.headers
+                        .iter()
+                        .map(|t| (t.0.to_string(), t.1.to_string()))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let response = response
+                .as_ref()
+                .map(|r| UpstreamResponse::new(r.status, &headers, r.body.as_slice()));
+            inner.step(response)
+        }));
+        match outcome {
+            Ok(Ok(Next::Fetch(request))) => FfiStep::Fetch {
+                method: request.method.into(),
+                url: request.url.into(),
+                headers: request
+                    .headers
+                    .into_iter()
+                    .map(|(n, v)| Tuple2(n.into(), v.into()))
+                    .collect(),
+                body: RVec::new(),
+            },
+            Ok(Ok(Next::Done(done))) => match serde_json::to_string(&done.output) {
+                Ok(output) => FfiStep::Done {
+                    output: output.into(),
+                    next_cursor: done.next_cursor.map(RString::from).into(),
+                },
+                Err(e) => ProviderError::bad_response(format!("unwritable output: {e}")).into(),
+            },
+            Ok(Err(error)) => error.into(),
+            Err(payload) => {
+                self.inner = None;
+                panicked(payload).into()
+            }
+        }
+    }
+}
+
+extern "C" fn manifest_json<P: Provider>() -> RString {
+    // An empty string is an unreadable manifest, which fails the load.
+    catch_unwind(|| serde_json::to_string(&P::manifest()).unwrap_or_default())
+        .unwrap_or_default()
+        .into()
+}
+
+extern "C" fn instantiate<P: Provider>(
+    config: RStr<'_>,
+    host: HostServices,
+) -> RResult<FfiProviderBox, RString> {
+    crate::log::install(host);
+    let created = catch_unwind(AssertUnwindSafe(|| {
+        let config: ProviderConfig = serde_json::from_str(config.as_str())
+            .map_err(|e| format!("unreadable provider config: {e}"))?;
+        P::new(config)
+    }));
+    match created {
+        Ok(Ok(provider)) => ROk(FfiProvider_TO::from_value(
+            ProviderAdapter(Some(provider)),
+            TD_Opaque,
+        )),
+        Ok(Err(reason)) => RErr(reason.into()),
+        Err(payload) => RErr(format!("set-up failed: {}", panic_message(&*payload)).into()),
+    }
+}
+
+#[doc(hidden)]
+pub fn root_module<P: Provider>() -> PluginModuleRef {
+    PluginModule {
+        manifest: manifest_json::<P>,
+        instantiate: instantiate::<P>,
+    }
+    .leak_into_prefix()
+}
+
+extern "C" fn construct_root_module<P: Provider>() -> RootModuleResult {
+    abi_stable::library::__call_root_module_loader(root_module::<P>)
+}
+
+/// The header `abi_stable` looks for in a plugin library; see
+/// [`export_provider!`].
+#[doc(hidden)]
+pub const fn lib_header<P: Provider>() -> LibHeader {
+    // SAFETY: the constructor returns the root module of type
+    // `PluginModuleRef`, the type the header is declared with.
+    unsafe {
+        LibHeader::from_constructor::<PluginModuleRef>(
+            construct_root_module::<P>,
+            CheckTypeLayout::Yes,
+        )
+    }
+}
+
+/// Exports a [`Provider`] as the plugin library's root module.
+///
+/// Use it once, in a crate built as `crate-type = ["cdylib"]`:
+///
+/// ```ignore
+/// plugin_api::export_provider!(MyProvider);
+/// ```
+///
+/// It emits the `#[no_mangle]` static that `abi_stable`'s
+/// `#[export_root_module]` would, with paths through this crate, so a plugin
+/// crate needs no dependency on `abi_stable` and writes no `unsafe`.
+#[macro_export]
+macro_rules! export_provider {
+    ($provider:ty) => {
+        /// The plugin's root module header, found by the host by this name.
+        #[no_mangle]
+        #[allow(non_upper_case_globals)]
+        pub static _1as_0lib_1header_0root_bmodule_bloader: $crate::ffi::LibHeader =
+            $crate::ffi::lib_header::<$provider>();
+    };
+}
