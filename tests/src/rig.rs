@@ -24,6 +24,7 @@ pub struct RigBuilder {
     order: Vec<String>,
     primary_url: Option<String>,
     chaos_mode: Option<String>,
+    chaos_url: Option<String>,
     timeouts: Vec<(String, u64)>,
     provider_lines: Vec<(String, String)>,
     server_lines: Vec<String>,
@@ -37,6 +38,7 @@ impl Default for RigBuilder {
             order: vec![PRIMARY.into(), FALLBACK.into()],
             primary_url: None,
             chaos_mode: None,
+            chaos_url: None,
             timeouts: Vec::new(),
             provider_lines: Vec::new(),
             server_lines: Vec::new(),
@@ -63,6 +65,13 @@ impl RigBuilder {
     /// Adds the `chaos` provider in `mode` (name it in the order).
     pub fn chaos(mut self, mode: &str) -> RigBuilder {
         self.chaos_mode = Some(mode.into());
+        self
+    }
+
+    /// Points the `chaos` provider at `url` (default: a port where nothing
+    /// listens), for the modes that make a request.
+    pub fn chaos_url(mut self, url: &str) -> RigBuilder {
+        self.chaos_url = Some(url.into());
         self
     }
 
@@ -119,8 +128,9 @@ impl RigBuilder {
             );
         if let Some(mode) = &self.chaos_mode {
             paths::require_plugin("chaos_plugin");
+            let url = self.chaos_url.as_deref().unwrap_or("http://127.0.0.1:9");
             b = b
-                .provider(CHAOS, "chaos_plugin", "http://127.0.0.1:9", CHAOS_KEY_ENV)
+                .provider(CHAOS, "chaos_plugin", url, CHAOS_KEY_ENV)
                 .settings(CHAOS, &format!("mode = {}", config::toml_str(mode)));
         }
         for (provider, ms) in &self.timeouts {

@@ -9,7 +9,7 @@
 
 use serde_json::{json, Value};
 use wiremock::matchers::{header, method, path};
-use wiremock::{Match, Mock, MockBuilder, MockServer, Request, ResponseTemplate};
+use wiremock::{Match, Mock, MockBuilder, MockServer, Request, Respond, ResponseTemplate};
 
 use crate::config::{FALLBACK_KEY, PRIMARY_KEY};
 
@@ -307,6 +307,12 @@ impl Upstream {
             .with_priority(FAILURE_PRIORITY)
             .mount(&self.server)
             .await;
+    }
+
+    /// Mounts `route` answered by `responder`, which sees each request (to
+    /// echo what it received, say).
+    pub async fn respond_with(&self, route: MockBuilder, responder: impl Respond + 'static) {
+        route.respond_with(responder).mount(&self.server).await;
     }
 
     async fn mount(&self, route: MockBuilder, response: ResponseTemplate) {

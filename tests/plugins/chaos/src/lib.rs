@@ -2,16 +2,21 @@
 //! `chaos`: a provider that misbehaves on purpose, so the end-to-end tests can
 //! prove that a broken plugin costs one failed attempt and never the host.
 //!
-//! It serves every `shortvideo` endpoint and never makes a request. Its one
-//! setting, `mode`, picks the fault:
+//! It serves every `shortvideo` endpoint and makes no request except in
+//! `invalid_after_fetch`. Its one setting, `mode`, picks the fault:
 //!
 //! - `panic_in_step` (default): the attempt's first step panics.
 //! - `panic_in_begin`: starting an attempt panics.
 //! - `panic_on_setup`: `new()` panics, so the library fails to load.
 //! - `fail_setup`: `new()` returns an error, so the library fails to load.
+//! - `invalid_input`: the first step refuses the input (`username`), before
+//!   any request: the caller's own error.
+//! - `invalid_after_fetch`: the first step fetches `{base_url}/anything`,
+//!   the second refuses the input: an upstream failure in disguise.
+//! - `unsupported`: the first step says the call is unsupported.
 
-use plugin_api::{Attempt, Call, Endpoint, Manifest, Next, Provider, ProviderConfig};
-use plugin_api::{ProviderError, UpstreamResponse};
+use plugin_api::{Attempt, Call, Endpoint, ErrorKind, Manifest, Next, Provider, ProviderConfig};
+use plugin_api::{ProviderError, UpstreamRequest, UpstreamResponse};
 use serde::Deserialize;
 
 #[derive(Deserialize, Default, Clone, Copy, PartialEq, Eq)]
@@ -22,6 +27,9 @@ enum Mode {
     PanicInBegin,
     PanicOnSetup,
     FailSetup,
+    InvalidInput,
+    InvalidAfterFetch,
+    Unsupported,
 }
 
 #[derive(Deserialize, Default)]
@@ -33,6 +41,7 @@ struct Settings {
 
 pub struct Chaos {
     mode: Mode,
+    base_url: String,
 }
 
 impl Provider for Chaos {
@@ -50,7 +59,10 @@ impl Provider for Chaos {
         match settings.mode {
             Mode::PanicOnSetup => panic!("chaos panics in new() (mode panic_on_setup)"),
             Mode::FailSetup => Err("chaos refuses to set up (mode fail_setup)".into()),
-            mode => Ok(Chaos { mode }),
+            mode => Ok(Chaos {
+                mode,
+                base_url: config.base_url,
+            }),
         }
     }
 
@@ -61,7 +73,45 @@ impl Provider for Chaos {
                 call.endpoint()
             );
         }
-        Box::new(PanicInStep)
+        match self.mode {
+            Mode::InvalidInput => Box::new(Refuses { fetch: None }),
+            Mode::InvalidAfterFetch => Box::new(Refuses {
+                fetch: Some(UpstreamRequest::get(&self.base_url, "/anything")),
+            }),
+            Mode::Unsupported => Box::new(Unsupported),
+            _ => Box::new(PanicInStep),
+        }
+    }
+}
+
+/// The parameter a refusal names.
+const REFUSED_PARAMETER: &str = "username";
+
+/// Refuses the input: at once, or after one upstream request.
+struct Refuses {
+    fetch: Option<UpstreamRequest>,
+}
+
+impl Attempt for Refuses {
+    fn step(&mut self, _: Option<UpstreamResponse<'_>>) -> Result<Next, ProviderError> {
+        match self.fetch.take() {
+            Some(request) => Ok(Next::Fetch(request)),
+            None => Err(ProviderError::invalid_input(
+                REFUSED_PARAMETER,
+                "is not allowed on this platform",
+            )),
+        }
+    }
+}
+
+struct Unsupported;
+
+impl Attempt for Unsupported {
+    fn step(&mut self, _: Option<UpstreamResponse<'_>>) -> Result<Next, ProviderError> {
+        Err(ProviderError::new(
+            ErrorKind::Unsupported,
+            "chaos supports nothing (mode unsupported)",
+        ))
     }
 }
 
