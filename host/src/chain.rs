@@ -225,6 +225,12 @@ fn judge(
             provider.breaker.record(permit, Outcome::Neutral, now);
             Verdict::Stop(ChainError::InvalidInput(caller_message(error.message())))
         }
+        // "Cannot serve this call", said before asking anything, is about
+        // the call, not the provider's health.
+        ErrorKind::Unsupported if !after_a_request => {
+            provider.breaker.record(permit, Outcome::Neutral, now);
+            Verdict::Failed
+        }
         ErrorKind::RateLimited => {
             let outcome = Outcome::RateLimited(error.retry_after_hint());
             provider.breaker.record(permit, outcome, now);

@@ -24,6 +24,10 @@ const FALLBACK_FOLLOWERS: u64 = 5_500_000;
 /// A cooldown no test waits out.
 const LONG_COOLDOWN_MS: u64 = 60_000;
 
+/// A cooldown tests do wait out: long enough that a debug build on a busy
+/// two-core machine makes its next requests well inside it.
+const SHORT_COOLDOWN_MS: u64 = 2000;
+
 fn assert_answered_by(a: &Answer, followers: u64, what: &str) {
     a.assert_success(false);
     assert_eq!(a.data()["followers"], followers, "{what}: {a:?}");
@@ -82,12 +86,16 @@ async fn opens_after_the_threshold_and_then_the_primary_receives_nothing() {
 
 #[tokio::test]
 async fn after_the_cooldown_exactly_one_probe_reaches_the_primary() {
-    let rig = Rig::builder().breaker(PRIMARY, 2, 400).start().await;
+    let rig = Rig::builder()
+        .breaker(PRIMARY, 2, SHORT_COOLDOWN_MS)
+        .start()
+        .await;
     rig.fallback.serve_fixtures().await;
     primary_answers(&rig, ResponseTemplate::new(500)).await;
     for _ in 0..2 {
         rig.get(PROFILE).await.assert_success(false);
     }
+    let opened = Instant::now();
     assert_eq!(primary_p1(&rig).await, 2);
 
     // A slow failing probe, so the others arrive while it is out.
@@ -96,7 +104,8 @@ async fn after_the_cooldown_exactly_one_probe_reaches_the_primary() {
         ResponseTemplate::new(500).set_delay(Duration::from_millis(300)),
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(550)).await;
+    let past_cooldown = Duration::from_millis(SHORT_COOLDOWN_MS + 300);
+    tokio::time::sleep(past_cooldown.saturating_sub(opened.elapsed())).await;
     let burst: Vec<_> = (0..4)
         .map(|_| {
             let api = rig.api.clone();
@@ -121,23 +130,32 @@ async fn after_the_cooldown_exactly_one_probe_reaches_the_primary() {
 
 #[tokio::test]
 async fn a_successful_probe_closes_the_breaker() {
-    let rig = Rig::builder().breaker(PRIMARY, 2, 400).start().await;
+    let cooldown = Duration::from_millis(SHORT_COOLDOWN_MS);
+    let rig = Rig::builder()
+        .breaker(PRIMARY, 2, SHORT_COOLDOWN_MS)
+        .start()
+        .await;
     rig.fallback.serve_fixtures().await;
     primary_answers(&rig, ResponseTemplate::new(503)).await;
-    for _ in 0..2 {
-        rig.get(PROFILE).await.assert_success(false);
-    }
+    rig.get(PROFILE).await.assert_success(false);
+    // The second failure opens it: somewhere between these two instants.
+    let opening = Instant::now();
+    rig.get(PROFILE).await.assert_success(false);
     let opened = Instant::now();
 
     // The primary recovers, but the breaker is open until the cooldown ends.
     rig.primary.reset().await;
     rig.primary.serve_fixtures().await;
     let a = rig.get(PROFILE).await;
-    assert!(opened.elapsed() < Duration::from_millis(400), "still open");
+    assert!(
+        opening.elapsed() < cooldown,
+        "test too slow: not open any more"
+    );
     assert_answered_by(&a, FALLBACK_FOLLOWERS, "open, even though healthy");
     assert_eq!(primary_p1(&rig).await, 0);
 
-    tokio::time::sleep(Duration::from_millis(550).saturating_sub(opened.elapsed())).await;
+    let past_cooldown = cooldown + Duration::from_millis(300);
+    tokio::time::sleep(past_cooldown.saturating_sub(opened.elapsed())).await;
     let a = rig.get(PROFILE).await;
     assert_answered_by(&a, PRIMARY_FOLLOWERS, "the probe");
     assert_eq!(primary_p1(&rig).await, 1);
@@ -156,14 +174,18 @@ async fn a_successful_probe_closes_the_breaker() {
 
 #[tokio::test]
 async fn a_429_opens_it_at_once_for_the_longer_of_cooldown_and_retry_after() {
-    // A threshold of 5 and a 300 ms cooldown; the 429 says 1 s.
+    // A threshold of 5 and a 300 ms cooldown; the 429 says 3 s, so a busy
+    // machine has seconds, not milliseconds, to look between the two.
+    let retry_after = Duration::from_secs(3);
     let rig = Rig::builder().breaker(PRIMARY, 5, 300).start().await;
     rig.fallback.serve_fixtures().await;
     primary_answers(
         &rig,
-        ResponseTemplate::new(429).insert_header("Retry-After", "1"),
+        ResponseTemplate::new(429).insert_header("Retry-After", "3"),
     )
     .await;
+    // The 429 opens it somewhere between these two instants.
+    let asked = Instant::now();
     let a = rig.get(PROFILE).await;
     let limited = Instant::now();
     assert_answered_by(&a, FALLBACK_FOLLOWERS, "after a 429");
@@ -174,11 +196,11 @@ async fn a_429_opens_it_at_once_for_the_longer_of_cooldown_and_retry_after() {
     assert_eq!(primary_p1(&rig).await, 1, "one 429 opened it");
 
     // Past the cooldown, not past Retry-After: still open.
-    tokio::time::sleep(Duration::from_millis(600).saturating_sub(limited.elapsed())).await;
+    tokio::time::sleep(Duration::from_millis(800).saturating_sub(limited.elapsed())).await;
     let a = rig.get(PROFILE).await;
     assert!(
-        limited.elapsed() < Duration::from_millis(950),
-        "test too slow"
+        asked.elapsed() < retry_after,
+        "test too slow: Retry-After is over"
     );
     assert_answered_by(&a, FALLBACK_FOLLOWERS, "inside Retry-After");
     assert_eq!(
@@ -190,7 +212,8 @@ async fn a_429_opens_it_at_once_for_the_longer_of_cooldown_and_retry_after() {
     // Past Retry-After: one probe.
     rig.primary.reset().await;
     rig.primary.serve_fixtures().await;
-    tokio::time::sleep(Duration::from_millis(1150).saturating_sub(limited.elapsed())).await;
+    let past_retry_after = retry_after + Duration::from_millis(300);
+    tokio::time::sleep(past_retry_after.saturating_sub(limited.elapsed())).await;
     let a = rig.get(PROFILE).await;
     assert_answered_by(&a, PRIMARY_FOLLOWERS, "the probe after Retry-After");
 }
@@ -305,27 +328,26 @@ async fn with_every_provider_open_the_primary_ending_first_is_still_tried() {
 
 #[tokio::test]
 async fn an_open_breaker_costs_no_time() {
-    // A primary that answers its 500 after 400 ms: an open breaker skips it.
+    // A primary that answers its 500 after 2 s (within its 4 s timeout): an
+    // open breaker skips it, so no answer comes near that.
+    let delay = Duration::from_secs(2);
     let rig = Rig::builder()
+        .timeout_ms(PRIMARY, 4000)
         .breaker(PRIMARY, 1, LONG_COOLDOWN_MS)
         .start()
         .await;
     rig.fallback.serve_fixtures().await;
-    primary_answers(
-        &rig,
-        ResponseTemplate::new(500).set_delay(Duration::from_millis(400)),
-    )
-    .await;
+    primary_answers(&rig, ResponseTemplate::new(500).set_delay(delay)).await;
     let started = Instant::now();
     rig.get(PROFILE).await.assert_success(false);
-    assert!(started.elapsed() >= Duration::from_millis(400));
+    assert!(started.elapsed() >= delay);
     for _ in 0..3 {
         let started = Instant::now();
         let a = rig.get(PROFILE).await;
         let took = started.elapsed();
         assert_answered_by(&a, FALLBACK_FOLLOWERS, "open");
         assert!(
-            took < Duration::from_millis(300),
+            took < delay / 2,
             "an open provider is skipped, not waited for: {took:?}"
         );
     }
