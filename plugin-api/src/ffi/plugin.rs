@@ -182,7 +182,7 @@ pub const fn lib_header<P: Provider>() -> LibHeader {
 ///
 /// Use it once, in a crate built as `crate-type = ["cdylib"]`:
 ///
-/// ```ignore
+/// ```text
 /// plugin_api::export_provider!(MyProvider);
 /// ```
 ///
