@@ -574,8 +574,9 @@ fn valid_segment(name: &str) -> bool {
 }
 
 /// A bare name (`shortvideo_primary`) means `lib<name>.so` (per-OS naming)
-/// in the plugin folder; anything with a slash or an extension is a path.
-fn library_path(library: &str, plugin_dir: &Path, base: &Path) -> PathBuf {
+/// in the plugin folder; anything with a slash or an extension is a path,
+/// relative to `base`.
+pub fn library_path(library: &str, plugin_dir: &Path, base: &Path) -> PathBuf {
     let is_path =
         library.contains('/') || library.contains('\\') || Path::new(library).extension().is_some();
     if is_path {

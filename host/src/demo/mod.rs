@@ -13,8 +13,8 @@ use plugin_api::Endpoint;
 
 use crate::auth::{KeysError, KeysFileAt};
 use crate::config::{
-    executable_dir, Config, PlatformConfig, PlatformStatus, ProviderConfig, Secret, ServerConfig,
-    ServerLimits,
+    executable_dir, library_path, Config, PlatformConfig, PlatformStatus, ProviderConfig, Secret,
+    ServerConfig, ServerLimits,
 };
 use crate::http::server;
 use crate::resilience::breaker::BreakerConfig;
@@ -64,11 +64,7 @@ fn demo_config(
     listen: Option<SocketAddr>,
 ) -> Config {
     let provider = |library: &str, base_url: &str, key: &str| ProviderConfig {
-        library: plugin_dir.join(format!(
-            "{}{library}{}",
-            std::env::consts::DLL_PREFIX,
-            std::env::consts::DLL_SUFFIX
-        )),
+        library: library_path(library, &plugin_dir, &plugin_dir),
         base_url: base_url.to_owned(),
         api_key: Secret::new(key.to_owned()),
         timeout: Duration::from_secs(4),

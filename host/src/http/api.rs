@@ -48,7 +48,9 @@ pub async fn handle(app: &App, request: Request<Incoming>) -> Response<Body> {
     let id = request_id::accept_or_generate(request.headers().get(request_id::HEADER));
     let span = tracing::info_span!("request", id = %id);
     let mut report = Report::default();
-    let outcome = AssertUnwindSafe(route(app, &request, &id, &mut report))
+    // One snapshot serves the whole request, its metrics labels included.
+    let snapshot = app.snapshot();
+    let outcome = AssertUnwindSafe(route(app, &snapshot, &request, &id, &mut report))
         .catch_unwind()
         .instrument(span.clone())
         .await;
@@ -67,7 +69,6 @@ pub async fn handle(app: &App, request: Request<Incoming>) -> Response<Body> {
     let elapsed = started.elapsed();
     let path = request.uri().path();
     let status = response.status().as_u16();
-    let snapshot = app.snapshot();
     if !is_public(path) {
         let labels = RouteLabels::of(&snapshot, path);
         metrics::request(&labels, status, elapsed);
@@ -102,6 +103,7 @@ fn is_public(path: &str) -> bool {
 
 async fn route(
     app: &App,
+    snapshot: &Snapshot,
     request: &Request<Incoming>,
     id: &str,
     report: &mut Report,
@@ -115,7 +117,7 @@ async fn route(
         }
         return Ok(match path {
             "/healthz" => response::plain_json(StatusCode::OK, r#"{"status":"ok"}"#),
-            "/readyz" => readiness(app),
+            "/readyz" => readiness(app, snapshot),
             _ => response::plain_json(StatusCode::OK, OPENAPI),
         });
     }
@@ -127,8 +129,7 @@ async fn route(
         return Err(ApiError::MethodNotAllowed);
     }
 
-    let snapshot = app.snapshot();
-    let key = authenticate(&snapshot, request)?;
+    let key = authenticate(snapshot, request)?;
     report.key = Some(key.to_owned());
     if let Some(limiter) = &snapshot.rate_limiter {
         limiter
@@ -201,8 +202,7 @@ async fn route(
                 provider: served.provider.name.clone(),
                 upstream: upstream.clone(),
             };
-            app.cursors
-                .seal(listing_of(platform, endpoint, &call), &position)
+            app.cursors.seal(listing_of(platform, &call), &position)
         })
     });
     credit.commit();
@@ -228,7 +228,7 @@ fn resume<'c>(
 ) -> Result<(&'c [Arc<Provider>], Call), ApiError> {
     let Position { provider, upstream } = app
         .cursors
-        .open(listing_of(platform, call.endpoint(), call), token)
+        .open(listing_of(platform, call), token)
         .map_err(|_| ApiError::bad_cursor())?;
     // If the operator has since removed the issuer from this chain, the
     // token is dead.
@@ -243,25 +243,20 @@ fn resume<'c>(
 }
 
 /// The listing a cursor belongs to: the same endpoint and subject.
-fn listing_of<'a>(
-    platform: &'a str,
-    endpoint: plugin_api::Endpoint,
-    call: &'a Call,
-) -> Listing<'a> {
+fn listing_of<'a>(platform: &'a str, call: &'a Call) -> Listing<'a> {
     Listing {
         platform,
-        endpoint: endpoint.as_str(),
+        endpoint: call.endpoint().as_str(),
         subject: call.subject(),
     }
 }
 
 /// Ready when serving from a valid configuration in which every live
 /// platform has a provider for at least one endpoint; not while draining.
-fn readiness(app: &App) -> Response<Body> {
+fn readiness(app: &App, snapshot: &Snapshot) -> Response<Body> {
     if app.is_draining() {
         return response::plain_json(StatusCode::SERVICE_UNAVAILABLE, r#"{"status":"draining"}"#);
     }
-    let snapshot = app.snapshot();
     let every_live_platform_served = snapshot
         .routes
         .live_platforms()
