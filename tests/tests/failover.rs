@@ -10,7 +10,7 @@ use socialgate_tests::config::{
     standard_env, ConfigBuilder, FALLBACK, FALLBACK_KEY_ENV, PRIMARY, PRIMARY_KEY_ENV,
 };
 use socialgate_tests::upstream::{fixtures, json_response, LUNA, LUNA_SEC_UID, POST_ID};
-use socialgate_tests::{issue_key, Api, FallbackMock, PrimaryMock, Server, Stack};
+use socialgate_tests::{issue_key, Api, FallbackMock, PrimaryMock, Server, Stack, StackBuilder};
 use wiremock::ResponseTemplate;
 
 const PROFILE: &str = "/v1/shortvideo/profile?username=lunabakes";
@@ -343,21 +343,10 @@ async fn plugins_run_from_private_copies_so_rewriting_a_library_file_is_harmless
     let fallback = FallbackMock::start().await;
     primary.serve_fixtures().await;
     fallback.serve_fixtures().await;
-    let config = ConfigBuilder::new()
+    // The standard configuration, loading from that folder.
+    let config = StackBuilder::default()
+        .config(&primary, &fallback)
         .plugin_dir(plugins.path())
-        .platform("shortvideo", "live", &[PRIMARY, FALLBACK])
-        .provider(
-            PRIMARY,
-            "shortvideo_primary",
-            &primary.base_url(),
-            PRIMARY_KEY_ENV,
-        )
-        .provider(
-            FALLBACK,
-            "shortvideo_fallback",
-            &fallback.base_url(),
-            FALLBACK_KEY_ENV,
-        )
         .write();
     let key = issue_key(&config, "e2e");
     let mut server = Server::start_with(&config, &standard_env(), &[]);
