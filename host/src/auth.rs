@@ -13,6 +13,12 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+/// `[server] keys_file` (default `keys.toml` beside the config). Serving
+/// configuration: a reload reads the keys from the file it names.
+pub fn keys_file_from_raw(raw: &crate::config::RawServer, cx: &crate::config::Context) -> PathBuf {
+    cx.resolve(raw.keys_file.as_deref().unwrap_or(Path::new("keys.toml")))
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum KeysError {
     #[error("{path}: cannot read: {source}")]

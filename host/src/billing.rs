@@ -1,5 +1,5 @@
-//! Credits per key: what each answered request costs, and, once billing is
-//! enforced, whether a key may still spend.
+//! Credits per key: what each answered request costs, whether a key may
+//! still spend once billing is enforced, and booking what was spent.
 //!
 //! Billing is announced but inactive: by default credits are only counted
 //! (in the ledger). With `[billing] enforce = true`, a key's lifetime credits
@@ -10,14 +10,17 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use plugin_api::Endpoint;
 use serde::Deserialize;
 
-/// Credits an answered request costs, on every endpoint today.
-pub const CREDITS_PER_REQUEST: u32 = 1;
+use crate::config::{ConfigError, Context};
+use crate::ledger::Ledger;
 
-/// `[billing]` as configured.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+/// Credits an answer costs when the config says nothing else.
+const DEFAULT_COST: u32 = 1;
+
+/// `[billing]` as configured. Serving configuration: a reload applies it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BillingConfig {
     /// Refuse requests of keys with no credits left.
     pub enforce: bool,
@@ -34,63 +37,98 @@ impl Default for BillingConfig {
     }
 }
 
+/// `[billing]` as written.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RawBilling {
+    enforce: Option<bool>,
+    free_credits: Option<u64>,
+}
+
+impl BillingConfig {
+    pub fn from_raw(raw: RawBilling, _cx: &Context) -> Result<BillingConfig, ConfigError> {
+        let default = BillingConfig::default();
+        Ok(BillingConfig {
+            enforce: raw.enforce.unwrap_or(default.enforce),
+            free_credits: raw.free_credits.unwrap_or(default.free_credits),
+        })
+    }
+
+    /// What an answer of `endpoint` costs.
+    pub fn cost(&self, _endpoint: Endpoint) -> u32 {
+        DEFAULT_COST
+    }
+}
+
 #[derive(Debug, Default, Clone, Copy)]
 struct Account {
     spent: u64,
     reserved: u64,
 }
 
-/// Every key's spending since the ledger began, kept in memory.
-#[derive(Debug, Default)]
-pub struct Accounts {
+/// Every key's spending since the ledger began, kept in memory, and the
+/// ledger that keeps it. The one place credits are booked.
+pub struct Billing {
     accounts: Mutex<HashMap<String, Account>>,
+    ledger: Ledger,
 }
 
-/// The key has no credits left.
+/// The key has not enough credits left.
 #[derive(Debug, PartialEq, Eq)]
 pub struct OutOfCredits;
 
-/// One credit held for a request: [`commit`](Reservation::commit) it when
-/// the answer is delivered; dropping it refunds.
+/// Credits held for a request: [`commit`](Reservation::commit) them when
+/// the answer is delivered; dropping the reservation refunds them.
 #[must_use]
 pub struct Reservation<'a> {
-    accounts: &'a Accounts,
+    billing: &'a Billing,
     key: String,
+    amount: u32,
     settled: bool,
 }
 
-impl Accounts {
-    /// Starts from the lifetime credits the ledger recorded.
-    pub fn new(spent: HashMap<String, u64>) -> Accounts {
-        let accounts = spent
+impl Billing {
+    /// Starts from the lifetime credits `ledger` recorded. Blocking.
+    pub fn open(ledger: Ledger) -> Result<Billing, crate::ledger::LedgerError> {
+        let accounts = ledger
+            .lifetime_credits()?
             .into_iter()
             .map(|(key, spent)| (key, Account { spent, reserved: 0 }))
             .collect();
-        Accounts {
+        Ok(Billing {
             accounts: Mutex::new(accounts),
-        }
+            ledger,
+        })
+    }
+
+    /// The ledger credits are counted in.
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Account>> {
         self.accounts.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Holds one credit of `key`. Under `enforce`, refuses when spent and
-    /// held credits already reach `free_credits`.
+    /// Holds `amount` credits of `key`. Under `enforce`, refuses when spent
+    /// and held credits plus `amount` would pass `free_credits`.
     pub fn reserve(
         &self,
         key: &str,
+        amount: u32,
         config: BillingConfig,
     ) -> Result<Reservation<'_>, OutOfCredits> {
         let mut accounts = self.lock();
         let account = accounts.entry(key.to_owned()).or_default();
-        if config.enforce && account.spent + account.reserved >= config.free_credits {
+        let held = account.spent + account.reserved;
+        if config.enforce && held + u64::from(amount) > config.free_credits {
             return Err(OutOfCredits);
         }
-        account.reserved += 1;
+        account.reserved += u64::from(amount);
         Ok(Reservation {
-            accounts: self,
+            billing: self,
             key: key.to_owned(),
+            amount,
             settled: false,
         })
     }
@@ -103,20 +141,26 @@ impl Accounts {
 }
 
 impl Reservation<'_> {
-    /// The answer was delivered: the credit is spent.
-    pub fn commit(mut self) {
+    /// The answer was delivered: its credits are spent, in the account, the
+    /// ledger and the metric alike. Returns the amount, for the answer's
+    /// `meta.credits_used`.
+    pub fn commit(mut self) -> u32 {
         self.settle(true);
+        self.billing.ledger.record(&self.key, self.amount);
+        crate::metrics::credits(u64::from(self.amount));
+        self.amount
     }
 
     fn settle(&mut self, spend: bool) {
         if std::mem::replace(&mut self.settled, true) {
             return;
         }
-        let mut accounts = self.accounts.lock();
+        let amount = u64::from(self.amount);
+        let mut accounts = self.billing.lock();
         let account = accounts.entry(self.key.clone()).or_default();
-        account.reserved = account.reserved.saturating_sub(1);
+        account.reserved = account.reserved.saturating_sub(amount);
         if spend {
-            account.spent += 1;
+            account.spent += amount;
         }
     }
 }
@@ -130,37 +174,58 @@ impl Drop for Reservation<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     const ENFORCED: BillingConfig = BillingConfig {
         enforce: true,
         free_credits: 3,
     };
 
+    /// A billing on a fresh ledger in a scratch folder of the target dir.
+    fn billing(name: &str) -> (Billing, std::path::PathBuf) {
+        let dir =
+            std::env::temp_dir().join(format!("socialgate-billing-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let ledger = Ledger::open(&dir.join("usage.db"), Duration::from_secs(3600)).unwrap();
+        (Billing::open(ledger).unwrap(), dir)
+    }
+
     #[test]
     fn reservations_cannot_overspend_and_failures_refund() {
-        let accounts = Accounts::new(HashMap::from([("a".to_string(), 1)]));
-        let first = accounts.reserve("a", ENFORCED).unwrap();
-        let second = accounts.reserve("a", ENFORCED).unwrap();
+        let (billing, dir) = billing("overspend");
+        billing.reserve("a", 1, ENFORCED).unwrap().commit();
+        let first = billing.reserve("a", 1, ENFORCED).unwrap();
+        let second = billing.reserve("a", 1, ENFORCED).unwrap();
         assert_eq!(
-            accounts.reserve("a", ENFORCED).err(),
+            billing.reserve("a", 1, ENFORCED).err(),
             Some(OutOfCredits),
             "held counts"
         );
         drop(second);
-        first.commit();
-        assert_eq!(accounts.spent("a"), 2);
-        accounts.reserve("a", ENFORCED).unwrap().commit();
-        assert_eq!(accounts.reserve("a", ENFORCED).err(), Some(OutOfCredits));
-        assert!(accounts.reserve("b", ENFORCED).is_ok(), "per key");
+        assert_eq!(first.commit(), 1);
+        assert_eq!(billing.spent("a"), 2);
+        assert_eq!(
+            billing.reserve("a", 2, ENFORCED).err(),
+            Some(OutOfCredits),
+            "more than what is left"
+        );
+        billing.reserve("a", 1, ENFORCED).unwrap().commit();
+        assert_eq!(billing.reserve("a", 1, ENFORCED).err(), Some(OutOfCredits));
+        assert!(billing.reserve("b", 1, ENFORCED).is_ok(), "per key");
+        billing.ledger().close().unwrap();
+        let spent = billing.ledger().lifetime_credits().unwrap();
+        assert_eq!(spent.get("a"), Some(&3), "the ledger booked what was spent");
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]
     fn without_enforcement_credits_are_only_counted() {
-        let accounts = Accounts::default();
+        let (billing, dir) = billing("counted");
         let open = BillingConfig::default();
         for _ in 0..200 {
-            accounts.reserve("a", open).unwrap().commit();
+            billing.reserve("a", 1, open).unwrap().commit();
         }
-        assert_eq!(accounts.spent("a"), 200);
+        assert_eq!(billing.spent("a"), 200);
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

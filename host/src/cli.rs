@@ -10,9 +10,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::auth::{KeysError, KeysFileAt};
-use crate::config::{Config, ConfigError, LogFormat};
-use crate::state::StartError;
+use crate::auth::KeysFileAt;
+use crate::config::{Config, KeyFiles};
+use crate::lifecycle::{self, RunError};
+use crate::logging::LogFormat;
 
 #[derive(Parser)]
 #[command(
@@ -76,25 +77,6 @@ enum KeysCommand {
     },
 }
 
-/// Why a command failed.
-#[derive(Debug, thiserror::Error)]
-pub enum CliError {
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    #[error(transparent)]
-    Start(#[from] StartError),
-    #[error(transparent)]
-    Keys(#[from] KeysError),
-    #[error(transparent)]
-    Serve(#[from] crate::serve::ServeError),
-    #[error(transparent)]
-    Demo(#[from] crate::demo::DemoError),
-    #[error(transparent)]
-    Ledger(#[from] crate::ledger::LedgerError),
-    #[error("{0}")]
-    Io(#[from] std::io::Error),
-}
-
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
@@ -106,53 +88,27 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// Logs go to stderr, filtered by `SOCIALGATE_LOG` (default `info`).
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SOCIALGATE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(filter);
-    match format {
-        LogFormat::Human => builder
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .init(),
-        LogFormat::Json => builder.json().with_current_span(true).init(),
+fn run(cli: Cli) -> Result<(), RunError> {
+    let command = cli.command.unwrap_or(Command::Serve);
+    if let Command::Keys(command) = command {
+        crate::logging::init(cli.log_format.unwrap_or_default());
+        return keys(&cli.config, command);
     }
-}
-
-fn run(cli: Cli) -> Result<(), CliError> {
-    match cli.command.unwrap_or(Command::Serve) {
-        Command::Serve => {
-            let config = Config::load(&cli.config)?;
-            init_logging(cli.log_format.unwrap_or(config.server.log_format));
-            Ok(runtime()?.block_on(crate::serve::serve(config, cli.listen))?)
-        }
-        Command::Demo { fail_primary } => {
-            init_logging(cli.log_format.unwrap_or_default());
-            Ok(runtime()?.block_on(crate::demo::run(cli.listen, fail_primary))?)
-        }
+    if let Command::Demo { fail_primary } = command {
+        crate::logging::init(cli.log_format.unwrap_or_default());
+        crate::demo::set_sandbox_keys();
+        return runtime()?.block_on(crate::demo::run(cli.listen, fail_primary));
+    }
+    let config = Config::load(&cli.config)?;
+    crate::logging::init(cli.log_format.unwrap_or(config.process.log_format));
+    match command {
         Command::Check => {
-            init_logging(cli.log_format.unwrap_or_default());
-            let config = Config::load(&cli.config)?;
-            let path = config.path.clone();
-            // Everything a start would load, but nothing a running server
-            // owns: no ledger opened, no stale plugin copies pruned.
-            let loader = crate::plugins::Loader::new(config.server.state_dir.clone());
-            let snapshot = crate::state::Snapshot::build(config, &loader, None)?;
-            println!(
-                "{}: ok: {} platforms, {} providers",
-                path.display(),
-                snapshot.routes.platform_count(),
-                snapshot.routes.provider_count()
-            );
-            Ok(())
+            let report = lifecycle::check(&config)?;
+            writeln!(std::io::stdout(), "{report}")?;
         }
-        Command::Keys(command) => {
-            init_logging(cli.log_format.unwrap_or_default());
-            keys(&cli.config, command)
-        }
+        _ => runtime()?.block_on(lifecycle::serve(config, cli.listen, |_| {}))?,
     }
+    Ok(())
 }
 
 fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
@@ -161,10 +117,10 @@ fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
         .build()
 }
 
-fn keys(config_path: &Path, command: KeysCommand) -> Result<(), CliError> {
+fn keys(config_path: &Path, command: KeysCommand) -> Result<(), RunError> {
     // Key commands need only the files' locations, not secrets or plugins:
     // they must work where the server's environment is absent.
-    let files = files_of(config_path)?;
+    let files = KeyFiles::load(config_path)?;
     let file = KeysFileAt(&files.keys_file);
     let mut stdout = std::io::stdout().lock();
     match command {
@@ -188,7 +144,7 @@ fn keys(config_path: &Path, command: KeysCommand) -> Result<(), CliError> {
             }
         }
         KeysCommand::Usage { since, json } => {
-            let rows = crate::ledger::usage(&files.ledger_path, since.as_deref())?;
+            let rows = crate::ledger::usage(&files.ledger.path, since.as_deref())?;
             if json {
                 writeln!(
                     stdout,
@@ -234,55 +190,4 @@ fn print_usage(out: &mut impl Write, rows: &[crate::ledger::UsageRow]) -> std::i
         }
     }
     Ok(())
-}
-
-/// Where a config keeps the keys file and the ledger.
-struct Files {
-    keys_file: PathBuf,
-    ledger_path: PathBuf,
-}
-
-/// The files a config names, read without resolving anything else.
-fn files_of(config_path: &Path) -> Result<Files, CliError> {
-    #[derive(serde::Deserialize, Default)]
-    struct Partial {
-        #[serde(default)]
-        server: PartialServer,
-        #[serde(default)]
-        ledger: PartialLedger,
-    }
-    #[derive(serde::Deserialize, Default)]
-    struct PartialServer {
-        keys_file: Option<PathBuf>,
-    }
-    #[derive(serde::Deserialize, Default)]
-    struct PartialLedger {
-        path: Option<PathBuf>,
-    }
-    let text = std::fs::read_to_string(config_path).map_err(|source| ConfigError::Read {
-        path: config_path.to_owned(),
-        source,
-    })?;
-    let partial: Partial = toml::from_str(&text).map_err(|e| ConfigError::Invalid {
-        path: config_path.to_owned(),
-        message: e.message().trim().replace('\n', " "),
-    })?;
-    let base = config_path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    Ok(Files {
-        keys_file: base.join(
-            partial
-                .server
-                .keys_file
-                .unwrap_or_else(|| crate::config::DEFAULT_KEYS_FILE.into()),
-        ),
-        ledger_path: base.join(
-            partial
-                .ledger
-                .path
-                .unwrap_or_else(|| crate::config::DEFAULT_LEDGER_FILE.into()),
-        ),
-    })
 }

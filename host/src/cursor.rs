@@ -16,7 +16,27 @@ use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
 use sha2::{Digest, Sha256};
 
-use crate::config::Secret;
+use crate::config::{ConfigError, Context, RawServer, Secret};
+
+/// The shortest cursor secret `cursor_key_env` may hold.
+const MIN_SECRET_LEN: usize = 32;
+
+/// `[server] cursor_key_env`: the secret it names, or `None` for a random
+/// key per process.
+pub fn key_from_raw(raw: &RawServer, cx: &Context) -> Result<Option<Secret>, ConfigError> {
+    const KEY: &str = "[server] cursor_key_env";
+    let Some(var) = &raw.cursor_key_env else {
+        return Ok(None);
+    };
+    let secret = cx.secret(KEY, var)?;
+    if secret.expose().len() < MIN_SECRET_LEN {
+        return Err(cx.invalid(
+            KEY,
+            format!("`{var}` must hold at least {MIN_SECRET_LEN} characters"),
+        ));
+    }
+    Ok(Some(secret))
+}
 
 const NONCE_LEN: usize = 12;
 /// Longer tokens are refused before any work: no honest token comes close.

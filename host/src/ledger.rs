@@ -40,6 +40,29 @@ const UPSERT: &str = "INSERT INTO usage (key, day, requests, credits) VALUES (?1
         requests = requests + excluded.requests,
         credits = credits + excluded.credits";
 
+/// `[ledger]`: where the usage ledger lives. A process setting: the server
+/// keeps one ledger open for its whole life.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LedgerConfig {
+    pub path: PathBuf,
+}
+
+/// `[ledger]` as written.
+#[derive(serde::Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RawLedger {
+    path: Option<PathBuf>,
+}
+
+impl LedgerConfig {
+    /// `path` defaults to `usage.db` beside the config.
+    pub fn from_raw(raw: &RawLedger, cx: &crate::config::Context) -> LedgerConfig {
+        LedgerConfig {
+            path: cx.resolve(raw.path.as_deref().unwrap_or(Path::new("usage.db"))),
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
     #[error("{path}: cannot create the usage ledger's folder: {source}")]
@@ -133,7 +156,8 @@ impl Shared {
 /// The server's usage ledger; see the module doc.
 pub struct Ledger {
     shared: Arc<Shared>,
-    writer: Option<JoinHandle<()>>,
+    /// Taken by [`Ledger::close`].
+    writer: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Ledger {
@@ -178,7 +202,7 @@ impl Ledger {
         };
         Ok(Ledger {
             shared,
-            writer: Some(writer),
+            writer: Mutex::new(Some(writer)),
         })
     }
 
@@ -249,13 +273,14 @@ impl Ledger {
     }
 }
 
-impl Drop for Ledger {
-    /// Stops the writer thread and writes what is pending; a failure is logged,
-    /// never a panic (call [`Ledger::flush`] first to handle it).
-    fn drop(&mut self) {
+impl Ledger {
+    /// Stops the writer thread and writes what is pending: the last step of
+    /// a graceful shutdown, once no request can count anything more.
+    /// Blocking. Counts recorded after it are written by `Drop`.
+    pub fn close(&self) -> Result<(), LedgerError> {
         *lock(&self.shared.stop) = true;
         self.shared.wake.notify_all();
-        if let Some(writer) = self.writer.take() {
+        if let Some(writer) = lock(&self.writer).take() {
             if writer.join().is_err() {
                 tracing::error!(
                     path = %self.shared.path.display(),
@@ -263,7 +288,14 @@ impl Drop for Ledger {
                 );
             }
         }
-        if let Err(e) = self.flush() {
+        self.flush()
+    }
+}
+
+impl Drop for Ledger {
+    /// [`Ledger::close`], with a failure logged, never a panic.
+    fn drop(&mut self) {
+        if let Err(e) = self.close() {
             tracing::error!("last usage ledger write failed, its counts are lost: {e}");
         }
     }

@@ -5,16 +5,18 @@
 //!
 //! A request flows one way through these modules:
 //!
-//! - [`http::server`] accepts connections; [`http::api`] runs each request's
-//!   checks in order (method, key, platform, endpoint, parameters) and
-//!   answers with [`http::response`]'s envelopes.
+//! - [`http::server`] accepts connections (for every listener, with the
+//!   same hardening); [`http::api`] runs each request's checks in order
+//!   (method, key, platform, endpoint, parameters) and answers with
+//!   [`http::response`]'s envelopes.
 //! - [`auth`] recognises API keys (and issues and revokes them);
-//!   [`billing`] decides whether a key may spend a credit, and [`ledger`]
-//!   counts the credits delivered, per key and day, in SQLite.
+//!   [`billing`] decides whether a key may spend and books what it spent,
+//!   in the [`ledger`] (credits per key and day, in SQLite).
 //! - [`routing`] is the table from platform and endpoint to a chain of
 //!   providers; [`state`] holds the current table as one swappable snapshot.
 //! - [`chain`] asks the chain's providers in order; each attempt drives a
-//!   plugin's steps and performs its requests through [`upstream`].
+//!   plugin's steps and performs its requests through [`upstream`];
+//!   [`chain::decision`] says what a failed attempt means.
 //! - [`resilience`] holds the small decisions that keep it fast when things
 //!   fail: breakers, the request deadline, the concurrency gate, rate limits.
 //! - [`cursor`] seals a provider's upstream cursor into the opaque token
@@ -23,11 +25,13 @@
 //! - [`metrics`] names and records every exported series, served on the
 //!   operators' own listener by [`http::admin`].
 //!
-//! Around it: [`config`] reads `platforms.toml`, [`plugins`] loads provider
-//! libraries, [`reload`] rebuilds the snapshot when the config, the keys or a
-//! library changes, [`serve`] starts and runs the server, [`cli`] is the
-//! command line, and [`demo`] runs everything against built-in sandbox
-//! upstreams.
+//! Around it: [`config`] reads `platforms.toml` into a process part and a
+//! serving part (each section validated by the module above that uses it),
+//! [`plugins`] loads provider libraries, [`reload`] rebuilds the snapshot
+//! when the config, the keys or a library changes, [`lifecycle`] starts the
+//! process and shuts it down in one documented order, [`logging`] sets up
+//! the log lines, [`cli`] is the command line, and [`demo`] runs everything
+//! against built-in sandbox upstreams.
 
 pub mod auth;
 pub mod billing;
@@ -39,11 +43,12 @@ pub mod demo;
 pub mod error;
 pub mod http;
 pub mod ledger;
+pub mod lifecycle;
+pub mod logging;
 pub mod metrics;
 pub mod plugins;
 pub mod reload;
 pub mod resilience;
 pub mod routing;
-pub mod serve;
 pub mod state;
 pub mod upstream;

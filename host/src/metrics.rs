@@ -61,7 +61,7 @@ impl RouteLabels {
         let mut segments = path.strip_prefix("/v1/").unwrap_or("").splitn(2, '/');
         let platform = segments
             .next()
-            .filter(|p| snapshot.config.platforms.contains_key(*p))
+            .filter(|p| snapshot.serving.platforms.contains_key(*p))
             .unwrap_or("unknown");
         let endpoint = segments
             .next()

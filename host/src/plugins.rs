@@ -21,7 +21,45 @@ use plugin_api::log::Level;
 use plugin_api::ProviderConfig as PluginConfig;
 use sha2::{Digest, Sha256};
 
-use crate::config::ProviderConfig;
+use crate::config::{executable_dir, ConfigError, Context, RawServer};
+
+/// `[server] state_dir`, where private copies of libraries are kept
+/// (default `state` beside the config). A process setting: libraries
+/// already mapped stay where they are.
+pub fn state_dir_from_raw(raw: &RawServer, cx: &Context) -> PathBuf {
+    cx.resolve(raw.state_dir.as_deref().unwrap_or(Path::new("state")))
+}
+
+/// `[server] plugin_dir`, where bare library names are looked up (default:
+/// the executable's folder, where `cargo build` puts plugins too).
+pub fn plugin_dir_from_raw(raw: &RawServer, cx: &Context) -> Result<PathBuf, ConfigError> {
+    match &raw.plugin_dir {
+        Some(dir) => Ok(cx.resolve(dir)),
+        None => executable_dir().map_err(|e| {
+            cx.invalid(
+                "[server] plugin_dir",
+                format!("cannot find the executable's folder: {e}"),
+            )
+        }),
+    }
+}
+
+/// A bare name (`shortvideo_primary`) means `lib<name>.so` (per-OS naming)
+/// in the plugin folder; anything with a slash or an extension is a path,
+/// relative to `base`.
+pub fn library_path(library: &str, plugin_dir: &Path, base: &Path) -> PathBuf {
+    let is_path =
+        library.contains('/') || library.contains('\\') || Path::new(library).extension().is_some();
+    if is_path {
+        base.join(library)
+    } else {
+        plugin_dir.join(format!(
+            "{}{library}{}",
+            std::env::consts::DLL_PREFIX,
+            std::env::consts::DLL_SUFFIX
+        ))
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum PluginError {
@@ -222,18 +260,14 @@ impl Loader {
 /// Sets up the provider `name` from `library` with its configuration.
 pub fn instantiate(
     library: &Library,
+    path: &Path,
     name: &str,
-    config: &ProviderConfig,
+    config: &PluginConfig,
 ) -> Result<ProviderHandle, PluginError> {
-    let plugin_config = PluginConfig {
-        base_url: config.base_url.clone(),
-        api_key: config.api_key.expose().to_owned(),
-        settings: config.settings.clone(),
-    };
     library
-        .instantiate(&plugin_config, HostServices { log: plugin_log })
+        .instantiate(config, HostServices { log: plugin_log })
         .map_err(|reason| PluginError::Setup {
-            path: config.library.clone(),
+            path: path.to_owned(),
             provider: name.to_owned(),
             reason,
         })

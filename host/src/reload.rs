@@ -1,11 +1,14 @@
 //! Hot reload: when `platforms.toml`, the keys file or a plugin library
-//! changes (or on SIGHUP), build a whole new [`Snapshot`] and swap it in.
+//! changes (or on SIGHUP, which [`crate::lifecycle`] turns into a request
+//! here), build a whole new [`Snapshot`] and swap it in.
 //!
 //! The new snapshot is built completely (config parsed and validated,
 //! libraries loaded, providers set up, chains assembled, keys read) before
 //! anything changes; any failure is logged in one line naming the file and
 //! the reason, and the old snapshot keeps serving. Requests already running
-//! finish on the snapshot they started with.
+//! finish on the snapshot they started with. Only the serving part of the
+//! config is applied; a changed process setting is logged as needing a
+//! restart.
 //!
 //! We watch the folders, not the files: a watch on a file dies when an
 //! editor or `mv` replaces it, and never sees a file being created. Events
@@ -21,10 +24,11 @@ use std::time::Duration;
 use notify::event::{AccessKind, AccessMode, MetadataKind, ModifyKind};
 use notify::{Event, EventKind, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use crate::auth::KeyStore;
-use crate::config::{Config, ConfigError};
-use crate::state::{App, Snapshot, StartError};
+use crate::config::{Config, ConfigError, ServingConfig};
+use crate::state::{App, Snapshot, SnapshotError};
 
 /// Quiet time after the last event before reloading.
 const DEBOUNCE: Duration = Duration::from_millis(250);
@@ -36,7 +40,7 @@ pub enum ReloadError {
     #[error(transparent)]
     Config(#[from] ConfigError),
     #[error(transparent)]
-    Build(#[from] StartError),
+    Build(#[from] SnapshotError),
 }
 
 /// Files whose change triggers a reload, as (folder, file name) pairs with
@@ -56,7 +60,7 @@ impl Watch {
         let (tx, events) = mpsc::unbounded_channel();
         let watched: Watched = Arc::default();
         let mut folders = FolderWatcher::start(tx, watched.clone());
-        folders.follow(config, &watched);
+        folders.follow(&config.path, &config.serving, &watched);
         Watch {
             events,
             watched,
@@ -70,24 +74,30 @@ pub struct Reloader {
     /// Where the server listens; a config asking for another address needs
     /// a restart.
     listening: SocketAddr,
-    hangup: Hangup,
+    /// Reloads asked for from outside (SIGHUP).
+    requests: mpsc::UnboundedReceiver<()>,
     watch: Watch,
 }
 
 impl Reloader {
-    /// `hangup` and `watch` are set up before the server announces itself.
-    pub fn new(app: Arc<App>, listening: SocketAddr, hangup: Hangup, watch: Watch) -> Reloader {
+    /// `watch` is set up before the server announces itself.
+    pub fn new(
+        app: Arc<App>,
+        listening: SocketAddr,
+        requests: mpsc::UnboundedReceiver<()>,
+        watch: Watch,
+    ) -> Reloader {
         Reloader {
             app,
             listening,
-            hangup,
+            requests,
             watch,
         }
     }
 
-    /// Reloads on every change of a watched file and on SIGHUP, until the
-    /// task is dropped.
-    pub async fn run(mut self) {
+    /// Reloads on every change of a watched file and on every request,
+    /// until `shutdown` fires.
+    pub async fn run(mut self, shutdown: CancellationToken) {
         loop {
             let trigger = tokio::select! {
                 event = self.watch.events.recv() => match event {
@@ -98,7 +108,8 @@ impl Reloader {
                     }
                     None => return,
                 },
-                () = next_hangup(&mut self.hangup) => "SIGHUP",
+                Some(()) = self.requests.recv() => "SIGHUP",
+                () = shutdown.cancelled() => return,
             };
             tracing::debug!(trigger, "reloading");
             // Reading files and loading libraries blocks: keep it off the
@@ -113,9 +124,11 @@ impl Reloader {
             if let Err(e) = result {
                 tracing::error!("reload rejected, still serving the previous configuration: {e}");
             }
-            self.watch
-                .folders
-                .follow(&self.app.snapshot().config, &self.watch.watched);
+            self.watch.folders.follow(
+                &self.app.config_path,
+                &self.app.snapshot().serving,
+                &self.watch.watched,
+            );
         }
     }
 }
@@ -125,15 +138,15 @@ impl Reloader {
 /// revoked key alive.
 pub fn reload(app: &App, listening: SocketAddr) -> Result<(), ReloadError> {
     let current = app.snapshot();
-    let config = match Config::load(&current.config.path) {
+    let config = match Config::load(&app.config_path) {
         Ok(config) => config,
         Err(e) => {
             reload_keys_only(app, &current);
             return Err(e.into());
         }
     };
-    warn_about_restart_only_changes(&current.config, &config, listening);
-    let next = match Snapshot::build(config, &app.loader, Some(&current)) {
+    warn_about_restart_only_changes(app, &config, listening);
+    let next = match Snapshot::build(&config.path, config.serving, &app.loader, Some(&current)) {
         Ok(next) => next,
         Err(e) => {
             reload_keys_only(app, &current);
@@ -147,60 +160,34 @@ pub fn reload(app: &App, listening: SocketAddr) -> Result<(), ReloadError> {
 }
 
 fn reload_keys_only(app: &App, current: &Snapshot) {
-    match KeyStore::load(&current.config.server.keys_file) {
+    match KeyStore::load(&current.serving.keys_file) {
         Ok(keys) if keys != *current.keys => {
             tracing::info!(keys = keys.len(), "keys reloaded");
-            app.replace(Snapshot {
-                config: current.config.clone(),
-                routes: current.routes.clone(),
-                keys: Arc::new(keys),
-                rate_limiter: current.rate_limiter.clone(),
-            });
+            app.replace(current.with_keys(keys));
         }
         Ok(_) => {}
         Err(e) => tracing::error!("keys not reloaded: {e}"),
     }
 }
 
-fn warn_about_restart_only_changes(old: &Config, new: &Config, listening: SocketAddr) {
-    if new.server.listen != old.server.listen && new.server.listen != listening {
-        tracing::warn!(
-            listening = %listening,
-            configured = %new.server.listen,
-            "[server] listen changed: restart to apply"
-        );
-    }
-    let (o, n) = (&old.server, &new.server);
-    let mut fixed = Vec::new();
-    if n.limits.header_timeout != o.limits.header_timeout {
-        fixed.push("header_timeout_ms");
-    }
-    if n.limits.max_header_bytes != o.limits.max_header_bytes {
-        fixed.push("max_header_bytes");
-    }
-    if n.limits.max_concurrent_requests != o.limits.max_concurrent_requests {
-        fixed.push("max_concurrent_requests");
-    }
-    if n.limits.shutdown_grace != o.limits.shutdown_grace {
-        fixed.push("shutdown_grace_ms");
-    }
-    if n.state_dir != o.state_dir {
-        fixed.push("state_dir");
-    }
-    if n.cursor_key != o.cursor_key {
-        fixed.push("cursor_key_env");
-    }
-    if n.upstream_proxy != o.upstream_proxy {
-        fixed.push("upstream_proxy");
-    }
-    if n.admin_listen != o.admin_listen {
-        fixed.push("admin_listen");
-    }
-    if n.log_format != o.log_format {
-        fixed.push("log_format");
-    }
-    if !fixed.is_empty() {
-        tracing::warn!(settings = ?fixed, "[server] settings changed that apply only after a restart");
+/// Process settings are what the server started with: any that `new`
+/// changes is logged, and waits for a restart.
+fn warn_about_restart_only_changes(app: &App, new: &Config, listening: SocketAddr) {
+    for setting in app.process.changed_settings(&new.process) {
+        let configured = new.process.listener.listen;
+        if setting == "[server] listen" {
+            // Back to where it listens (say, port 0 then the port it got):
+            // nothing to apply.
+            if configured != listening {
+                tracing::warn!(
+                    listening = %listening,
+                    configured = %configured,
+                    "{setting} changed: restart to apply"
+                );
+            }
+        } else {
+            tracing::warn!("{setting} changed: restart to apply");
+        }
     }
 }
 
@@ -253,12 +240,12 @@ impl FolderWatcher {
         }
     }
 
-    /// Watches the config file, the keys file and every library `config`
+    /// Watches the config file, the keys file and every library `serving`
     /// names (their folders, filtered by name).
-    fn follow(&mut self, config: &Config, watched: &Watched) {
-        let files = std::iter::once(config.path.as_path())
-            .chain(std::iter::once(config.server.keys_file.as_path()))
-            .chain(config.providers.values().map(|p| p.library.as_path()));
+    fn follow(&mut self, config_path: &Path, serving: &ServingConfig, watched: &Watched) {
+        let files = std::iter::once(config_path)
+            .chain(std::iter::once(serving.keys_file.as_path()))
+            .chain(serving.providers.values().map(|p| p.library.as_path()));
         let mut wanted = HashSet::new();
         for file in files {
             let Some((folder, name)) = split(file) else {
@@ -301,33 +288,4 @@ fn is_change(kind: &EventKind) -> bool {
         EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
         EventKind::Access(_) | EventKind::Any | EventKind::Other => false,
     }
-}
-
-/// SIGHUP, where the platform has it.
-#[cfg(unix)]
-pub type Hangup = Option<tokio::signal::unix::Signal>;
-#[cfg(not(unix))]
-pub type Hangup = Option<()>;
-
-/// Registers for SIGHUP now: before the server announces itself, since an
-/// unhandled SIGHUP kills the process.
-pub fn hangup_signal() -> Hangup {
-    #[cfg(unix)]
-    {
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok()
-    }
-    #[cfg(not(unix))]
-    {
-        None
-    }
-}
-
-async fn next_hangup(hangup: &mut Hangup) {
-    #[cfg(unix)]
-    if let Some(signal) = hangup {
-        signal.recv().await;
-        return;
-    }
-    let _ = hangup;
-    std::future::pending::<()>().await
 }

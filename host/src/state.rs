@@ -1,43 +1,56 @@
-//! The live state a request reads: one immutable [`Snapshot`] (config,
-//! routing table, keys, rate limiter), loaded once per request, so a request
-//! finishes on the table it started with even if a reload swaps in another.
+//! The live state a request reads: [`App`], what the process holds for its
+//! whole life, and one immutable [`Snapshot`] of the serving configuration
+//! (routing table, keys, rate limiter), loaded once per request, so a
+//! request finishes on the table it started with even if a reload swaps in
+//! another.
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
 use crate::auth::{KeyStore, KeysError};
-use crate::billing::Accounts;
-use crate::config::{Config, ServerLimits};
+use crate::billing::Billing;
+use crate::config::{ProcessConfig, ServingConfig};
 use crate::cursor::CursorSealer;
-use crate::ledger::{Ledger, LedgerError};
 use crate::plugins::Loader;
 use crate::resilience::concurrency::ConcurrencyLimit;
 use crate::resilience::rate_limit::RateLimiter;
 use crate::routing::{BuildError, Routes};
-use crate::upstream::{ClientError, UpstreamClient};
+use crate::upstream::UpstreamClient;
+
+/// Why a snapshot could not be built; the previous one keeps serving.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error(transparent)]
+    Routes(#[from] BuildError),
+    #[error(transparent)]
+    Keys(#[from] KeysError),
+}
 
 /// What one request is served from.
 pub struct Snapshot {
-    pub config: Arc<Config>,
+    pub serving: Arc<ServingConfig>,
     pub routes: Arc<Routes>,
     pub keys: Arc<KeyStore>,
     pub rate_limiter: Option<Arc<RateLimiter>>,
 }
 
 impl Snapshot {
-    /// A snapshot of `config`, reusing what `previous` has that is unchanged.
+    /// A snapshot of `serving` read from the config at `config_path`,
+    /// reusing what `previous` has that is unchanged.
     pub fn build(
-        config: Config,
+        config_path: &std::path::Path,
+        serving: ServingConfig,
         loader: &Loader,
         previous: Option<&Snapshot>,
-    ) -> Result<Snapshot, StartError> {
-        let routes = Routes::build(&config, loader, previous.map(|p| &*p.routes))?;
-        let keys = KeyStore::load(&config.server.keys_file)?;
+    ) -> Result<Snapshot, SnapshotError> {
+        let routes = Routes::build(config_path, &serving, loader, previous.map(|p| &*p.routes))?;
+        let keys = KeyStore::load(&serving.keys_file)?;
         // Buckets survive a reload unless the limits changed.
         let rate_limiter = match (
-            config.rate_limit,
+            serving.rate_limit,
             previous.and_then(|p| p.rate_limiter.as_ref()),
         ) {
             (Some(wanted), Some(current)) if current.config() == wanted => Some(current.clone()),
@@ -45,70 +58,65 @@ impl Snapshot {
             (None, _) => None,
         };
         Ok(Snapshot {
-            config: Arc::new(config),
+            serving: Arc::new(serving),
             routes: Arc::new(routes),
             keys: Arc::new(keys),
             rate_limiter,
         })
     }
+
+    /// This snapshot with another key set.
+    pub fn with_keys(&self, keys: KeyStore) -> Snapshot {
+        Snapshot {
+            serving: self.serving.clone(),
+            routes: self.routes.clone(),
+            keys: Arc::new(keys),
+            rate_limiter: self.rate_limiter.clone(),
+        }
+    }
 }
 
-/// How often counted credits are written to the ledger.
-const LEDGER_FLUSH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// Everything the server shares between requests.
+/// Everything the server shares between requests, for the life of the
+/// process. Built by [`crate::lifecycle`].
 pub struct App {
+    /// The config file a reload reads.
+    pub config_path: PathBuf,
+    /// The settings the process started with; a reload cannot change them.
+    pub process: ProcessConfig,
     snapshot: ArcSwap<Snapshot>,
     pub cursors: CursorSealer,
     pub upstream: UpstreamClient,
     pub loader: Loader,
-    /// Fixed for the life of the listener; a reload cannot change them.
-    pub limits: ServerLimits,
     pub in_flight: ConcurrencyLimit,
-    /// Where delivered credits are counted; fixed for the process.
-    pub ledger: Ledger,
-    pub accounts: Accounts,
+    /// Credits: reservations, and the ledger they are booked in.
+    pub billing: Billing,
     draining: AtomicBool,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    #[error(transparent)]
-    Routes(#[from] BuildError),
-    #[error(transparent)]
-    Keys(#[from] KeysError),
-    #[error(transparent)]
-    Client(#[from] ClientError),
-    #[error("no randomness for the cursor key: {0}")]
-    Random(String),
-    #[error(transparent)]
-    Ledger(#[from] LedgerError),
+/// The parts of an [`App`], each built (fallibly) by the lifecycle.
+pub struct Parts {
+    pub config_path: PathBuf,
+    pub process: ProcessConfig,
+    pub snapshot: Snapshot,
+    pub cursors: CursorSealer,
+    pub upstream: UpstreamClient,
+    pub loader: Loader,
+    pub billing: Billing,
 }
 
 impl App {
-    /// Loads every plugin and the keys of `config`.
-    pub fn start(config: Config) -> Result<App, StartError> {
-        let loader = Loader::new(config.server.state_dir.clone());
-        let cursors = CursorSealer::new(config.server.cursor_key.as_ref())
-            .map_err(|e| StartError::Random(e.to_string()))?;
-        let upstream =
-            UpstreamClient::new(config.server.upstream_proxy.as_ref().map(|p| p.expose()))?;
-        let limits = config.server.limits;
-        let ledger = Ledger::open(&config.ledger_path, LEDGER_FLUSH_EVERY)?;
-        let accounts = Accounts::new(ledger.lifetime_credits()?);
-        let snapshot = Snapshot::build(config, &loader, None)?;
-        loader.prune();
-        Ok(App {
-            snapshot: ArcSwap::from_pointee(snapshot),
-            cursors,
-            upstream,
-            loader,
-            limits,
-            in_flight: ConcurrencyLimit::new(limits.max_concurrent_requests),
-            ledger,
-            accounts,
+    pub fn new(parts: Parts) -> App {
+        App {
+            in_flight: ConcurrencyLimit::new(parts.process.max_concurrent_requests),
+            config_path: parts.config_path,
+            process: parts.process,
+            snapshot: ArcSwap::from_pointee(parts.snapshot),
+            cursors: parts.cursors,
+            upstream: parts.upstream,
+            loader: parts.loader,
+            billing: parts.billing,
             draining: AtomicBool::new(false),
-        })
+        }
     }
 
     /// The current snapshot; hold it for the whole request.
@@ -121,7 +129,7 @@ impl App {
         self.snapshot.store(Arc::new(snapshot));
     }
 
-    /// Marks the server as shutting down.
+    /// Marks the server as shutting down: `/readyz` answers 503 from now on.
     pub fn begin_draining(&self) {
         self.draining.store(true, Ordering::Relaxed);
     }

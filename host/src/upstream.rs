@@ -9,8 +9,22 @@ use std::time::Duration;
 
 use plugin_api::{ErrorKind, ProviderError, UpstreamRequest, UpstreamResponse};
 
+use crate::config::{ConfigError, Context, RawServer, Secret};
+
 /// Larger upstream bodies are refused as bad responses.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+
+/// `[server] upstream_proxy`: `http://` or `https://` only, since the client
+/// is built without SOCKS support. Never echoed: it may carry credentials.
+pub fn proxy_from_raw(raw: &RawServer, cx: &Context) -> Result<Option<Secret>, ConfigError> {
+    match &raw.upstream_proxy {
+        None => Ok(None),
+        Some(proxy) if proxy.starts_with("http://") || proxy.starts_with("https://") => {
+            Ok(Some(Secret::new(proxy.clone())))
+        }
+        Some(_) => Err(cx.invalid("[server] upstream_proxy", "not an http:// or https:// URL")),
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 #[error("cannot build the upstream HTTP client: {0}")]
@@ -36,7 +50,7 @@ impl Fetched {
 }
 
 impl UpstreamClient {
-    pub fn new(proxy: Option<&str>) -> Result<UpstreamClient, ClientError> {
+    pub fn new(proxy: Option<&Secret>) -> Result<UpstreamClient, ClientError> {
         let mut builder = reqwest::Client::builder()
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
@@ -44,7 +58,7 @@ impl UpstreamClient {
             .pool_idle_timeout(Duration::from_secs(60))
             .user_agent(concat!("socialgate/", env!("CARGO_PKG_VERSION")));
         if let Some(proxy) = proxy {
-            builder = builder.proxy(reqwest::Proxy::all(proxy)?);
+            builder = builder.proxy(reqwest::Proxy::all(proxy.expose())?);
         }
         Ok(UpstreamClient {
             client: builder.build()?,

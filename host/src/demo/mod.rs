@@ -4,124 +4,91 @@
 
 pub mod sandbox;
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::time::Duration;
+use std::path::Path;
 
-use plugin_api::Endpoint;
-
-use crate::auth::{KeysError, KeysFileAt};
-use crate::config::{
-    executable_dir, library_path, Config, PlatformConfig, PlatformStatus, ProviderConfig, Secret,
-    ServerConfig, ServerLimits,
-};
-use crate::http::server;
-use crate::resilience::breaker::BreakerConfig;
-use crate::serve::{self, ServeError};
+use crate::auth::KeysFileAt;
+use crate::config::{executable_dir, toml_string, Config};
+use crate::lifecycle::{self, RunError};
 use sandbox::Sandbox;
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 
-/// Why the demo could not run.
-#[derive(Debug, thiserror::Error)]
-pub enum DemoError {
-    #[error(transparent)]
-    Serve(#[from] ServeError),
-    #[error(transparent)]
-    Keys(#[from] KeysError),
-    #[error("demo: {0}")]
-    Io(#[from] std::io::Error),
+/// The variables the demo's config names for the sandbox upstreams' keys.
+const PRIMARY_KEY_ENV: &str = "SANDBOX_PRIMARY_KEY";
+const FALLBACK_KEY_ENV: &str = "SANDBOX_FALLBACK_KEY";
+
+/// Sets the variables the demo's config names to the sandbox's keys. Call
+/// it before any thread starts: the environment is process-wide, and a
+/// reload of the demo's config reads it like any other.
+pub fn set_sandbox_keys() {
+    std::env::set_var(PRIMARY_KEY_ENV, sandbox::PRIMARY_KEY);
+    std::env::set_var(FALLBACK_KEY_ENV, sandbox::FALLBACK_KEY);
 }
 
-pub async fn run(listen: Option<SocketAddr>, fail_primary: bool) -> Result<(), DemoError> {
+/// Serves the demo until SIGTERM or ctrl-c; [`set_sandbox_keys`] first.
+pub async fn run(listen: Option<SocketAddr>, fail_primary: bool) -> Result<(), RunError> {
     let sandbox = Sandbox::start(fail_primary).await?;
     let exe_dir = executable_dir()?;
     // Beside the executable, not /tmp, which may forbid mapping libraries.
     let state_dir = exe_dir.join("socialgate-demo");
-    let keys_file = state_dir.join(crate::config::DEFAULT_KEYS_FILE);
-    match std::fs::remove_file(&keys_file) {
+    std::fs::create_dir_all(&state_dir)?;
+    let config_path = state_dir.join("platforms.toml");
+    std::fs::write(&config_path, demo_config(&sandbox, &exe_dir, listen))?;
+    let config = Config::load(&config_path)?;
+
+    let keys_file = &config.serving.keys_file;
+    match std::fs::remove_file(keys_file) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
         _ => {}
     }
-    let key = KeysFileAt(&keys_file).issue("demo")?;
+    let key = KeysFileAt(keys_file).issue("demo")?;
 
-    let config = demo_config(&sandbox, exe_dir, state_dir, keys_file, listen);
-    let shutdown = server::shutdown_signal()?;
-    let (listener, app) = serve::start(config, None).await?;
-    let base = format!("http://{}", listener.local_addr()?);
-    print_welcome(&base, &key, fail_primary);
-    server::run(listener, app, shutdown).await;
+    lifecycle::serve(config, None, |addr| {
+        print_welcome(&format!("http://{addr}"), &key, fail_primary)
+    })
+    .await?;
     drop(sandbox);
     Ok(())
 }
 
-fn demo_config(
-    sandbox: &Sandbox,
-    plugin_dir: PathBuf,
-    state_dir: PathBuf,
-    keys_file: PathBuf,
-    listen: Option<SocketAddr>,
-) -> Config {
-    let provider = |library: &str, base_url: &str, key: &str| ProviderConfig {
-        library: library_path(library, &plugin_dir, &plugin_dir),
-        base_url: base_url.to_owned(),
-        api_key: Secret::new(key.to_owned()),
-        timeout: Duration::from_secs(4),
-        settings: serde_json::json!({}),
-        // Short, so `--fail-primary` shows the breaker opening and closing.
-        breaker: BreakerConfig {
-            failures: 3,
-            cooldown: Duration::from_secs(10),
-        },
-        max_body_bytes: crate::upstream::DEFAULT_MAX_BODY_BYTES,
-    };
-    let providers = BTreeMap::from([
-        (
-            "shortvideo-primary".to_owned(),
-            provider(
-                "shortvideo_primary",
-                &sandbox.primary_url,
-                sandbox::PRIMARY_KEY,
-            ),
-        ),
-        (
-            "shortvideo-fallback".to_owned(),
-            provider(
-                "shortvideo_fallback",
-                &sandbox.fallback_url,
-                sandbox::FALLBACK_KEY,
-            ),
-        ),
-    ]);
-    let platforms = BTreeMap::from([(
-        "shortvideo".to_owned(),
-        PlatformConfig {
-            status: PlatformStatus::Live,
-            providers: vec!["shortvideo-primary".into(), "shortvideo-fallback".into()],
-            endpoints: BTreeMap::from([(Endpoint::Search, vec!["shortvideo-fallback".into()])]),
-        },
-    )]);
-    let ledger_path = state_dir.join(crate::config::DEFAULT_LEDGER_FILE);
-    Config {
-        path: PathBuf::from("(demo)"),
-        server: ServerConfig {
-            listen: listen.unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("a valid address")),
-            keys_file,
-            plugin_dir,
-            state_dir,
-            cursor_key: None,
-            upstream_proxy: None,
-            limits: ServerLimits::default(),
-            admin_listen: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
-            log_format: Default::default(),
-        },
-        platforms,
-        providers,
-        rate_limit: None,
-        ledger_path,
-        billing: Default::default(),
-    }
+/// The demo's `platforms.toml`: the operator's own config, pointed at the
+/// sandbox, with a short breaker cooldown so `--fail-primary` shows the
+/// breaker opening and closing. Everything else is the parser's defaults.
+fn demo_config(sandbox: &Sandbox, plugin_dir: &Path, listen: Option<SocketAddr>) -> String {
+    let listen = listen.map_or(DEFAULT_LISTEN.to_owned(), |a| a.to_string());
+    let plugin_dir = toml_string(&plugin_dir.display().to_string());
+    let primary = toml_string(&sandbox.primary_url);
+    let fallback = toml_string(&sandbox.fallback_url);
+    format!(
+        r#"# Written by `socialgate demo` for this run; changes to it are reloaded.
+[server]
+listen = "{listen}"
+admin_listen = "127.0.0.1:0"
+plugin_dir = {plugin_dir}
+
+[platforms.shortvideo]
+status = "live"
+providers = ["shortvideo-primary", "shortvideo-fallback"]
+
+[platforms.shortvideo.endpoints]
+search = ["shortvideo-fallback"]
+
+[providers.shortvideo-primary]
+library = "shortvideo_primary"
+base_url = {primary}
+api_key_env = "{PRIMARY_KEY_ENV}"
+breaker_failures = 3
+breaker_cooldown_ms = 10000
+
+[providers.shortvideo-fallback]
+library = "shortvideo_fallback"
+base_url = {fallback}
+api_key_env = "{FALLBACK_KEY_ENV}"
+breaker_failures = 3
+breaker_cooldown_ms = 10000
+"#
+    )
 }
 
 fn print_welcome(base: &str, key: &str, fail_primary: bool) {

@@ -11,18 +11,15 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONTENT_TYPE};
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
-use std::convert::Infallible;
 use std::net::Ipv4Addr;
 use std::sync::OnceLock;
-use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::task::{JoinHandle, JoinSet};
+use tokio_util::sync::CancellationToken;
 use tracing::debug;
+
+use crate::http::server::Hardening;
 
 /// The keys the doubles accept (the demo sets these as the providers' upstream keys).
 pub const PRIMARY_KEY: &str = "sandbox-primary-key";
@@ -488,7 +485,7 @@ pub struct Sandbox {
     pub primary_url: String,
     /// The fallback double's base URL, `http://127.0.0.1:PORT` (no trailing `/`).
     pub fallback_url: String,
-    tasks: Vec<JoinHandle<()>>,
+    shutdown: CancellationToken,
 }
 
 impl Sandbox {
@@ -514,15 +511,14 @@ impl Sandbox {
             route: fallback_route,
             fail: false,
         };
-        let tasks = vec![
-            tokio::spawn(serve(primary, p)),
-            tokio::spawn(serve(fallback, f)),
-        ];
+        let shutdown = CancellationToken::new();
+        tokio::spawn(serve(primary, p, shutdown.clone()));
+        tokio::spawn(serve(fallback, f, shutdown.clone()));
         debug!(%primary_url, %fallback_url, fail_primary, "sandbox upstreams listening");
         Ok(Sandbox {
             primary_url,
             fallback_url,
-            tasks,
+            shutdown,
         })
     }
 
@@ -541,32 +537,15 @@ impl Sandbox {
 
 impl Drop for Sandbox {
     fn drop(&mut self) {
-        self.tasks.iter().for_each(JoinHandle::abort);
+        self.shutdown.cancel();
     }
 }
 
-/// Accepts connections, one task each, held in a set that aborting this task drops.
-async fn serve(listener: TcpListener, double: Double) {
-    let mut connections = JoinSet::new();
-    loop {
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
-            Err(e) => {
-                debug!(double = double.name, "sandbox accept failed: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        while connections.try_join_next().is_some() {}
-        let service =
-            service_fn(move |req| async move { Ok::<_, Infallible>(handle(double, &req)) });
-        connections.spawn(async move {
-            let io = TokioIo::new(stream);
-            if let Err(e) = http1::Builder::new().serve_connection(io, service).await {
-                debug!(double = double.name, "sandbox connection ended: {e}");
-            }
-        });
-    }
+/// Serves one double with the host's own connection helper, until the
+/// sandbox is dropped.
+async fn serve(listener: TcpListener, double: Double, shutdown: CancellationToken) {
+    let handler = move |req: Request<Incoming>| async move { handle(double, &req) };
+    crate::http::server::serve("sandbox", listener, Hardening::default(), shutdown, handler).await
 }
 
 fn handle(double: Double, req: &Request<Incoming>) -> Response<Full<Bytes>> {
@@ -610,6 +589,7 @@ fn answer(double: Double, req: &Request<Incoming>) -> (StatusCode, Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     const BIG: &str = "7312345678901234567"; // lunabakes' post with 120 comments
     const NO_VIDEO: &str = "7000000000000000000";

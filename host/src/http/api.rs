@@ -21,7 +21,6 @@ use tracing::Instrument;
 
 use super::request_id;
 use super::response::{self, Body};
-use crate::billing::CREDITS_PER_REQUEST;
 use crate::chain::{self, ChainError, Journal};
 use crate::cursor::{Listing, Position};
 use crate::error::ApiError;
@@ -174,12 +173,13 @@ async fn route(
     };
 
     // Held before any upstream call, refunded unless the answer is delivered.
-    let credit = app
-        .accounts
-        .reserve(key, snapshot.config.billing)
+    let billing = snapshot.serving.billing;
+    let credits = app
+        .billing
+        .reserve(key, billing.cost(endpoint), billing)
         .map_err(|_| ApiError::InsufficientCredits)?;
 
-    let deadline = Deadline::after(snapshot.config.server.limits.request_timeout);
+    let deadline = Deadline::after(snapshot.serving.request_timeout);
     let served = chain::serve(
         providers,
         &call,
@@ -205,12 +205,11 @@ async fn route(
             app.cursors.seal(listing_of(platform, &call), &position)
         })
     });
-    credit.commit();
-    app.ledger.record(key, CREDITS_PER_REQUEST);
-    metrics::credits(u64::from(CREDITS_PER_REQUEST));
+    let credits_used = credits.commit();
     Ok(response::success(
         platform,
         &served.done.output,
+        credits_used,
         next_cursor.as_ref().map(|c| c.as_deref()),
         id,
     ))

@@ -1,4 +1,5 @@
-//! The JSON envelopes of spec 2.1 (success) and 2.6 (error).
+//! The JSON envelopes of every answer: success and error (see
+//! `docs/api.md`).
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -7,7 +8,6 @@ use hyper::{Response, StatusCode};
 use plugin_api::Output;
 use serde::ser::{Serialize, Serializer};
 
-use crate::billing::CREDITS_PER_REQUEST;
 use crate::error::ApiError;
 
 pub type Body = Full<Bytes>;
@@ -61,6 +61,7 @@ struct ErrorBody<'a> {
 pub fn success(
     platform: &str,
     output: &Output,
+    credits_used: u32,
     next_cursor: Option<Option<&str>>,
     request_id: &str,
 ) -> Response<Body> {
@@ -69,7 +70,7 @@ pub fn success(
         platform,
         data: Data(output),
         meta: Meta {
-            credits_used: CREDITS_PER_REQUEST,
+            credits_used,
             next_cursor,
             request_id,
         },

@@ -4,8 +4,10 @@
 //!
 //! A dead primary would otherwise make every request pay its timeout before
 //! the fallback answers. An upstream's 429 opens the breaker at once, for the
-//! longer of the cooldown and its `Retry-After`. "Not found" and invalid
-//! input prove the upstream works, so they count as successes.
+//! longer of the cooldown and its `Retry-After`. Which [`Outcome`] an
+//! attempt's result is (a "not found" is a success, input refused before
+//! any request is neutral, ...) is the failover verdict's to say:
+//! [`crate::chain::decision`].
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -25,6 +27,27 @@ pub struct BreakerConfig {
     pub failures: u32,
     /// How long it stays open.
     pub cooldown: Duration,
+}
+
+impl BreakerConfig {
+    /// `breaker_failures` and `breaker_cooldown_ms` of the provider table
+    /// `table`.
+    pub fn from_raw(
+        failures: Option<u32>,
+        cooldown_ms: Option<u64>,
+        table: &str,
+        cx: &crate::config::Context,
+    ) -> Result<BreakerConfig, crate::config::ConfigError> {
+        Ok(BreakerConfig {
+            failures: cx.positive(
+                &format!("{table} breaker_failures"),
+                failures,
+                DEFAULT_FAILURES,
+            )?,
+            // 0 is allowed: every failure past the threshold probes again.
+            cooldown: cooldown_ms.map_or(DEFAULT_COOLDOWN, Duration::from_millis),
+        })
+    }
 }
 
 impl Default for BreakerConfig {

@@ -8,6 +8,18 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 pub const DEFAULT_MAX_CONCURRENT: usize = 1024;
 
+/// `[server] max_concurrent_requests`.
+pub fn max_from_raw(
+    raw: &crate::config::RawServer,
+    cx: &crate::config::Context,
+) -> Result<usize, crate::config::ConfigError> {
+    cx.positive(
+        "[server] max_concurrent_requests",
+        raw.max_concurrent_requests,
+        DEFAULT_MAX_CONCURRENT,
+    )
+}
+
 #[derive(Debug, Clone)]
 pub struct ConcurrencyLimit {
     permits: Arc<Semaphore>,

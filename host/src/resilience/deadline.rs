@@ -7,6 +7,18 @@ use tokio::time::Instant;
 
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// `[server] request_timeout_ms`.
+pub fn request_timeout_from_raw(
+    raw: &crate::config::RawServer,
+    cx: &crate::config::Context,
+) -> Result<Duration, crate::config::ConfigError> {
+    cx.millis(
+        "[server] request_timeout_ms",
+        raw.request_timeout_ms,
+        DEFAULT_REQUEST_TIMEOUT,
+    )
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Deadline {
     at: Instant,

@@ -7,10 +7,44 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use serde::Deserialize;
+
+use crate::config::{ConfigError, Context};
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RateLimitConfig {
     pub per_second: f64,
     pub burst: f64,
+}
+
+/// `[rate_limit]` as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRateLimit {
+    per_second: f64,
+    burst: Option<f64>,
+}
+
+impl RateLimitConfig {
+    /// `[rate_limit]`; absent means no limit. `burst` defaults to one
+    /// second's worth, and at least 1.
+    pub fn from_raw(
+        raw: Option<RawRateLimit>,
+        cx: &Context,
+    ) -> Result<Option<RateLimitConfig>, ConfigError> {
+        let Some(raw) = raw else { return Ok(None) };
+        let burst = raw.burst.unwrap_or(raw.per_second.max(1.0));
+        if !(raw.per_second.is_finite() && raw.per_second > 0.0) {
+            return Err(cx.invalid("[rate_limit] per_second", "must be above 0"));
+        }
+        if !(burst.is_finite() && burst >= 1.0) {
+            return Err(cx.invalid("[rate_limit] burst", "must be at least 1"));
+        }
+        Ok(Some(RateLimitConfig {
+            per_second: raw.per_second,
+            burst,
+        }))
+    }
 }
 
 #[derive(Debug, Clone, Copy)]

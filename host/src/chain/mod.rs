@@ -13,6 +13,8 @@
 //! breaker, even if the caller hangs up meanwhile: a breaker that never
 //! hears how a probe ended cannot protect anyone.
 
+pub mod decision;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,6 +23,7 @@ use plugin_api::{Call, Done, ErrorKind, Next, ProviderError};
 use tokio::time::{timeout, Instant};
 use tracing::Instrument;
 
+use self::decision::{Failure, Then};
 use crate::resilience::breaker::{Outcome, Permit};
 use crate::resilience::deadline::Deadline;
 use crate::routing::Provider;
@@ -183,8 +186,8 @@ async fn attempt_through(
     verdict
 }
 
-/// Records an attempt's outcome on the breaker and decides what the chain
-/// does next.
+/// Records an attempt's outcome on the breaker and applies the verdict of
+/// [`decision::decide`].
 fn judge(
     provider: &Provider,
     permit: Permit,
@@ -193,15 +196,15 @@ fn judge(
     deadline: Deadline,
 ) -> (Verdict, &'static str) {
     let now = Instant::now();
-    let (error, after_a_request) = match outcome {
+    let AttemptError {
+        error,
+        after_a_request,
+    } = match outcome {
         Ok(done) => {
             provider.breaker.record(permit, Outcome::Success, now);
             return (Verdict::Answered(done), "ok");
         }
-        Err(AttemptError {
-            error,
-            after_a_request,
-        }) => (error, after_a_request),
+        Err(failed) => failed,
     };
     tracing::warn!(
         provider = %provider.name,
@@ -210,45 +213,22 @@ fn judge(
         "attempt failed: {}",
         error.message()
     );
-    let kind = error.kind();
-    let verdict = match kind {
-        // Proof the upstream works: it closes the breaker too. "Not found" is
-        // only an answer where there is a resource to find; from a search it
-        // is an upstream gone off its contract.
-        ErrorKind::NotFound if call.endpoint().names_a_resource() => {
-            provider.breaker.record(permit, Outcome::Success, now);
-            Verdict::Stop(ChainError::NotFound)
-        }
-        // Invalid input is the plugin's to find before it asks anything;
-        // after a request it is an upstream failure in disguise.
-        ErrorKind::InvalidInput if !after_a_request => {
-            provider.breaker.record(permit, Outcome::Neutral, now);
+    let failure = Failure {
+        kind: error.kind(),
+        retry_after: error.retry_after_hint(),
+        after_a_request,
+    };
+    let decision = decision::decide(failure, call.endpoint(), deadline.expired());
+    provider.breaker.record(permit, decision.breaker, now);
+    let verdict = match decision.then {
+        Then::TryNext => Verdict::Failed,
+        Then::StopNotFound => Verdict::Stop(ChainError::NotFound),
+        Then::StopInvalidInput => {
             Verdict::Stop(ChainError::InvalidInput(caller_message(error.message())))
         }
-        // "Cannot serve this call", said before asking anything, is about
-        // the call, not the provider's health.
-        ErrorKind::Unsupported if !after_a_request => {
-            provider.breaker.record(permit, Outcome::Neutral, now);
-            Verdict::Failed
-        }
-        ErrorKind::RateLimited => {
-            let outcome = Outcome::RateLimited(error.retry_after_hint());
-            provider.breaker.record(permit, outcome, now);
-            Verdict::Failed
-        }
-        _ => {
-            // Also when our deadline cut it short: a provider that cannot
-            // answer within the time a request has is of no use to it.
-            provider.breaker.record(permit, Outcome::Failure, now);
-            Verdict::Failed
-        }
+        Then::StopDeadline => Verdict::Stop(ChainError::DeadlineExceeded),
     };
-    match verdict {
-        Verdict::Failed if deadline.expired() => {
-            (Verdict::Stop(ChainError::DeadlineExceeded), kind.as_str())
-        }
-        verdict => (verdict, kind.as_str()),
-    }
+    (verdict, failure.kind.as_str())
 }
 
 /// A plugin's message, made fit to show a caller: one bounded line.

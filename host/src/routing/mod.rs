@@ -1,5 +1,5 @@
 //! The routing table: which providers, in which order, serve each endpoint
-//! of each platform. Built whole from a [`Config`] (libraries loaded,
+//! of each platform. Built whole from a [`ServingConfig`] (libraries loaded,
 //! providers set up, chains assembled) before anything serves from it.
 //!
 //! A rebuild reuses what has not changed: a provider with the same library
@@ -7,15 +7,18 @@
 //! the same breaker settings its breaker too, so a reload does not forget
 //! that an upstream is down.
 
+pub mod config;
+
 use std::collections::{BTreeSet, HashMap};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use plugin_api::ffi::ProviderHandle;
 use plugin_api::Endpoint;
 
-use crate::config::{Config, PlatformStatus, ProviderConfig};
+use self::config::{PlatformStatus, ProviderConfig};
+use crate::config::ServingConfig;
 use crate::error::ApiError;
 use crate::plugins::{self, ContentHash, Loader, PluginError};
 use crate::resilience::breaker::Breaker;
@@ -78,7 +81,8 @@ impl Routes {
     /// Loads every configured provider and assembles the chains, reusing
     /// what `previous` already has for unchanged providers.
     pub fn build(
-        config: &Config,
+        config_path: &Path,
+        config: &ServingConfig,
         loader: &Loader,
         previous: Option<&Routes>,
     ) -> Result<Routes, BuildError> {
@@ -96,7 +100,12 @@ impl Routes {
             };
             let before = previous.and_then(|p| p.providers.get(name));
             let slot = reuse_or_create(name, provider_config, identity, before, |config| {
-                plugins::instantiate(&library, name, config)
+                let plugin_config = plugin_api::ProviderConfig {
+                    base_url: config.base_url.clone(),
+                    api_key: config.api_key.expose().to_owned(),
+                    settings: config.settings.clone(),
+                };
+                plugins::instantiate(&library, &config.library, name, &plugin_config)
             })?;
             manifests.insert(name.as_str(), library.manifest().clone());
             providers.insert(name.clone(), slot);
@@ -114,7 +123,7 @@ impl Routes {
                             let manifest = &manifests[name.as_str()];
                             if manifest.platform != *platform_name {
                                 return Err(BuildError::WrongPlatform {
-                                    config: config.path.display().to_string(),
+                                    config: config_path.display().to_string(),
                                     platform: platform_name.clone(),
                                     provider: name.clone(),
                                     serves: manifest.platform.clone(),

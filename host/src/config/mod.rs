@@ -1,0 +1,421 @@
+//! The operator's configuration (`platforms.toml`): reading the file,
+//! refusing anything doubtful with one line that names the file and the
+//! reason, and composing the two parts the rest of the host uses.
+//!
+//! # Two parts, two lifetimes
+//!
+//! - [`ProcessConfig`]: listeners, connection limits, state folder, ledger,
+//!   cursor key, proxy, log format. Fixed for the life of a process: a
+//!   reload that changes one logs "restart to apply" (see
+//!   [`ProcessConfig::changed_settings`]) and otherwise ignores it.
+//! - [`ServingConfig`]: platforms, providers, keys file, request deadline,
+//!   rate limits, billing. Swapped whole by every reload.
+//!
+//! Which part a setting lives in is the one place that says whether a
+//! reload applies it.
+//!
+//! # Who validates what
+//!
+//! This module reads the file (syntax, unknown keys) and composes; each
+//! section is validated by the module that uses it, through a `from_raw`
+//! beside its type: [`crate::http::server::ListenerConfig`],
+//! [`crate::resilience`]'s breaker, rate limit, concurrency gate and
+//! deadline, [`crate::cursor`], [`crate::upstream`], [`crate::logging`],
+//! [`crate::plugins`], [`crate::ledger`], [`crate::auth`],
+//! [`crate::billing`] and [`crate::routing::config`]. [`Context`] gives them
+//! the config's folder, the environment, and errors in one format.
+//!
+//! Relative paths resolve against the config file's folder, so a config
+//! means the same thing whatever the working directory.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::billing::{BillingConfig, RawBilling};
+use crate::http::server::ListenerConfig;
+use crate::ledger::{LedgerConfig, RawLedger};
+use crate::logging::LogFormat;
+use crate::resilience::rate_limit::{RateLimitConfig, RawRateLimit};
+use crate::routing::config::{PlatformConfig, ProviderConfig, RawPlatform, RawProvider};
+
+/// Why a configuration was refused. `Display` is one line naming the file.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: cannot read: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}: {message}")]
+    Syntax {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
+    #[error("{path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+/// A secret read from the environment. Never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: String) -> Secret {
+        Secret(value)
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// A validated configuration with every path resolved and every secret read.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The file it was read from.
+    pub path: PathBuf,
+    pub process: ProcessConfig,
+    pub serving: ServingConfig,
+}
+
+/// What is fixed for the life of a process. Comparing two of these is how
+/// a reload finds settings that need a restart.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProcessConfig {
+    /// `listen`, `admin_listen` and how connections are hardened and drained.
+    pub listener: ListenerConfig,
+    /// `max_concurrent_requests`: past it, 503 at once.
+    pub max_concurrent_requests: usize,
+    /// `state_dir`: where private copies of plugin libraries are kept.
+    pub state_dir: PathBuf,
+    /// `cursor_key_env`; `None`: a random key per process.
+    pub cursor_key: Option<Secret>,
+    /// `upstream_proxy`: the only proxy upstream requests may use. A secret:
+    /// it may carry credentials.
+    pub upstream_proxy: Option<Secret>,
+    pub log_format: LogFormat,
+    pub ledger: LedgerConfig,
+}
+
+/// What a reload swaps in whole.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServingConfig {
+    pub keys_file: PathBuf,
+    /// All attempts of one request together.
+    pub request_timeout: Duration,
+    pub platforms: BTreeMap<String, PlatformConfig>,
+    pub providers: BTreeMap<String, ProviderConfig>,
+    /// Per-key request rate; `None`: no limit.
+    pub rate_limit: Option<RateLimitConfig>,
+    pub billing: BillingConfig,
+}
+
+impl ProcessConfig {
+    /// The settings (as written in the file) whose values differ in `new`.
+    ///
+    /// The destructuring below has no `..`: a field added to this struct does
+    /// not compile until it is compared here too.
+    pub fn changed_settings(&self, new: &ProcessConfig) -> Vec<&'static str> {
+        let ProcessConfig {
+            listener,
+            max_concurrent_requests,
+            state_dir,
+            cursor_key,
+            upstream_proxy,
+            log_format,
+            ledger,
+        } = self;
+        let mut changed = listener.changed_settings(&new.listener);
+        let others = [
+            (
+                "[server] max_concurrent_requests",
+                *max_concurrent_requests != new.max_concurrent_requests,
+            ),
+            ("[server] state_dir", *state_dir != new.state_dir),
+            ("[server] cursor_key_env", *cursor_key != new.cursor_key),
+            (
+                "[server] upstream_proxy",
+                *upstream_proxy != new.upstream_proxy,
+            ),
+            ("[server] log_format", *log_format != new.log_format),
+            ("[ledger] path", *ledger != new.ledger),
+        ];
+        changed.extend(others.into_iter().filter(|(_, c)| *c).map(|(key, _)| key));
+        changed
+    }
+}
+
+/// A URL without what may be secret in it (user info, query), for logs.
+pub fn redacted_url(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let rest = rest.split(['?', '#']).next().unwrap_or("");
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    let query = if url.contains('?') { "?…" } else { "" };
+    format!("{scheme}://{host}{path}{query}")
+}
+
+// The file as written. Every table refuses unknown keys; each section's
+// type is its owner's.
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    #[serde(default)]
+    server: RawServer,
+    #[serde(default)]
+    platforms: BTreeMap<String, RawPlatform>,
+    #[serde(default)]
+    providers: BTreeMap<String, RawProvider>,
+    rate_limit: Option<RawRateLimit>,
+    #[serde(default)]
+    ledger: RawLedger,
+    #[serde(default)]
+    billing: RawBilling,
+}
+
+/// `[server]` as written: one table, whose keys several modules own.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RawServer {
+    pub listen: Option<String>,
+    pub admin_listen: Option<String>,
+    pub header_timeout_ms: Option<u64>,
+    pub max_header_bytes: Option<usize>,
+    pub shutdown_grace_ms: Option<u64>,
+    pub max_concurrent_requests: Option<usize>,
+    pub request_timeout_ms: Option<u64>,
+    pub keys_file: Option<PathBuf>,
+    pub plugin_dir: Option<PathBuf>,
+    pub state_dir: Option<PathBuf>,
+    pub cursor_key_env: Option<String>,
+    pub upstream_proxy: Option<String>,
+    pub log_format: Option<LogFormat>,
+}
+
+/// What a section's `from_raw` needs: where the config is, how to read the
+/// environment, and one format for its errors.
+pub struct Context<'a> {
+    path: &'a Path,
+    base: &'a Path,
+    env: &'a dyn Fn(&str) -> Option<String>,
+}
+
+impl Context<'_> {
+    /// The config file.
+    pub fn path(&self) -> &Path {
+        self.path
+    }
+
+    /// `path` relative to the config file's folder.
+    pub fn resolve(&self, path: &Path) -> PathBuf {
+        self.base.join(path)
+    }
+
+    /// The folder the config file is in.
+    pub fn base(&self) -> &Path {
+        self.base
+    }
+
+    /// `key: message`, as an error naming the file.
+    pub fn invalid(&self, key: &str, message: impl fmt::Display) -> ConfigError {
+        ConfigError::Invalid {
+            path: self.path.to_owned(),
+            message: format!("{key}: {message}"),
+        }
+    }
+
+    /// The value of the environment variable `var`, named by the setting
+    /// `key`; unset or empty is an error naming the variable.
+    pub fn secret(&self, key: &str, var: &str) -> Result<Secret, ConfigError> {
+        (self.env)(var)
+            .filter(|v| !v.is_empty())
+            .map(Secret::new)
+            .ok_or_else(|| self.invalid(key, format!("environment variable `{var}` is not set")))
+    }
+
+    /// A duration in milliseconds above 0, or `default`.
+    pub fn millis(
+        &self,
+        key: &str,
+        value: Option<u64>,
+        default: Duration,
+    ) -> Result<Duration, ConfigError> {
+        match value {
+            None => Ok(default),
+            Some(0) => Err(self.invalid(key, "must be above 0")),
+            Some(ms) => Ok(Duration::from_millis(ms)),
+        }
+    }
+
+    /// A count above 0, or `default`.
+    pub fn positive<N: PartialEq + From<u8>>(
+        &self,
+        key: &str,
+        value: Option<N>,
+        default: N,
+    ) -> Result<N, ConfigError> {
+        match value {
+            None => Ok(default),
+            Some(n) if n == N::from(0) => Err(self.invalid(key, "must be above 0")),
+            Some(n) => Ok(n),
+        }
+    }
+}
+
+impl RawConfig {
+    /// Reads `text` as if from `path`: syntax and unknown keys only.
+    pub fn parse(path: &Path, text: &str) -> Result<RawConfig, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Syntax {
+            path: path.to_owned(),
+            line: e
+                .span()
+                .map(|s| text[..s.start.min(text.len())].lines().count().max(1))
+                .unwrap_or(1),
+            message: e.message().trim().replace('\n', " "),
+        })
+    }
+}
+
+/// Reads the file at `path`.
+fn read(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// The folder relative paths resolve against.
+fn folder_of(path: &Path) -> &Path {
+    path.parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
+fn process_env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+impl Config {
+    /// Reads and validates the file at `path`, reading secrets from the
+    /// process environment.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        Config::parse(path, &read(path)?, &process_env)
+    }
+
+    /// Validates `text` as if read from `path`; `env` looks up variables.
+    pub fn parse(
+        path: &Path,
+        text: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let raw = RawConfig::parse(path, text)?;
+        let cx = Context {
+            path,
+            base: folder_of(path),
+            env,
+        };
+        let server = &raw.server;
+        let process = ProcessConfig {
+            listener: ListenerConfig::from_raw(server, &cx)?,
+            max_concurrent_requests: crate::resilience::concurrency::max_from_raw(server, &cx)?,
+            state_dir: crate::plugins::state_dir_from_raw(server, &cx),
+            cursor_key: crate::cursor::key_from_raw(server, &cx)?,
+            upstream_proxy: crate::upstream::proxy_from_raw(server, &cx)?,
+            log_format: server.log_format.unwrap_or_default(),
+            ledger: LedgerConfig::from_raw(&raw.ledger, &cx),
+        };
+        let plugin_dir = crate::plugins::plugin_dir_from_raw(server, &cx)?;
+        let providers = named_tables(raw.providers, |name, p| {
+            ProviderConfig::from_raw(name, p, &plugin_dir, &cx)
+        })?;
+        let platforms = named_tables(raw.platforms, |name, p| {
+            PlatformConfig::from_raw(name, p, &providers, &cx)
+        })?;
+        let serving = ServingConfig {
+            keys_file: crate::auth::keys_file_from_raw(server, &cx),
+            request_timeout: crate::resilience::deadline::request_timeout_from_raw(server, &cx)?,
+            platforms,
+            providers,
+            rate_limit: RateLimitConfig::from_raw(raw.rate_limit, &cx)?,
+            billing: BillingConfig::from_raw(raw.billing, &cx)?,
+        };
+        Ok(Config {
+            path: path.to_owned(),
+            process,
+            serving,
+        })
+    }
+}
+
+/// Validates each `[section.NAME]` table with `from_raw`.
+fn named_tables<R, T>(
+    raw: BTreeMap<String, R>,
+    from_raw: impl Fn(&str, R) -> Result<T, ConfigError>,
+) -> Result<BTreeMap<String, T>, ConfigError> {
+    raw.into_iter()
+        .map(|(name, table)| {
+            let valid = from_raw(&name, table)?;
+            Ok((name, valid))
+        })
+        .collect()
+}
+
+/// The files the `keys` commands work on. Read through the same parser as
+/// a whole config (syntax, unknown keys, the same defaults), but needing
+/// neither secrets nor plugins: key commands must work where the server's
+/// environment is absent.
+pub struct KeyFiles {
+    pub keys_file: PathBuf,
+    pub ledger: LedgerConfig,
+}
+
+impl KeyFiles {
+    pub fn load(path: &Path) -> Result<KeyFiles, ConfigError> {
+        let raw = RawConfig::parse(path, &read(path)?)?;
+        let cx = Context {
+            path,
+            base: folder_of(path),
+            env: &process_env,
+        };
+        Ok(KeyFiles {
+            keys_file: crate::auth::keys_file_from_raw(&raw.server, &cx),
+            ledger: LedgerConfig::from_raw(&raw.ledger, &cx),
+        })
+    }
+}
+
+/// The folder of the running executable, where `cargo build` puts plugins too.
+pub fn executable_dir() -> std::io::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    exe.parent()
+        .map(Path::to_owned)
+        .ok_or_else(|| std::io::Error::other("the executable has no parent folder"))
+}
+
+/// `value` as a TOML string literal, for configs written by code (the demo).
+pub fn toml_string(value: &str) -> String {
+    toml::Value::String(value.to_owned()).to_string()
+}
+
+/// Address of the listeners' defaults, for the demo and the docs.
+pub fn loopback(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+#[cfg(test)]
+mod tests;

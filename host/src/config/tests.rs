@@ -1,0 +1,235 @@
+//! The config parser as a whole: paths, secrets, one-line errors, and
+//! which settings need a restart.
+
+use super::*;
+use crate::routing::config::PlatformStatus;
+use plugin_api::Endpoint;
+
+const GOOD: &str = r#"
+    [server]
+    listen = "127.0.0.1:0"
+    plugin_dir = "plugins"
+
+    [platforms.shortvideo]
+    status = "live"
+    providers = ["a", "b"]
+    [platforms.shortvideo.endpoints]
+    search = ["b"]
+
+    [platforms.later]
+    status = "planned"
+
+    [providers.a]
+    library = "shortvideo_primary"
+    base_url = "http://127.0.0.1:1"
+    api_key_env = "KEY_A"
+    timeout_ms = 1500
+    [providers.b]
+    library = "lib/custom.so"
+    base_url = "https://example.test/api/"
+    api_key_env = "KEY_B"
+    [providers.b.settings]
+    rapidapi_host = "x.example"
+"#;
+
+fn env(name: &str) -> Option<String> {
+    match name {
+        "KEY_A" | "KEY_B" => Some(format!("secret-{name}")),
+        "KEY_CURSOR" => Some("secret-cursor-key-of-at-least-32-chars".into()),
+        _ => None,
+    }
+}
+
+fn parse(text: &str) -> Result<Config, ConfigError> {
+    Config::parse(Path::new("/etc/sg/platforms.toml"), text, &env)
+}
+
+#[test]
+fn resolves_paths_orders_and_secrets() {
+    let c = parse(GOOD).unwrap();
+    assert_eq!(c.serving.keys_file, Path::new("/etc/sg/keys.toml"));
+    assert_eq!(c.process.state_dir, Path::new("/etc/sg/state"));
+    assert_eq!(
+        c.serving.providers["a"].library,
+        Path::new("/etc/sg/plugins/libshortvideo_primary.so")
+    );
+    assert_eq!(
+        c.serving.providers["b"].library,
+        Path::new("/etc/sg/lib/custom.so")
+    );
+    assert_eq!(
+        c.serving.providers["a"].timeout,
+        Duration::from_millis(1500)
+    );
+    assert_eq!(
+        c.serving.providers["b"].timeout,
+        crate::routing::config::DEFAULT_TIMEOUT
+    );
+    assert_eq!(c.serving.providers["a"].api_key.expose(), "secret-KEY_A");
+    assert_eq!(
+        c.serving.providers["b"].settings["rapidapi_host"],
+        "x.example"
+    );
+    let sv = &c.serving.platforms["shortvideo"];
+    assert_eq!(sv.order(Endpoint::Profile), ["a", "b"]);
+    assert_eq!(sv.order(Endpoint::Search), ["b"]);
+    assert_eq!(c.serving.platforms["later"].status, PlatformStatus::Planned);
+}
+
+#[test]
+fn errors_are_one_line_naming_file_and_reason() {
+    let cases = [
+        (
+            GOOD.replace("timeout_ms = 1500", "timeout_ms = 1500\ncolour = 1"),
+            "unknown field `colour`",
+        ),
+        (
+            GOOD.replace("KEY_B", "KEY_MISSING"),
+            "environment variable `KEY_MISSING` is not set",
+        ),
+        (
+            GOOD.replace("providers = [\"a\", \"b\"]", "providers = [\"a\", \"zz\"]"),
+            "unknown provider `zz`",
+        ),
+        (GOOD.replace("search = [\"b\"]", "serch = [\"b\"]"), "serch"),
+        (GOOD.replace("\"live\"", "\"alive\""), "alive"),
+        (GOOD.replace("127.0.0.1:0", "localhost"), "listen"),
+        (GOOD.replace("http://127.0.0.1:1", "ftp://x"), "base_url"),
+        ("[server\n".to_string(), "platforms.toml:1:"),
+    ];
+    for (text, needle) in cases {
+        let message = parse(&text).unwrap_err().to_string();
+        assert!(message.starts_with("/etc/sg/platforms.toml"), "{message}");
+        assert!(message.contains(needle), "{needle:?} not in {message:?}");
+        assert!(!message.contains('\n'), "{message:?}");
+        assert!(!message.contains("secret-"), "{message:?}");
+    }
+}
+
+#[test]
+fn urls_are_redacted_for_logs() {
+    assert_eq!(
+        redacted_url("https://user:pw@api.example:8443/v1/x?key=sk&u=1#f"),
+        "https://api.example:8443/v1/x?…"
+    );
+    assert_eq!(redacted_url("http://127.0.0.1:9"), "http://127.0.0.1:9");
+    let c = parse(&GOOD.replace(
+        "https://example.test/api/",
+        "https://u:topsecret@example.test/",
+    ))
+    .unwrap();
+    assert!(!format!("{c:?}").contains("topsecret"));
+    let bad = GOOD.replace("https://example.test/api/", "ftp://u:topsecret@x");
+    assert!(!parse(&bad).unwrap_err().to_string().contains("topsecret"));
+}
+
+#[test]
+fn secrets_do_not_debug_print() {
+    let c = parse(GOOD).unwrap();
+    assert!(!format!("{c:?}").contains("secret-"));
+}
+
+/// `GOOD` with `line` added to its `[server]` table.
+fn with_server_line(line: &str) -> String {
+    GOOD.replacen("[server]\n", &format!("[server]\n{line}\n"), 1)
+}
+
+#[test]
+fn every_process_setting_needs_a_restart() {
+    let cases = [
+        (
+            "[server] listen",
+            GOOD.replace("127.0.0.1:0", "127.0.0.1:1"),
+        ),
+        (
+            "[server] admin_listen",
+            with_server_line("admin_listen = \"off\""),
+        ),
+        (
+            "[server] header_timeout_ms",
+            with_server_line("header_timeout_ms = 5000"),
+        ),
+        (
+            "[server] max_header_bytes",
+            with_server_line("max_header_bytes = 9000"),
+        ),
+        (
+            "[server] shutdown_grace_ms",
+            with_server_line("shutdown_grace_ms = 5"),
+        ),
+        (
+            "[server] max_concurrent_requests",
+            with_server_line("max_concurrent_requests = 5"),
+        ),
+        (
+            "[server] state_dir",
+            with_server_line("state_dir = \"elsewhere\""),
+        ),
+        (
+            "[server] cursor_key_env",
+            with_server_line("cursor_key_env = \"KEY_CURSOR\""),
+        ),
+        (
+            "[server] upstream_proxy",
+            with_server_line("upstream_proxy = \"http://proxy.example:3128\""),
+        ),
+        (
+            "[server] log_format",
+            with_server_line("log_format = \"json\""),
+        ),
+        (
+            "[ledger] path",
+            format!("{GOOD}\n[ledger]\npath = \"other.db\"\n"),
+        ),
+    ];
+    let base = parse(GOOD).unwrap().process;
+    for (key, text) in &cases {
+        let changed = parse(text).unwrap().process;
+        assert_eq!(base.changed_settings(&changed), [*key], "{key}");
+        assert_eq!(changed.changed_settings(&base), [*key], "{key}, back");
+    }
+}
+
+#[test]
+fn no_serving_setting_needs_a_restart() {
+    let cases = [
+        with_server_line("keys_file = \"other-keys.toml\""),
+        with_server_line("request_timeout_ms = 1234"),
+        GOOD.replace("plugin_dir = \"plugins\"", "plugin_dir = \"other\""),
+        GOOD.replace("providers = [\"a\", \"b\"]", "providers = [\"b\", \"a\"]"),
+        GOOD.replace("search = [\"b\"]", "search = [\"a\"]"),
+        GOOD.replace("\"planned\"", "\"live\"\nproviders = [\"a\"]"),
+        GOOD.replace("timeout_ms = 1500", "timeout_ms = 1600"),
+        GOOD.replace(
+            "timeout_ms = 1500",
+            "timeout_ms = 1500\nbreaker_failures = 2",
+        ),
+        GOOD.replace(
+            "timeout_ms = 1500",
+            "timeout_ms = 1500\nbreaker_cooldown_ms = 7",
+        ),
+        GOOD.replace("timeout_ms = 1500", "timeout_ms = 1500\nmax_body_bytes = 7"),
+        GOOD.replace(
+            "rapidapi_host = \"x.example\"",
+            "rapidapi_host = \"y.example\"",
+        ),
+        GOOD.replace("http://127.0.0.1:1", "http://127.0.0.1:2"),
+        GOOD.replace("api_key_env = \"KEY_B\"", "api_key_env = \"KEY_A\""),
+        format!("{GOOD}\n[rate_limit]\nper_second = 3\n"),
+        format!("{GOOD}\n[billing]\nenforce = true\n"),
+        format!("{GOOD}\n[billing]\nfree_credits = 3\n"),
+    ];
+    let base = parse(GOOD).unwrap();
+    for text in &cases {
+        let changed = parse(text).unwrap();
+        assert!(
+            changed.serving != base.serving,
+            "the case changes the serving part:\n{text}"
+        );
+        assert_eq!(
+            base.process.changed_settings(&changed.process),
+            Vec::<&str>::new(),
+            "{text}"
+        );
+    }
+}

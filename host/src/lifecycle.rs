@@ -1,0 +1,290 @@
+//! The process's life, in one place: how `serve`, `demo` and `check` start,
+//! and how a server shuts down.
+//!
+//! # Start
+//!
+//! `check` runs the first step only; `serve` and `demo` run them all.
+//!
+//! 1. [`load`]: plugins loaded and providers set up, chains assembled, keys
+//!    read. Touches nothing a running server owns (no ledger, no pruning).
+//! 2. Signals (SIGTERM, ctrl-c, SIGHUP) are registered and file watches
+//!    set: before anything is announced, since a signal that arrives
+//!    before its handler kills the process outright, and a change made
+//!    after the announcement must be seen.
+//! 3. The ledger is opened, stale plugin copies pruned, the listeners
+//!    bound, and `listening on http://ADDR` printed (then the admin
+//!    listener's line).
+//!
+//! # Shutdown
+//!
+//! One [`CancellationToken`] is what the public listener, the admin
+//! listener and the reloader wait on. On SIGTERM or ctrl-c, in this order:
+//!
+//! 1. The server stops being ready (`/readyz` answers 503), for load
+//!    balancers still probing over open connections.
+//! 2. The token fires: both listeners stop accepting, and their open
+//!    connections finish the request in flight, for at most
+//!    `shutdown_grace_ms`; the reloader stops.
+//! 3. The ledger writes what is pending and its writer thread ends: last,
+//!    once no request can count a credit any more.
+
+use std::future::Future;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::auth::KeysError;
+use crate::billing::Billing;
+use crate::config::{Config, ConfigError};
+use crate::cursor::CursorSealer;
+use crate::http::{admin, api, server};
+use crate::ledger::{Ledger, LedgerError};
+use crate::metrics::MetricsError;
+use crate::plugins::Loader;
+use crate::reload::{Reloader, Watch};
+use crate::state::{App, Parts, Snapshot, SnapshotError};
+use crate::upstream::{ClientError, UpstreamClient};
+
+/// How often counted credits are written to the ledger: a crash loses at
+/// most that much, and one transaction a second costs nothing.
+const LEDGER_FLUSH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Why a command failed. Each is one line naming its cause.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Snapshot(#[from] SnapshotError),
+    #[error(transparent)]
+    Keys(#[from] KeysError),
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    #[error(transparent)]
+    Metrics(#[from] MetricsError),
+    #[error("no randomness for the cursor key: {0}")]
+    Random(String),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// What a successful [`load`] found, for `check`'s report.
+pub struct Loaded {
+    pub snapshot: Snapshot,
+    pub loader: Loader,
+}
+
+/// Step 1: everything a start loads from `config`, and nothing a running
+/// server owns. Blocking.
+pub fn load(config: &Config) -> Result<Loaded, RunError> {
+    let loader = Loader::new(config.process.state_dir.clone());
+    let snapshot = Snapshot::build(&config.path, config.serving.clone(), &loader, None)?;
+    Ok(Loaded { snapshot, loader })
+}
+
+/// `socialgate check`: [`load`], then one line saying what it found.
+pub fn check(config: &Config) -> Result<String, RunError> {
+    let Loaded { snapshot, .. } = load(config)?;
+    Ok(format!(
+        "{}: ok: {} platforms, {} providers",
+        config.path.display(),
+        snapshot.routes.platform_count(),
+        snapshot.routes.provider_count()
+    ))
+}
+
+/// Serves `config` until SIGTERM or ctrl-c, then shuts down in the order
+/// the module doc gives. `listen` overrides the configured address;
+/// `on_ready` runs once the listeners are announced (the demo prints its
+/// welcome there).
+pub async fn serve(
+    config: Config,
+    listen: Option<SocketAddr>,
+    on_ready: impl FnOnce(SocketAddr),
+) -> Result<(), RunError> {
+    let Loaded { snapshot, loader } = load(&config)?;
+
+    let mut signals = Signals::register()?;
+    let watch = Watch::start(&config);
+
+    let metrics = crate::metrics::install()?;
+    let listener = config.process.listener;
+    let app = Arc::new(build_app(config, snapshot, loader)?);
+    let public_addr = listen.unwrap_or(listener.listen);
+    let public = bind(public_addr).await?;
+    let admin = match listener.admin_listen {
+        Some(addr) => Some(bind(addr).await?),
+        None => None,
+    };
+    let local = public.local_addr()?;
+    announce(&app, local, admin.as_ref())?;
+    on_ready(local);
+
+    let shutdown = CancellationToken::new();
+    let mut listeners = Vec::new();
+    let serving_app = app.clone();
+    listeners.push(tokio::spawn(server::serve(
+        "public",
+        public,
+        listener.hardening,
+        shutdown.clone(),
+        move |request| {
+            let app = serving_app.clone();
+            async move { api::handle(&app, request).await }
+        },
+    )));
+    if let Some(admin) = admin {
+        listeners.push(tokio::spawn(server::serve(
+            "admin",
+            admin,
+            listener.hardening,
+            shutdown.clone(),
+            admin::handler(app.clone(), metrics),
+        )));
+    }
+    let reloads = signals.forward_hangups(shutdown.clone());
+    let reloader =
+        tokio::spawn(Reloader::new(app.clone(), local, reloads, watch).run(shutdown.clone()));
+
+    signals.terminate.await;
+    // 1.
+    app.begin_draining();
+    tracing::info!("shutting down: not ready, no new connections; finishing requests in flight");
+    // 2.
+    shutdown.cancel();
+    for listener in listeners {
+        let _ = listener.await;
+    }
+    let _ = reloader.await;
+    // 3. Counted credits must survive the process.
+    let closing = tokio::task::spawn_blocking(move || app.billing.ledger().close()).await;
+    match closing {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::error!("usage not written at shutdown: {e}"),
+        Err(e) => tracing::error!("usage not written at shutdown: {e}"),
+    }
+    Ok(())
+}
+
+/// Step 3's process-wide parts, around the loaded snapshot.
+fn build_app(config: Config, snapshot: Snapshot, loader: Loader) -> Result<App, RunError> {
+    let process = config.process;
+    let cursors = CursorSealer::new(process.cursor_key.as_ref())
+        .map_err(|e| RunError::Random(e.to_string()))?;
+    let upstream = UpstreamClient::new(process.upstream_proxy.as_ref())?;
+    let ledger = Ledger::open(&process.ledger.path, LEDGER_FLUSH_EVERY)?;
+    let billing = Billing::open(ledger)?;
+    // Only a server prunes: `check` must not delete copies a running
+    // server still maps.
+    loader.prune();
+    Ok(App::new(Parts {
+        config_path: config.path,
+        process,
+        snapshot,
+        cursors,
+        upstream,
+        loader,
+        billing,
+    }))
+}
+
+async fn bind(addr: SocketAddr) -> Result<TcpListener, RunError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| RunError::Bind { addr, source })
+}
+
+/// Logs what was loaded and prints the addresses on stdout. Only now, so a
+/// failed start prints nothing but its one error line.
+fn announce(app: &App, public: SocketAddr, admin: Option<&TcpListener>) -> std::io::Result<()> {
+    let snapshot = app.snapshot();
+    tracing::info!(
+        platforms = snapshot.routes.platform_count(),
+        providers = snapshot.routes.provider_count(),
+        keys = snapshot.keys.len(),
+        "configuration loaded"
+    );
+    if app.process.cursor_key.is_none() {
+        tracing::info!(
+            "no cursor_key_env: cursors are sealed with a per-process key and end with the process"
+        );
+    }
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "listening on http://{public}")?;
+    if let Some(admin) = admin {
+        writeln!(stdout, "admin listening on http://{}", admin.local_addr()?)?;
+    }
+    stdout.flush()
+}
+
+/// The signals a server answers: SIGTERM and ctrl-c shut it down, SIGHUP
+/// reloads it.
+struct Signals {
+    terminate: std::pin::Pin<Box<dyn Future<Output = ()> + Send>>,
+    #[cfg(unix)]
+    hangup: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    /// Registers the handlers now; see the module doc for why before the
+    /// server announces itself.
+    fn register() -> std::io::Result<Signals> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            let mut terminate = signal(SignalKind::terminate())?;
+            let mut interrupt = signal(SignalKind::interrupt())?;
+            Ok(Signals {
+                terminate: Box::pin(async move {
+                    tokio::select! {
+                        _ = terminate.recv() => {},
+                        _ = interrupt.recv() => {},
+                    }
+                }),
+                hangup: signal(SignalKind::hangup()).ok(),
+            })
+        }
+        #[cfg(not(unix))]
+        {
+            Ok(Signals {
+                terminate: Box::pin(async {
+                    let _ = tokio::signal::ctrl_c().await;
+                }),
+            })
+        }
+    }
+
+    /// Each SIGHUP as a reload request, until `shutdown` fires.
+    fn forward_hangups(&mut self, shutdown: CancellationToken) -> mpsc::UnboundedReceiver<()> {
+        let (requests, received) = mpsc::unbounded_channel();
+        #[cfg(unix)]
+        if let Some(mut hangup) = self.hangup.take() {
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        Some(()) = hangup.recv() => {
+                            if requests.send(()).is_err() {
+                                return;
+                            }
+                        }
+                        () = shutdown.cancelled() => return,
+                    }
+                }
+            });
+        }
+        #[cfg(not(unix))]
+        let _ = (requests, shutdown);
+        received
+    }
+}

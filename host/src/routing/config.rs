@@ -1,0 +1,202 @@
+//! `[platforms.NAME]` and `[providers.NAME]`: which providers serve which
+//! platform, in which order, and how each provider is reached. Part of the
+//! serving configuration: every reload applies them.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use plugin_api::Endpoint;
+use serde::Deserialize;
+
+use crate::config::{redacted_url, ConfigError, Context, Secret};
+use crate::resilience::breaker::BreakerConfig;
+
+/// Default `timeout_ms` of a provider.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(4000);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PlatformStatus {
+    Live,
+    Planned,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlatformConfig {
+    pub status: PlatformStatus,
+    /// Failover order for every endpoint...
+    pub providers: Vec<String>,
+    /// ...unless an endpoint has its own.
+    pub endpoints: BTreeMap<Endpoint, Vec<String>>,
+}
+
+impl PlatformConfig {
+    /// The configured failover order for `endpoint`.
+    pub fn order(&self, endpoint: Endpoint) -> &[String] {
+        self.endpoints.get(&endpoint).unwrap_or(&self.providers)
+    }
+}
+
+#[derive(Clone, PartialEq)]
+pub struct ProviderConfig {
+    /// The plugin library file.
+    pub library: PathBuf,
+    pub base_url: String,
+    pub api_key: Secret,
+    /// Bounds the provider's whole attempt, all its steps together.
+    pub timeout: Duration,
+    /// `[providers.NAME.settings]`, passed to the plugin as-is.
+    pub settings: serde_json::Value,
+    pub breaker: BreakerConfig,
+    /// Larger upstream bodies are bad responses.
+    pub max_body_bytes: usize,
+}
+
+/// The base URL may carry credentials: print it redacted.
+impl fmt::Debug for ProviderConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProviderConfig")
+            .field("library", &self.library)
+            .field("base_url", &redacted_url(&self.base_url))
+            .field("api_key", &self.api_key)
+            .field("timeout", &self.timeout)
+            .field("settings", &self.settings)
+            .field("breaker", &self.breaker)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .finish()
+    }
+}
+
+/// `[platforms.NAME]` as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPlatform {
+    status: PlatformStatus,
+    #[serde(default)]
+    providers: Vec<String>,
+    #[serde(default)]
+    endpoints: BTreeMap<Endpoint, Vec<String>>,
+}
+
+/// `[providers.NAME]` as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawProvider {
+    library: String,
+    base_url: String,
+    api_key_env: String,
+    timeout_ms: Option<u64>,
+    breaker_failures: Option<u32>,
+    breaker_cooldown_ms: Option<u64>,
+    max_body_bytes: Option<usize>,
+    #[serde(default)]
+    settings: Option<toml::Table>,
+}
+
+impl PlatformConfig {
+    /// Validates `[platforms.NAME]` against the configured `providers`.
+    pub fn from_raw(
+        name: &str,
+        raw: RawPlatform,
+        providers: &BTreeMap<String, ProviderConfig>,
+        cx: &Context,
+    ) -> Result<PlatformConfig, ConfigError> {
+        let table = format!("[platforms.{name}]");
+        if !valid_segment(name) {
+            return Err(cx.invalid(&table, "a platform name is 1-64 of a-z, 0-9, `-` and `_`"));
+        }
+        let orders = std::iter::once(("providers".to_owned(), &raw.providers)).chain(
+            raw.endpoints
+                .iter()
+                .map(|(e, list)| (format!("endpoints.{e}"), list)),
+        );
+        for (key, list) in orders {
+            let at = format!("{table} {key}");
+            for provider in list {
+                if !providers.contains_key(provider) {
+                    return Err(cx.invalid(&at, format!("unknown provider `{provider}`")));
+                }
+            }
+            if let Some((_, dup)) = list
+                .iter()
+                .enumerate()
+                .find(|(i, p)| list[..*i].contains(p))
+            {
+                return Err(cx.invalid(&at, format!("provider `{dup}` is listed twice")));
+            }
+        }
+        if raw.status == PlatformStatus::Live
+            && raw.providers.is_empty()
+            && raw.endpoints.is_empty()
+        {
+            return Err(cx.invalid(&table, "a live platform needs at least one provider"));
+        }
+        Ok(PlatformConfig {
+            status: raw.status,
+            providers: raw.providers,
+            endpoints: raw.endpoints,
+        })
+    }
+}
+
+impl ProviderConfig {
+    /// Validates `[providers.NAME]`; bare library names are looked up in
+    /// `plugin_dir`.
+    pub fn from_raw(
+        name: &str,
+        raw: RawProvider,
+        plugin_dir: &Path,
+        cx: &Context,
+    ) -> Result<ProviderConfig, ConfigError> {
+        let table = format!("[providers.{name}]");
+        let at = |key: &str| format!("{table} {key}");
+        // Provider names travel in cursors and metric labels: keep them
+        // short and plain.
+        if !valid_segment(name) {
+            return Err(cx.invalid(
+                &format!("{table} "),
+                "a provider name is 1-64 of a-z, 0-9, `-` and `_`",
+            ));
+        }
+        // Not echoed: a base URL may carry credentials.
+        if !(raw.base_url.starts_with("http://") || raw.base_url.starts_with("https://")) {
+            return Err(cx.invalid(&at("base_url"), "not an http:// or https:// URL"));
+        }
+        let api_key = cx.secret(&at("api_key_env"), &raw.api_key_env)?;
+        let timeout = cx.millis(&at("timeout_ms"), raw.timeout_ms, DEFAULT_TIMEOUT)?;
+        let settings = match raw.settings {
+            None => serde_json::Value::Object(Default::default()),
+            Some(table) => {
+                serde_json::to_value(table).map_err(|e| cx.invalid(&at("settings"), e))?
+            }
+        };
+        Ok(ProviderConfig {
+            library: crate::plugins::library_path(&raw.library, plugin_dir, cx.base()),
+            base_url: raw.base_url,
+            api_key,
+            timeout,
+            settings,
+            breaker: BreakerConfig::from_raw(
+                raw.breaker_failures,
+                raw.breaker_cooldown_ms,
+                &table,
+                cx,
+            )?,
+            max_body_bytes: cx.positive(
+                &at("max_body_bytes"),
+                raw.max_body_bytes,
+                crate::upstream::DEFAULT_MAX_BODY_BYTES,
+            )?,
+        })
+    }
+}
+
+/// Path segments we route on: lowercase, so `/v1/{platform}` is unambiguous.
+fn valid_segment(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+}
