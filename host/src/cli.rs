@@ -91,31 +91,49 @@ pub fn main() -> ExitCode {
 fn run(cli: Cli) -> Result<(), RunError> {
     let command = cli.command.unwrap_or(Command::Serve);
     if let Command::Keys(command) = command {
-        crate::logging::init(cli.log_format.unwrap_or_default());
+        let _logging = crate::logging::init(cli.log_format.unwrap_or_default());
         return keys(&cli.config, command);
     }
     if let Command::Demo { fail_primary } = command {
-        crate::logging::init(cli.log_format.unwrap_or_default());
+        let _logging = crate::logging::init(cli.log_format.unwrap_or_default());
         crate::demo::set_sandbox_keys();
-        return runtime()?.block_on(crate::demo::run(cli.listen, fail_primary));
+        return run_to_end(crate::demo::run(cli.listen, fail_primary))?;
     }
     let config = Config::load(&cli.config)?;
-    crate::logging::init(cli.log_format.unwrap_or(config.process.log_format));
+    let _logging = crate::logging::init(cli.log_format.unwrap_or(config.process.log_format));
     match command {
         Command::Check => {
             let report = lifecycle::check(&config)?;
             writeln!(std::io::stdout(), "{report}")?;
         }
-        _ => runtime()?.block_on(lifecycle::serve(config, cli.listen, |_| {}))?,
+        _ => run_to_end(lifecycle::serve(config, cli.listen, |_| {}))??,
     }
     Ok(())
 }
 
+/// The server's runtime: one worker per core, and one more, so that a
+/// plugin call stuck on a worker (see [`crate::resilience::runaway`]) still
+/// leaves every core a worker.
 fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
     tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cores + 1)
         .enable_all()
         .build()
 }
+
+/// Runs `future` to its end, then leaves without waiting on threads that
+/// cannot finish (a stuck plugin call): everything that needed an orderly
+/// end had it before `future` returned.
+fn run_to_end<T>(future: impl std::future::Future<Output = T>) -> std::io::Result<T> {
+    let runtime = runtime()?;
+    let output = runtime.block_on(future);
+    runtime.shutdown_timeout(EXIT_WAIT);
+    Ok(output)
+}
+
+/// How long the process waits for stray threads at exit.
+const EXIT_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
 
 fn keys(config_path: &Path, command: KeysCommand) -> Result<(), RunError> {
     // Key commands need only the files' locations, not secrets or plugins:

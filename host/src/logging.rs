@@ -1,6 +1,11 @@
 //! Log lines on stderr, through `tracing`: readable lines or one JSON
 //! object per line (`[server] log_format`, `--log-format`), filtered by
 //! `SOCIALGATE_LOG` (default `info`).
+//!
+//! Lines are written by a thread of their own, never by the thread that
+//! serves a request: a slow or full stderr (a pipe nobody reads quickly)
+//! must not stall requests. If it falls more than [`BUFFERED_LINES`]
+//! behind, further lines are dropped rather than waited for.
 
 use serde::Deserialize;
 
@@ -16,12 +21,27 @@ pub enum LogFormat {
     Json,
 }
 
+/// Lines the writer thread may fall behind by.
+pub const BUFFERED_LINES: usize = 128_000;
+
+/// Keeps the writer thread; dropping it writes the lines still queued.
+/// Hold it until the process ends.
+#[must_use]
+pub struct Logging {
+    _writer: tracing_appender::non_blocking::WorkerGuard,
+}
+
 /// Installs the process's subscriber; call once, before anything logs.
-pub fn init(format: LogFormat) {
+pub fn init(format: LogFormat) -> Logging {
     let filter = tracing_subscriber::EnvFilter::try_from_env("SOCIALGATE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .buffered_lines_limit(BUFFERED_LINES)
+        .lossy(true)
+        .thread_name("log-writer")
+        .finish(std::io::stderr());
     let builder = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         .with_env_filter(filter);
     match format {
         LogFormat::Human => builder
@@ -29,4 +49,5 @@ pub fn init(format: LogFormat) {
             .init(),
         LogFormat::Json => builder.json().with_current_span(true).init(),
     }
+    Logging { _writer: guard }
 }

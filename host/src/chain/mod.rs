@@ -9,13 +9,19 @@
 //! bounded by its provider's timeout and by the request's deadline; when
 //! the deadline passes the chain stops.
 //!
-//! Each attempt runs as its own task and always records its outcome on the
-//! breaker, even if the caller hangs up meanwhile: a breaker that never
-//! hears how a probe ended cannot protect anyone.
+//! Each attempt runs on the request's own task, its plugin calls inline
+//! (see [`crate::resilience::runaway`] for what keeps a runaway plugin from
+//! holding request threads). If the caller hangs up meanwhile, the attempt
+//! goes on as a task of its own and still records its outcome on the
+//! breaker: a breaker that never hears how a probe ended cannot protect
+//! anyone.
 
 pub mod decision;
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use plugin_api::ffi::AttemptHandle;
@@ -26,6 +32,7 @@ use tracing::Instrument;
 use self::decision::{Failure, Then};
 use crate::resilience::breaker::{Outcome, Permit};
 use crate::resilience::deadline::Deadline;
+use crate::resilience::runaway::Busy;
 use crate::routing::Provider;
 use crate::upstream::{Fetched, UpstreamClient};
 
@@ -143,8 +150,9 @@ fn served(done: Done, provider: &Arc<Provider>) -> Served {
     }
 }
 
-/// One attempt under a breaker permit, run as its own task so its outcome
-/// is recorded whatever happens to the request that started it.
+/// One attempt under a breaker permit. It runs on the request's own task;
+/// if the request is dropped (its caller hung up), the attempt goes on as a
+/// task of its own, so its outcome is still recorded on the breaker.
 async fn attempt_through(
     provider: &Arc<Provider>,
     permit: Permit,
@@ -153,37 +161,63 @@ async fn attempt_through(
     deadline: Deadline,
     journal: &mut Journal,
 ) -> Verdict {
-    let task = tokio::spawn({
+    let attempt = {
         let (provider, call, client) = (provider.clone(), call.clone(), client.clone());
         async move {
             let started = Instant::now();
             let outcome = attempt(&provider, &call, &client, deadline).await;
             let elapsed = started.elapsed();
-            let verdict = judge(&provider, permit, &call, outcome, deadline);
-            (verdict, elapsed)
+            let (verdict, outcome) = judge(&provider, permit, &call, outcome, deadline);
+            (verdict, outcome, elapsed)
         }
         // The request's span (and its ID) goes with the attempt.
         .instrument(tracing::Span::current())
-    });
-    let (verdict, outcome, elapsed) = match task.await {
-        Ok(((verdict, outcome), elapsed)) => (verdict, outcome, elapsed),
-        // The task panicked outside the plugin boundary: a host bug. Its
-        // permit was dropped unreported, which counts as a failure.
-        Err(e) => {
-            tracing::error!(provider = %provider.name, "attempt task failed: {e}");
-            (
-                Verdict::Failed,
-                ErrorKind::Panicked.as_str(),
-                Duration::ZERO,
-            )
-        }
     };
+    let (verdict, outcome, elapsed) = DetachOnDrop::new(attempt).await;
     journal.attempts.push(AttemptRecord {
         provider: provider.name.clone(),
         outcome,
         elapsed,
     });
     verdict
+}
+
+/// A future that, dropped before it ends, goes on as a task of its own.
+/// Cheaper than a task per attempt: the spawn happens only when a caller
+/// hangs up.
+struct DetachOnDrop<F: Future<Output: Send> + Send + 'static> {
+    inner: Option<Pin<Box<F>>>,
+}
+
+impl<F: Future<Output: Send> + Send + 'static> DetachOnDrop<F> {
+    fn new(future: F) -> Self {
+        DetachOnDrop {
+            inner: Some(Box::pin(future)),
+        }
+    }
+}
+
+impl<F: Future<Output: Send> + Send + 'static> Future for DetachOnDrop<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let Some(inner) = self.inner.as_mut() else {
+            return Poll::Pending;
+        };
+        let output = std::task::ready!(inner.as_mut().poll(cx));
+        self.inner = None;
+        Poll::Ready(output)
+    }
+}
+
+impl<F: Future<Output: Send> + Send + 'static> Drop for DetachOnDrop<F> {
+    fn drop(&mut self) {
+        if let (Some(unfinished), Ok(runtime)) =
+            (self.inner.take(), tokio::runtime::Handle::try_current())
+        {
+            runtime.spawn(unfinished);
+        }
+    }
 }
 
 /// Records an attempt's outcome on the breaker and applies the verdict of
@@ -256,10 +290,15 @@ async fn attempt(
 ) -> Result<Done, AttemptError> {
     let mut requests = 0;
     let steps = async {
-        let mut attempt = provider.handle.begin(call);
+        let (handle, begun) = (provider.handle.clone(), call.clone());
+        let mut attempt = provider
+            .runner
+            .run(move || handle.begin(&begun))
+            .await
+            .map_err(busy)?;
         let mut last: Option<Fetched> = None;
         for _ in 0..MAX_STEPS {
-            let (handed_back, next) = step(attempt, last).await?;
+            let (handed_back, next) = step(provider, attempt, last).await?;
             attempt = handed_back;
             match next? {
                 Next::Done(done) => return Ok(done),
@@ -291,23 +330,25 @@ async fn attempt(
     })
 }
 
-/// One plugin step, on the blocking pool: parsing a large body, or a plugin
-/// gone wrong, must not stall the threads that serve requests.
+/// One plugin step, through the provider's
+/// [`StepRunner`](crate::resilience::runaway::StepRunner): inline while
+/// the plugin behaves.
 async fn step(
+    provider: &Provider,
     mut attempt: AttemptHandle,
     last: Option<Fetched>,
 ) -> Result<(AttemptHandle, Result<Next, ProviderError>), ProviderError> {
-    let span = tracing::Span::current();
-    tokio::task::spawn_blocking(move || {
-        // Plugin log lines belong to the request too.
-        let next = span.in_scope(|| attempt.step(last.as_ref().map(Fetched::as_response)));
-        (attempt, next)
-    })
-    .await
-    .map_err(|e| {
-        ProviderError::new(
-            ErrorKind::Panicked,
-            format!("plugin step did not finish: {e}"),
-        )
-    })
+    provider
+        .runner
+        .run(move || {
+            let next = attempt.step(last.as_ref().map(Fetched::as_response));
+            (attempt, next)
+        })
+        .await
+        .map_err(busy)
+}
+
+/// A provider whose plugin threads are all held by calls that never ended.
+fn busy(error: Busy) -> ProviderError {
+    ProviderError::new(ErrorKind::Transient, error.to_string())
 }

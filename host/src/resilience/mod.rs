@@ -8,3 +8,4 @@ pub mod breaker;
 pub mod concurrency;
 pub mod deadline;
 pub mod rate_limit;
+pub mod runaway;

@@ -22,6 +22,7 @@ use crate::config::ServingConfig;
 use crate::error::ApiError;
 use crate::plugins::{self, ContentHash, Loader, PluginError};
 use crate::resilience::breaker::Breaker;
+use crate::resilience::runaway::StepRunner;
 
 /// A configured provider, ready to serve.
 pub struct Provider {
@@ -33,6 +34,8 @@ pub struct Provider {
     /// Larger upstream bodies are bad responses.
     pub max_body_bytes: usize,
     pub breaker: Arc<Breaker>,
+    /// Runs its plugin's calls; keeps a runaway plugin off request threads.
+    pub runner: Arc<StepRunner>,
 }
 
 /// Providers for one endpoint, in failover order.
@@ -259,9 +262,12 @@ fn reuse_or_create(
     create: impl FnOnce(&ProviderConfig) -> Result<ProviderHandle, PluginError>,
 ) -> Result<Slot, PluginError> {
     let same_instance = before.filter(|b| b.identity == identity);
-    let handle = match same_instance {
-        Some(before) => before.provider.handle.clone(),
-        None => Arc::new(create(config)?),
+    let (handle, runner) = match same_instance {
+        Some(before) => (
+            before.provider.handle.clone(),
+            before.provider.runner.clone(),
+        ),
+        None => (Arc::new(create(config)?), StepRunner::new(name)),
     };
     let breaker = match same_instance {
         Some(before) if before.provider.breaker.config() == config.breaker => {
@@ -277,6 +283,7 @@ fn reuse_or_create(
             timeout: config.timeout,
             max_body_bytes: config.max_body_bytes,
             breaker,
+            runner,
         }),
     })
 }

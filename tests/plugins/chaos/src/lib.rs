@@ -14,6 +14,8 @@
 //! - `invalid_after_fetch`: the first step fetches `{base_url}/anything`,
 //!   the second refuses the input: an upstream failure in disguise.
 //! - `unsupported`: the first step says the call is unsupported.
+//! - `hang_in_step`: the first step never returns (it sleeps in a loop, so
+//!   a stuck plugin costs the test machine a thread but no CPU).
 
 use plugin_api::{Attempt, Call, Endpoint, ErrorKind, Manifest, Next, Provider, ProviderConfig};
 use plugin_api::{ProviderError, UpstreamRequest, UpstreamResponse};
@@ -30,6 +32,7 @@ enum Mode {
     InvalidInput,
     InvalidAfterFetch,
     Unsupported,
+    HangInStep,
 }
 
 #[derive(Deserialize, Default)]
@@ -79,6 +82,7 @@ impl Provider for Chaos {
                 fetch: Some(UpstreamRequest::get(&self.base_url, "/anything")),
             }),
             Mode::Unsupported => Box::new(Unsupported),
+            Mode::HangInStep => Box::new(HangInStep),
             _ => Box::new(PanicInStep),
         }
     }
@@ -120,6 +124,16 @@ struct PanicInStep;
 impl Attempt for PanicInStep {
     fn step(&mut self, _: Option<UpstreamResponse<'_>>) -> Result<Next, ProviderError> {
         panic!("chaos panics in step() (mode panic_in_step)")
+    }
+}
+
+struct HangInStep;
+
+impl Attempt for HangInStep {
+    fn step(&mut self, _: Option<UpstreamResponse<'_>>) -> Result<Next, ProviderError> {
+        loop {
+            std::thread::sleep(std::time::Duration::from_secs(3600));
+        }
     }
 }
 
