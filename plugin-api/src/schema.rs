@@ -1,7 +1,7 @@
 //! The normalized schema: the one definition of what a profile, a post and a
 //! comment look like to callers, whichever provider answered.
 //!
-//! Field order is answer order: the fields the product spec names come first,
+//! Field order is answer order: the required fields (`docs/api.md`) come first,
 //! then the extras the service adds. Every field is always present; an extra a
 //! provider cannot give is `null`. Unknown fields are refused when the host
 //! reads a plugin's answer, so a provider cannot return another shape.

@@ -106,11 +106,7 @@ impl Answer {
 
     /// A header's value by case-insensitive name.
     pub fn header(&self, name: &str) -> Option<&str> {
-        let name = name.to_ascii_lowercase();
-        self.headers
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, v)| v.as_str())
+        header_value(&self.headers, name)
     }
 
     pub fn data(&self) -> &Value {
@@ -304,6 +300,16 @@ impl<'de> Visitor<'de> for NodeVisitor {
         }
         Ok(Node::Object(entries))
     }
+}
+
+/// The value of header `name` (any case) among `headers`, whose names are
+/// in lower case.
+pub fn header_value<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    let name = name.to_ascii_lowercase();
+    headers
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, v)| v.as_str())
 }
 
 /// Percent-encodes a query value (everything but `A-Za-z0-9-._~`).

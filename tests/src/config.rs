@@ -136,6 +136,18 @@ impl ConfigBuilder {
         self
     }
 
+    /// Adds [`PRIMARY`], the `shortvideo_primary` library with its key
+    /// variable, at `base_url` (a 2 s timeout, no settings).
+    pub fn primary(self, base_url: &str) -> ConfigBuilder {
+        self.provider(PRIMARY, "shortvideo_primary", base_url, PRIMARY_KEY_ENV)
+    }
+
+    /// Adds [`FALLBACK`], the `shortvideo_fallback` library with its key
+    /// variable, at `base_url` (a 2 s timeout, no settings).
+    pub fn fallback(self, base_url: &str) -> ConfigBuilder {
+        self.provider(FALLBACK, "shortvideo_fallback", base_url, FALLBACK_KEY_ENV)
+    }
+
     /// Changes an added provider's timeout.
     pub fn timeout_ms(mut self, provider: &str, ms: u64) -> ConfigBuilder {
         self.provider_mut(provider).timeout_ms = ms;

@@ -15,13 +15,13 @@
 //!   with its JSON, its headers and the order of its keys.
 //! - [`upstream`]: [`PrimaryMock`] and [`FallbackMock`], contract-shaped
 //!   doubles of the two upstreams, and the fixture bodies they answer with.
-//! - [`stack`]: [`Stack`], the usual set-up of one test: both doubles, a
-//!   config, a key, a running server and a client.
+//! - [`stack`]: [`Stack`], the set-up of one test: both doubles (or any
+//!   upstream as the primary), a config with the test's failover order and
+//!   resilience keys, keys, a running server and a client; and
+//!   [`eventually`], a bounded poll.
 //! - [`raw_upstream`]: a raw-TCP upstream double for the faults wiremock
 //!   cannot express (reset mid-body, silence, trickling, chunked bodies) and
 //!   a closed port.
-//! - [`rig`]: [`rig::Rig`], the set-up of a resilience test: any upstream as
-//!   the primary, resilience keys per provider and under `[server]`.
 //! - [`openapi`]: [`openapi::Contract`], `openapi/openapi.json` as a contract:
 //!   answers checked against the schema and headers of their path, method and
 //!   status, and what was exercised.
@@ -30,7 +30,7 @@
 //!   and `keys usage`.
 //! - [`reload`]: changing a running server's files as an operator does
 //!   (renamed into place, library copies with appended bytes), waiting for
-//!   its reload log lines, and its memory from `/proc`.
+//!   lines of its log, and its memory from `/proc`.
 
 pub mod api;
 pub mod config;
@@ -39,17 +39,17 @@ pub mod operator;
 pub mod paths;
 pub mod process;
 pub mod raw_upstream;
-pub mod rig;
+pub mod reload;
 pub mod stack;
 pub mod upstream;
 
 pub use api::{Answer, Api};
 pub use config::{Config, ConfigBuilder};
 pub use process::{issue_key, run_cli, CliOutput, Server};
-pub use stack::{Stack, StackBuilder};
+pub use stack::{eventually, Stack, StackBuilder};
 pub use upstream::{FallbackMock, PrimaryMock};
 
-/// The normalized profile's keys, in answer order.
+/// The normalized profile's keys, in answer order (docs/api.md, "Objects").
 pub const PROFILE_KEYS: [&str; 10] = [
     "username",
     "display_name",
@@ -63,7 +63,7 @@ pub const PROFILE_KEYS: [&str; 10] = [
     "avatar_url",
 ];
 
-/// The normalized post's keys, in answer order.
+/// The normalized post's keys, in answer order (docs/api.md, "Objects").
 pub const POST_KEYS: [&str; 9] = [
     "id",
     "text",
@@ -76,6 +76,5 @@ pub const POST_KEYS: [&str; 9] = [
     "author",
 ];
 
-/// The normalized comment's keys, in answer order.
+/// The normalized comment's keys, in answer order (docs/api.md, "Objects").
 pub const COMMENT_KEYS: [&str; 6] = ["id", "text", "likes", "replies", "created_at", "author"];
-pub mod reload;

@@ -41,17 +41,22 @@ pub fn wait_exit(server: &mut Server, timeout: Duration) -> Option<ExitStatus> {
     }
 }
 
-/// Polls `check` every 20 ms until it is true or `timeout` passes; returns
-/// its last result.
-pub async fn eventually(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
+/// Waits until the server has logged a line holding every one of
+/// `needles`, for at most `within`; returns the first such line.
+pub async fn log_line_within(server: &Server, needles: &[&str], within: Duration) -> String {
+    let deadline = Instant::now() + within;
     loop {
-        if check() {
-            return true;
+        let stderr = server.stderr();
+        if let Some(line) = stderr
+            .lines()
+            .find(|l| needles.iter().all(|n| l.contains(n)))
+        {
+            return line.to_owned();
         }
-        if Instant::now() >= deadline {
-            return false;
-        }
+        assert!(
+            Instant::now() < deadline,
+            "no log line with {needles:?} within {within:?} in:\n{stderr}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

@@ -52,11 +52,7 @@ pub struct RawRequest {
 impl RawRequest {
     /// A header's value by case-insensitive name.
     pub fn header(&self, name: &str) -> Option<&str> {
-        let name = name.to_ascii_lowercase();
-        self.headers
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, v)| v.as_str())
+        crate::api::header_value(&self.headers, name)
     }
 }
 

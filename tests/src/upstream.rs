@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 use wiremock::matchers::{header, method, path};
 use wiremock::{Match, Mock, MockBuilder, MockServer, Request, Respond, ResponseTemplate};
 
+use crate::api::Answer;
 use crate::config::{FALLBACK_KEY, PRIMARY_KEY};
 
 /// The user every fixture is about.
@@ -24,6 +25,17 @@ pub const POST_ID: &str = "7312345678901234567";
 pub const OPAQUE_KEY: &str = "v15044gf0000d724vbfog65ugaj79100";
 /// The primary's `max_cursor` after the first page of posts.
 pub const POSTS_NEXT_CURSOR: &str = "1762500000000";
+
+/// `followers` in each double's profile fixture: who answered.
+pub const PRIMARY_FOLLOWERS: u64 = 5_479_588;
+pub const FALLBACK_FOLLOWERS: u64 = 5_500_000;
+
+/// Asserts a profile answer whose `followers` is `followers`: the double
+/// with that figure answered. `what` names the moment in the message.
+pub fn assert_answered_by(a: &Answer, followers: u64, what: &str) {
+    a.assert_success(false);
+    assert_eq!(a.data()["followers"], followers, "{what}: {a:?}");
+}
 
 /// Priority of deliberate failures: below every route (default 5).
 const FAILURE_PRIORITY: u8 = 200;
@@ -315,7 +327,8 @@ impl Upstream {
         route.respond_with(responder).mount(&self.server).await;
     }
 
-    async fn mount(&self, route: MockBuilder, response: ResponseTemplate) {
+    /// Mounts a route answering with a response of the test's choice.
+    pub async fn respond(&self, route: MockBuilder, response: ResponseTemplate) {
         route.respond_with(response).mount(&self.server).await;
     }
 }
@@ -350,7 +363,7 @@ impl PrimaryMock {
     /// P1 `/v1/user/profile?unique_id=`.
     pub async fn profile(&self, username: &str, body: &Value) {
         let route = self.route("/v1/user/profile", &[("unique_id", username)]);
-        self.mount(route, json_response(body)).await;
+        self.respond(route, json_response(body)).await;
     }
 
     /// P2 `/v1/user/posts?sec_user_id=&count=&max_cursor=`.
@@ -364,13 +377,13 @@ impl PrimaryMock {
                 ("max_cursor", max_cursor),
             ],
         );
-        self.mount(route, json_response(body)).await;
+        self.respond(route, json_response(body)).await;
     }
 
     /// P3 `/v1/aweme/detail?aweme_id=`.
     pub async fn detail(&self, id: &str, body: &Value) {
         let route = self.route("/v1/aweme/detail", &[("aweme_id", id)]);
-        self.mount(route, json_response(body)).await;
+        self.respond(route, json_response(body)).await;
     }
 
     /// P4 `/v1/comment/list?aweme_id=&count=&cursor=`.
@@ -380,12 +393,7 @@ impl PrimaryMock {
             "/v1/comment/list",
             &[("aweme_id", id), ("count", &count), ("cursor", &cursor)],
         );
-        self.mount(route, json_response(body)).await;
-    }
-
-    /// Mounts a route answering with a response of the test's choice.
-    pub async fn respond(&self, route: MockBuilder, response: ResponseTemplate) {
-        self.mount(route, response).await;
+        self.respond(route, json_response(body)).await;
     }
 
     /// The fixtures, as asked by the default requests of each endpoint:
@@ -434,7 +442,7 @@ impl FallbackMock {
     /// F1 `/user/info?unique_id=`.
     pub async fn user_info(&self, username: &str, body: &Value) {
         let route = self.route("/user/info", &[("unique_id", username)]);
-        self.mount(route, json_response(body)).await;
+        self.respond(route, json_response(body)).await;
     }
 
     /// F2 `/user/posts?unique_id=&count=&cursor=`.
@@ -448,13 +456,13 @@ impl FallbackMock {
                 ("cursor", cursor),
             ],
         );
-        self.mount(route, json_response(body)).await;
+        self.respond(route, json_response(body)).await;
     }
 
     /// F3 `/?url={id}&hd=1`.
     pub async fn video(&self, id: &str, body: &Value) {
         let route = self.route("/", &[("url", id), ("hd", "1")]);
-        self.mount(route, json_response(body)).await;
+        self.respond(route, json_response(body)).await;
     }
 
     /// F4 `/comment/list?url=&count=&cursor=`.
@@ -464,7 +472,7 @@ impl FallbackMock {
             "/comment/list",
             &[("url", id), ("count", &count), ("cursor", &cursor)],
         );
-        self.mount(route, json_response(body)).await;
+        self.respond(route, json_response(body)).await;
     }
 
     /// F5 `/user/search?keywords=&count=&cursor=`.
@@ -478,12 +486,7 @@ impl FallbackMock {
                 ("cursor", cursor),
             ],
         );
-        self.mount(route, json_response(body)).await;
-    }
-
-    /// Mounts a route answering with a response of the test's choice.
-    pub async fn respond(&self, route: MockBuilder, response: ResponseTemplate) {
-        self.mount(route, response).await;
+        self.respond(route, json_response(body)).await;
     }
 
     /// The fixtures, as asked by the default requests of each endpoint:

@@ -1,30 +1,23 @@
-//! The command line: `keys issue/list/revoke`, `check`, and `serve`
-//! refusing a bad config, a failing plugin or a busy port with one stderr
-//! line that says which file and why.
+//! The command line: `keys issue/list/revoke`; `check`, which touches
+//! nothing a running server owns (no ledger, no pruning of plugin copies);
+//! and `serve` refusing a bad config, a failing plugin or a busy port with
+//! one stderr line that says which file and why.
+
+use std::path::Path;
+use std::time::Duration;
 
 use socialgate_tests::config::{
-    standard_env, ConfigBuilder, FALLBACK, FALLBACK_KEY, FALLBACK_KEY_ENV, PRIMARY, PRIMARY_KEY,
-    PRIMARY_KEY_ENV,
+    standard_env, ConfigBuilder, FALLBACK, FALLBACK_KEY, PRIMARY, PRIMARY_KEY, PRIMARY_KEY_ENV,
 };
-use socialgate_tests::{issue_key, run_cli, Api, CliOutput, Config, Server};
+use socialgate_tests::{eventually, issue_key, paths, run_cli, Api, CliOutput, Config, Server};
 
 /// A valid config whose upstreams are never reached by these tests.
 fn plain() -> ConfigBuilder {
     ConfigBuilder::new()
         .platform("shortvideo", "live", &[PRIMARY, FALLBACK])
         .endpoint_order("shortvideo", "search", &[FALLBACK])
-        .provider(
-            PRIMARY,
-            "shortvideo_primary",
-            "http://127.0.0.1:9",
-            PRIMARY_KEY_ENV,
-        )
-        .provider(
-            FALLBACK,
-            "shortvideo_fallback",
-            "http://127.0.0.1:9/",
-            FALLBACK_KEY_ENV,
-        )
+        .primary("http://127.0.0.1:9")
+        .fallback("http://127.0.0.1:9/")
 }
 
 /// A request that passes the key check and then fails on its parameters,
@@ -143,6 +136,57 @@ fn check_accepts_a_good_config() {
     let config = plain().write();
     let out = run_cli(&config, &standard_env(), &["check"]);
     assert!(out.success(), "{out:?}");
+}
+
+/// The names in `dir` starting with `prefix`.
+fn entries_named(dir: &Path, prefix: &str) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|name| name.starts_with(prefix))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn check_opens_no_ledger_and_prunes_no_plugin_copy() {
+    paths::require_plugin("shortvideo_primary");
+    paths::require_plugin("shortvideo_fallback");
+    let config = ConfigBuilder::new()
+        .platform("shortvideo", "live", &[PRIMARY, FALLBACK])
+        .primary("http://127.0.0.1:9")
+        .fallback("http://127.0.0.1:9")
+        .raw("[ledger]\npath = \"usage.db\"")
+        .write();
+    // A copy left by an earlier run, which a starting server would prune.
+    let copies = config.dir().join("state").join("plugins");
+    std::fs::create_dir_all(&copies).expect("can create the copies folder");
+    let stale = copies.join("libstale_plugin-0123456789abcdef.so");
+    std::fs::write(&stale, b"left by an earlier run").expect("can write a stale copy");
+
+    let out = run_cli(&config, &standard_env(), &["check"]);
+    assert!(out.success(), "check passes: {out:?}");
+    assert!(out.stdout.contains("ok"), "{out:?}");
+    assert_eq!(
+        entries_named(config.dir(), "usage.db"),
+        Vec::<String>::new(),
+        "check creates no ledger"
+    );
+    assert!(stale.exists(), "check prunes no plugin copy");
+
+    // The same config served does both: the test looked in the right place.
+    let server = Server::start(&config);
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            config.dir().join("usage.db").exists() && !stale.exists()
+        })
+        .await,
+        "serve opens the ledger and prunes the stale copy"
+    );
+    drop(server);
 }
 
 /// Asserts `serve` and `check` both refuse `config` with one stderr line

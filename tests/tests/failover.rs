@@ -1,15 +1,20 @@
 //! The failover chain: any failure moves to the next provider, "not found"
 //! ends the chain with 404, every provider failing is 502, a provider whose
 //! manifest lacks the endpoint is skipped, and one library can back two
-//! providers.
+//! providers. A plugin's "invalid input" is the caller's 400 only before it
+//! asked its upstream anything; after a request it is a failure, and so is
+//! "unsupported": both fail over.
 
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 use socialgate_tests::config::{
-    standard_env, ConfigBuilder, FALLBACK, FALLBACK_KEY_ENV, PRIMARY, PRIMARY_KEY_ENV,
+    standard_env, ConfigBuilder, CHAOS, FALLBACK, FALLBACK_KEY_ENV, PRIMARY, PRIMARY_KEY_ENV,
 };
-use socialgate_tests::upstream::{fixtures, json_response, LUNA, LUNA_SEC_UID, POST_ID};
+use socialgate_tests::raw_upstream::{Behaviour, RawUpstream};
+use socialgate_tests::upstream::{
+    assert_answered_by, fixtures, json_response, FALLBACK_FOLLOWERS, LUNA, LUNA_SEC_UID, POST_ID,
+};
 use socialgate_tests::{issue_key, Api, FallbackMock, PrimaryMock, Server, Stack, StackBuilder};
 use wiremock::ResponseTemplate;
 
@@ -236,7 +241,7 @@ async fn a_primary_failing_midway_through_posts_fails_over() {
 
 #[tokio::test]
 async fn a_slow_primary_is_cut_off_by_its_timeout() {
-    let stack = Stack::builder().primary_timeout_ms(500).start().await;
+    let stack = Stack::builder().timeout_ms(PRIMARY, 500).start().await;
     stack
         .primary
         .respond_all(
@@ -400,4 +405,74 @@ async fn not_found_from_a_search_is_a_failure_not_a_404() {
         0,
         "search never asks the primary"
     );
+}
+
+/// A cooldown no test waits out.
+const LONG_COOLDOWN_MS: u64 = 60_000;
+
+/// The chain `[chaos, fallback]`, chaos in `mode` opening its breaker on
+/// one failure, the fallback serving its fixtures.
+async fn chaos_before_the_fallback(mode: &str, chaos_url: Option<&str>) -> Stack {
+    let mut builder = Stack::builder()
+        .search_order(None)
+        .providers(&[CHAOS, FALLBACK])
+        .chaos(mode)
+        .breaker(CHAOS, 1, LONG_COOLDOWN_MS);
+    if let Some(url) = chaos_url {
+        builder = builder.chaos_url(url);
+    }
+    let stack = builder.start().await;
+    stack.fallback.serve_fixtures().await;
+    stack
+}
+
+#[tokio::test]
+async fn a_plugins_invalid_input_before_any_request_is_the_callers_400() {
+    let stack = chaos_before_the_fallback("invalid_input", None).await;
+    // Three times, with a breaker that opens on one failure: the refusal
+    // is not held against the plugin, which keeps answering.
+    for path in [PROFILE, PROFILE, "/v1/shortvideo/posts?username=lunabakes"] {
+        let a = stack.get(path).await;
+        a.assert_invalid("username");
+        assert!(
+            a.error_message()
+                .contains("is not allowed on this platform"),
+            "the plugin's reason: {a:?}"
+        );
+        a.assert_absent("chaos");
+    }
+    assert_eq!(
+        stack.fallback.request_count().await,
+        0,
+        "invalid input ends the chain"
+    );
+}
+
+#[tokio::test]
+async fn a_plugins_invalid_input_after_a_request_is_a_failure() {
+    let upstream = RawUpstream::start(Behaviour::Respond {
+        body: b"{}".to_vec(),
+    });
+    let stack = chaos_before_the_fallback("invalid_after_fetch", Some(&upstream.base_url())).await;
+    let a = stack.get(PROFILE).await;
+    assert_answered_by(&a, FALLBACK_FOLLOWERS, "the fallback after the refusal");
+    let asked: Vec<String> = upstream.requests().into_iter().map(|r| r.target).collect();
+    assert_eq!(asked, ["/anything"], "the plugin's request came first");
+    // It counted as a failure: the plugin's breaker (one failure) is open.
+    let a = stack.get(PROFILE).await;
+    assert_answered_by(&a, FALLBACK_FOLLOWERS, "chaos skipped");
+    assert_eq!(upstream.request_count(), 1, "an open breaker asks nothing");
+}
+
+#[tokio::test]
+async fn an_unsupported_call_fails_over() {
+    let stack = chaos_before_the_fallback("unsupported", None).await;
+    let a = stack.get(PROFILE).await;
+    assert_answered_by(&a, FALLBACK_FOLLOWERS, "the fallback");
+    let a = stack
+        .get(&format!("/v1/shortvideo/post?id={POST_ID}"))
+        .await;
+    a.assert_success(false);
+    assert_eq!(a.data()["id"], POST_ID, "{a:?}");
+    assert_eq!(stack.fallback.request_count().await, 2);
 }

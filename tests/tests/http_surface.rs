@@ -1,8 +1,12 @@
-//! The HTTP surface: every error code of the table but `INTERNAL_ERROR`
-//! with its status, the order of the checks (method, key, platform,
-//! endpoint, parameters, chain), parameter rules, and `/healthz`.
+//! The HTTP surface: every error code of the table in docs/api.md
+//! ("Errors") but `INTERNAL_ERROR` with its status, the order of the checks
+//! (method, key, platform, endpoint, parameters, chain), the parameter rules
+//! (a parameter an endpoint does not read is ignored, even repeated), and
+//! `/healthz`.
 
-use socialgate_tests::upstream::{fixtures, LUNA_SEC_UID};
+use socialgate_tests::upstream::{
+    assert_answered_by, fixtures, LUNA_SEC_UID, POST_ID, PRIMARY_FOLLOWERS,
+};
 use socialgate_tests::{Answer, Stack};
 
 const PROFILE: &str = "/v1/shortvideo/profile?username=lunabakes";
@@ -274,6 +278,47 @@ async fn boundary_values_pass_and_unknown_parameters_are_ignored() {
         socialgate_tests::api::encode(&query100)
     );
     stack.get(&path).await.assert_success(true);
+}
+
+#[tokio::test]
+async fn parameters_an_endpoint_does_not_read_are_ignored_even_repeated() {
+    let stack = Stack::builder().search_order(None).start().await;
+    stack.primary.serve_fixtures().await;
+    let a = stack
+        .get(
+            "/v1/shortvideo/profile?username=lunabakes&id=1&id=2&count=x&count=y&cursor=a&cursor=b",
+        )
+        .await;
+    assert_answered_by(&a, PRIMARY_FOLLOWERS, "unread parameters ignored");
+    let a = stack
+        .get(&format!(
+            "/v1/shortvideo/post?id={POST_ID}&username=a&username=b&query=q&query=r"
+        ))
+        .await;
+    a.assert_success(false);
+    assert_eq!(a.data()["id"], POST_ID, "{a:?}");
+    let asked = stack.primary.request_count().await;
+    assert_eq!(asked, 2);
+
+    // A parameter the endpoint reads, given twice, is still refused.
+    for (path, param) in [
+        ("/v1/shortvideo/profile?username=a&username=b", "username"),
+        (
+            "/v1/shortvideo/posts?username=lunabakes&count=1&count=2",
+            "count",
+        ),
+        (
+            "/v1/shortvideo/comments?id=7312345678901234567&cursor=a&cursor=b",
+            "cursor",
+        ),
+    ] {
+        stack.get(path).await.assert_invalid(param);
+    }
+    assert_eq!(
+        stack.primary.request_count().await,
+        asked,
+        "invalid input reaches no upstream"
+    );
 }
 
 #[tokio::test]

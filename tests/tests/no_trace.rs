@@ -1,11 +1,16 @@
 //! The caller never learns which provider answered: no provider name,
 //! upstream address, upstream status or upstream message in any body or
-//! header, in answers and in errors alike.
+//! header, in answers and in errors alike. An upstream key that an upstream
+//! echoes back reaches neither the caller nor the log.
+
+use std::time::Duration;
 
 use socialgate_tests::api::with_cursor;
 use socialgate_tests::config::{FALLBACK_KEY, PRIMARY_KEY};
+use socialgate_tests::reload::log_lines;
 use socialgate_tests::upstream::{fixtures, LUNA, POST_ID};
-use socialgate_tests::{Answer, Stack};
+use socialgate_tests::{eventually, Answer, Stack};
+use wiremock::{Request, Respond, ResponseTemplate};
 
 const PATHS: [&str; 5] = [
     "/v1/shortvideo/profile?username=lunabakes",
@@ -192,4 +197,88 @@ async fn refusals_and_cursors_carry_no_trace() {
     assert_eq!(answers.last().map(|a| a.status), Some(502));
     answers.push(comments);
     assert_no_trace(&stack, &answers);
+}
+
+/// Answers with `template`, `{key}` replaced by the value of the request
+/// header `header`: an upstream echoing our key back.
+struct EchoKey {
+    header: &'static str,
+    template: &'static str,
+}
+
+impl Respond for EchoKey {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        let key = request
+            .headers
+            .get(self.header)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("no key received");
+        ResponseTemplate::new(200)
+            .set_body_raw(self.template.replace("{key}", key), "application/json")
+    }
+}
+
+#[tokio::test]
+async fn a_key_echoed_by_an_upstream_never_reaches_the_log() {
+    // Debug logging too: every line the service can write.
+    let stack = Stack::builder()
+        .breaker_failures(1000)
+        .env("SOCIALGATE_LOG", "debug")
+        .start()
+        .await;
+    // Two profiles per upstream: the key where a number is wanted at the
+    // top of the body, and deeper, where a list or an object is wanted.
+    let cases: [(&str, &str, &str); 2] = [
+        (
+            LUNA,
+            r#"{"status_code":"{key}"}"#,
+            r#"{"code":"{key}","msg":"success"}"#,
+        ),
+        (
+            "lunaecho",
+            r#"{"status_code":0,"user":{"unique_id":"lunaecho","nickname":"Echo","follower_count":1,"avatar_larger":{"url_list":"{key}"}}}"#,
+            r#"{"code":0,"msg":"success","data":{"user":"{key}","stats":{}}}"#,
+        ),
+    ];
+    for (username, primary_body, fallback_body) in cases {
+        let route = stack
+            .primary
+            .route("/v1/user/profile", &[("unique_id", username)]);
+        let echo = EchoKey {
+            header: "x-api-key",
+            template: primary_body,
+        };
+        stack.primary.respond_with(route, echo).await;
+        let route = stack
+            .fallback
+            .route("/user/info", &[("unique_id", username)]);
+        let echo = EchoKey {
+            header: "x-rapidapi-key",
+            template: fallback_body,
+        };
+        stack.fallback.respond_with(route, echo).await;
+    }
+    for (username, _, _) in cases {
+        let a = stack
+            .get(&format!("/v1/shortvideo/profile?username={username}"))
+            .await;
+        a.assert_error(502, "UPSTREAM_UNAVAILABLE");
+        a.assert_absent_exact(PRIMARY_KEY);
+        a.assert_absent_exact(FALLBACK_KEY);
+    }
+    assert_eq!(stack.primary.requests_to("/v1/user/profile").await.len(), 2);
+    assert_eq!(stack.fallback.requests_to("/user/info").await.len(), 2);
+
+    // Each of the four echoes was read and refused, and the log says so
+    // without quoting it.
+    let failed = || log_lines(&stack.server, "attempt failed").len();
+    eventually(Duration::from_secs(5), || async { failed() >= 4 }).await;
+    let stderr = stack.server.stderr();
+    assert_eq!(failed(), 4, "each echo is a failed attempt:\n{stderr}");
+    for key in [PRIMARY_KEY, FALLBACK_KEY] {
+        assert!(
+            !stderr.contains(key),
+            "an upstream key echoed back reached the log: {key}\n{stderr}"
+        );
+    }
 }

@@ -2,7 +2,9 @@
 //! the keys file or a plugin library (or sends SIGHUP), and the server picks
 //! the change up within about a second without dropping a request. A bad
 //! change is refused with one log line naming the file and the reason, and
-//! the previous table keeps answering.
+//! the previous table keeps answering. Breakers and rate-limit buckets
+//! outlive an unrelated change; a changed `listen` is only logged as needing
+//! a restart, and the listener stays where it was.
 //!
 //! Every change is made as an operator should make it: a new file renamed
 //! into place. Tests wait for a change with a bounded poll.
@@ -15,11 +17,13 @@ use socialgate_tests::config::{
     standard_env, ConfigBuilder, FALLBACK, FALLBACK_KEY, FALLBACK_KEY_ENV, PRIMARY, PRIMARY_KEY,
 };
 use socialgate_tests::operator::signal;
+use socialgate_tests::process::ADMIN_LISTENING_PREFIX;
+use socialgate_tests::raw_upstream::closed_port;
 use socialgate_tests::reload::{
     await_watching, library_copy, log_lines, mapped_files, replace_file, wait_for_log, wait_until,
     APPLIED, REJECTED,
 };
-use socialgate_tests::upstream::LUNA;
+use socialgate_tests::upstream::{assert_answered_by, LUNA, PRIMARY_FOLLOWERS};
 use socialgate_tests::{issue_key, run_cli, Api, Config, Server, Stack, StackBuilder};
 use socialgate_tests::{FallbackMock, PrimaryMock, PROFILE_KEYS};
 use wiremock::matchers::{header, method, path};
@@ -521,5 +525,115 @@ async fn a_breaker_survives_an_unrelated_reload() {
         primary.request_count().await,
         1,
         "the primary's breaker is still open after the reload"
+    );
+}
+
+/// `text` with the value of the `[server]` line `listen = ...` (and only
+/// that line, not `admin_listen`) replaced by `addr`.
+fn with_listen(text: &str, addr: &str) -> String {
+    let mut replaced = 0;
+    let lines: Vec<String> = text
+        .lines()
+        .map(|line| {
+            if line.starts_with("listen =") {
+                replaced += 1;
+                format!("listen = \"{addr}\"")
+            } else {
+                line.to_owned()
+            }
+        })
+        .collect();
+    assert_eq!(replaced, 1, "one `listen` line in:\n{text}");
+    lines.join("\n") + "\n"
+}
+
+#[tokio::test]
+async fn rate_limit_buckets_survive_a_reload() {
+    // One token every 50 s: none comes back while the test runs.
+    let stack = Stack::builder()
+        .search_order(None)
+        .raw("[rate_limit]\nper_second = 0.02\nburst = 2")
+        .start()
+        .await;
+    stack.primary.serve_fixtures().await;
+    let applied = await_watching(&stack.server, &stack.config).await;
+
+    for n in 1..=2 {
+        let a = stack.get(PROFILE).await;
+        assert_answered_by(&a, PRIMARY_FOLLOWERS, &format!("request {n} of the burst"));
+    }
+    let limited = stack.get(PROFILE).await;
+    limited.assert_error(429, "RATE_LIMITED");
+    assert!(limited.header("retry-after").is_some(), "{limited:?}");
+
+    // An unrelated change: the primary's timeout.
+    let text = stack.config.text();
+    let changed = text.replacen("timeout_ms = 2000", "timeout_ms = 2500", 1);
+    assert_ne!(changed, text, "the config has a timeout to change");
+    replace_file(stack.config.path(), changed);
+    let line = wait_for_log(&stack.server, APPLIED, applied + 1).await;
+    assert!(line.contains(APPLIED), "{line}");
+
+    let a = stack.get(PROFILE).await;
+    a.assert_error(429, "RATE_LIMITED");
+    assert_eq!(
+        stack.primary.request_count().await,
+        2,
+        "only the burst reached the upstream"
+    );
+}
+
+#[tokio::test]
+async fn a_changed_listen_is_logged_as_needing_a_restart() {
+    let stack = Stack::builder().search_order(None).start().await;
+    stack.primary.serve_fixtures().await;
+    let applied = await_watching(&stack.server, &stack.config).await;
+    assert!(log_lines(&stack.server, "listen changed").is_empty());
+
+    let elsewhere = closed_port().to_string();
+    replace_file(
+        stack.config.path(),
+        with_listen(&stack.config.text(), &elsewhere),
+    );
+    wait_for_log(&stack.server, APPLIED, applied + 1).await;
+    let warnings: Vec<String> = stack
+        .server
+        .stderr()
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("listen") && l.contains("restart"))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        warnings.len(),
+        1,
+        "one warning naming `listen` and a restart:\n{}",
+        stack.server.stderr()
+    );
+    assert!(
+        warnings[0].contains(&elsewhere),
+        "it names the address asked for: {}",
+        warnings[0]
+    );
+    assert!(
+        !warnings[0].contains("admin_listen"),
+        "only `listen` changed: {}",
+        warnings[0]
+    );
+
+    // Still answering where it was, and never bound anew.
+    let a = stack.get(PROFILE).await;
+    assert_answered_by(&a, PRIMARY_FOLLOWERS, "on the original address");
+    let health = stack.api.with_key(None).get("/healthz").await;
+    assert_eq!(health.status, 200, "{health:?}");
+    let announced: Vec<String> = stack
+        .server
+        .extra_stdout()
+        .into_iter()
+        .filter(|l| !l.starts_with(ADMIN_LISTENING_PREFIX))
+        .collect();
+    assert_eq!(
+        announced,
+        Vec::<String>::new(),
+        "no new `listening on` line"
     );
 }

@@ -1,4 +1,5 @@
-//! The fault matrix of issue 4 and the request deadline.
+//! Failing upstreams, one fault at a time, and the request deadline (the
+//! README's "How a request is served").
 //!
 //! The primary fails in one way per test; for each, with the fallback
 //! healthy, the caller gets the fallback's data with 200 within the
@@ -14,9 +15,10 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use socialgate_tests::config::{CHAOS, FALLBACK, PRIMARY, PRIMARY_KEY};
 use socialgate_tests::raw_upstream::{closed_port, Behaviour, RawUpstream};
-use socialgate_tests::rig::{Rig, RigBuilder};
-use socialgate_tests::upstream::{fixtures, json_response, render, LUNA};
-use socialgate_tests::Answer;
+use socialgate_tests::upstream::{
+    fixtures, json_response, render, FALLBACK_FOLLOWERS, LUNA, PRIMARY_FOLLOWERS,
+};
+use socialgate_tests::{Answer, Stack};
 use wiremock::ResponseTemplate;
 
 const PROFILE: &str = "/v1/shortvideo/profile?username=lunabakes";
@@ -27,10 +29,6 @@ const P1_TARGET: &str = "/v1/user/profile?unique_id=lunabakes";
 const PRIMARY_TIMEOUT_MS: u64 = 600;
 /// Slack for a debug build on a busy machine, on top of the timeout.
 const MARGIN: Duration = Duration::from_millis(900);
-
-/// `followers` in each double's profile fixture: who answered.
-const PRIMARY_FOLLOWERS: u64 = 5_479_588;
-const FALLBACK_FOLLOWERS: u64 = 5_500_000;
 
 /// How the primary fails in one case of the matrix.
 enum Fault {
@@ -82,7 +80,7 @@ fn assert_fallback_answered(case: &str, a: &Answer) {
 
 /// How many requests reached the primary's upstream; each must be the
 /// contract's P1 with the primary's key.
-async fn primary_requests(case: &str, rig: &Rig, raw: Option<&RawUpstream>) -> usize {
+async fn primary_requests(case: &str, stack: &Stack, raw: Option<&RawUpstream>) -> usize {
     match raw {
         Some(raw) => {
             for request in raw.requests() {
@@ -96,7 +94,7 @@ async fn primary_requests(case: &str, rig: &Rig, raw: Option<&RawUpstream>) -> u
             }
             raw.request_count()
         }
-        None => rig.primary.requests_to("/v1/user/profile").await.len(),
+        None => stack.primary.requests_to("/v1/user/profile").await.len(),
     }
 }
 
@@ -107,7 +105,8 @@ async fn check(case: &str, fault: Fault, traits: Traits) {
         _ => None,
     };
     let refused = closed_port();
-    let mut builder = RigBuilder::default()
+    let mut builder = Stack::builder()
+        .search_order(None)
         .timeout_ms(PRIMARY, PRIMARY_TIMEOUT_MS)
         // The matrix asks the primary every time: keep failure counts off.
         .breaker(PRIMARY, 1000, 60_000)
@@ -126,19 +125,19 @@ async fn check(case: &str, fault: Fault, traits: Traits) {
         builder = builder.provider_line(PRIMARY, &format!("max_body_bytes = {cap}"));
     }
     let reaches_primary = matches!(&fault, Fault::Wire(_) | Fault::Raw(_));
-    let mut rig: Rig = builder.start().await;
+    let mut stack: Stack = builder.start().await;
     if let Fault::Wire(response) = fault {
-        let route = rig
+        let route = stack
             .primary
             .route("/v1/user/profile", &[("unique_id", LUNA)]);
-        rig.primary.respond(route, response).await;
+        stack.primary.respond(route, response).await;
     }
     let bound = Duration::from_millis(PRIMARY_TIMEOUT_MS) + MARGIN;
     let timeout = Duration::from_millis(PRIMARY_TIMEOUT_MS);
 
     // 1. The fallback answers, within the primary's timeout and its own time.
-    rig.fallback.serve_fixtures().await;
-    let (a, took) = rig.timed_get(PROFILE).await;
+    stack.fallback.serve_fixtures().await;
+    let (a, took) = stack.timed_get(PROFILE).await;
     assert_fallback_answered(case, &a);
     assert!(
         took < bound,
@@ -157,7 +156,7 @@ async fn check(case: &str, fault: Fault, traits: Traits) {
     }
     if reaches_primary {
         assert_eq!(
-            primary_requests(case, &rig, raw.as_ref()).await,
+            primary_requests(case, &stack, raw.as_ref()).await,
             1,
             "[{case}] the primary was asked once"
         );
@@ -165,44 +164,44 @@ async fn check(case: &str, fault: Fault, traits: Traits) {
 
     // 2. The fallback fails too: 502, just as fast.
     if traits.opens_breaker {
-        rig.restart();
+        stack.restart();
     }
-    rig.fallback.reset().await;
-    rig.fallback.fail_all(503).await;
-    let (a, took) = rig.timed_get(PROFILE).await;
+    stack.fallback.reset().await;
+    stack.fallback.fail_all(503).await;
+    let (a, took) = stack.timed_get(PROFILE).await;
     assert_eq!(
         (a.status, a.error_code()),
         (502, "UPSTREAM_UNAVAILABLE"),
         "[{case}] both failing: {a:?}"
     );
     a.assert_error(502, "UPSTREAM_UNAVAILABLE");
-    a.assert_absent_exact(&rig.fallback.base_url());
+    a.assert_absent_exact(&stack.fallback.base_url());
     assert!(
         took < bound,
         "[{case}] the error took {took:?}, bound {bound:?}"
     );
     if reaches_primary {
         assert_eq!(
-            primary_requests(case, &rig, raw.as_ref()).await,
+            primary_requests(case, &stack, raw.as_ref()).await,
             2,
             "[{case}] the primary was asked again"
         );
     }
     assert_eq!(
-        rig.fallback.request_count().await,
+        stack.fallback.request_count().await,
         1,
         "[{case}] the fallback was asked"
     );
 
     // 3. The server stays up and serves again.
-    assert!(rig.server.is_running(), "[{case}] the server is alive");
-    let health = rig.api.with_key(None).get("/healthz").await;
+    assert!(stack.server.is_running(), "[{case}] the server is alive");
+    let health = stack.api.with_key(None).get("/healthz").await;
     assert_eq!(health.status, 200, "[{case}] /healthz: {health:?}");
-    rig.fallback.reset().await;
-    rig.fallback.serve_fixtures().await;
-    let a = rig.get(PROFILE).await;
+    stack.fallback.reset().await;
+    stack.fallback.serve_fixtures().await;
+    let a = stack.get(PROFILE).await;
     assert_fallback_answered(case, &a);
-    assert!(rig.server.is_running(), "[{case}] the server is alive");
+    assert!(stack.server.is_running(), "[{case}] the server is alive");
 }
 
 fn fast() -> Traits {
@@ -337,19 +336,20 @@ async fn the_padded_body_is_a_valid_answer_under_a_larger_cap() {
     let raw = RawUpstream::start(Behaviour::Chunked {
         body: padded_profile(4 * SMALL_CAP),
     });
-    let rig = Rig::builder()
+    let stack = Stack::builder()
+        .search_order(None)
         .primary_url(&raw.base_url())
         .provider_line(PRIMARY, &format!("max_body_bytes = {}", 16 * SMALL_CAP))
         .start()
         .await;
-    let a = rig.get(PROFILE).await;
+    let a = stack.get(PROFILE).await;
     a.assert_success(false);
     assert_eq!(
         a.data()["followers"],
         PRIMARY_FOLLOWERS,
         "the primary: {a:?}"
     );
-    assert_eq!(rig.fallback.request_count().await, 0);
+    assert_eq!(stack.fallback.request_count().await, 0);
 }
 
 #[tokio::test]
@@ -392,39 +392,40 @@ async fn plugin_panic() {
 /// than a hanging provider's own timeout cannot switch failover off.
 #[tokio::test]
 async fn a_deadline_shorter_than_a_slow_primary_is_504_at_once_and_counts_against_it() {
-    let rig = Rig::builder()
+    let stack = Stack::builder()
+        .search_order(None)
         .server_line("request_timeout_ms = 500")
         .timeout_ms(PRIMARY, 3000)
         .breaker(PRIMARY, 1, 60_000)
         .start()
         .await;
     let slow = json_response(&fixtures::primary_user_profile()).set_delay(Duration::from_secs(2));
-    let route = rig
+    let route = stack
         .primary
         .route("/v1/user/profile", &[("unique_id", LUNA)]);
-    rig.primary.respond(route, slow).await;
-    rig.fallback.serve_fixtures().await;
+    stack.primary.respond(route, slow).await;
+    stack.fallback.serve_fixtures().await;
 
-    let (a, took) = rig.timed_get(PROFILE).await;
+    let (a, took) = stack.timed_get(PROFILE).await;
     a.assert_error(504, "UPSTREAM_TIMEOUT");
     assert!(
         took >= Duration::from_millis(450) && took < Duration::from_millis(500) + MARGIN,
         "504 when the 500 ms deadline ends, not the 2 s answer: took {took:?}"
     );
     assert_eq!(
-        rig.fallback.request_count().await,
+        stack.fallback.request_count().await,
         0,
         "no attempt starts past the deadline"
     );
 
     // With its breaker open, the next request goes straight to the fallback.
-    let primary_before = rig.primary.request_count().await;
-    let (a, took) = rig.timed_get(PROFILE).await;
+    let primary_before = stack.primary.request_count().await;
+    let (a, took) = stack.timed_get(PROFILE).await;
     a.assert_success(false);
     assert_eq!(a.data()["followers"], FALLBACK_FOLLOWERS, "{a:?}");
     assert!(took < MARGIN, "no wait on the slow primary: took {took:?}");
     assert_eq!(
-        rig.primary.request_count().await,
+        stack.primary.request_count().await,
         primary_before,
         "the primary is skipped"
     );
@@ -432,57 +433,60 @@ async fn a_deadline_shorter_than_a_slow_primary_is_504_at_once_and_counts_agains
 
 #[tokio::test]
 async fn a_deadline_running_out_during_the_fallback_is_504() {
-    let rig = Rig::builder()
+    let stack = Stack::builder()
+        .search_order(None)
         .server_line("request_timeout_ms = 500")
         .timeout_ms(FALLBACK, 3000)
         .start()
         .await;
-    rig.primary.fail_all(500).await;
+    stack.primary.fail_all(500).await;
     let slow = json_response(&fixtures::fallback_user_info()).set_delay(Duration::from_secs(2));
-    let route = rig.fallback.route("/user/info", &[("unique_id", LUNA)]);
-    rig.fallback.respond(route, slow).await;
+    let route = stack.fallback.route("/user/info", &[("unique_id", LUNA)]);
+    stack.fallback.respond(route, slow).await;
 
-    let (a, took) = rig.timed_get(PROFILE).await;
+    let (a, took) = stack.timed_get(PROFILE).await;
     a.assert_error(504, "UPSTREAM_TIMEOUT");
     assert!(took < Duration::from_millis(500) + MARGIN, "took {took:?}");
-    assert_eq!(rig.primary.request_count().await, 1);
-    assert_eq!(rig.fallback.request_count().await, 1);
+    assert_eq!(stack.primary.request_count().await, 1);
+    assert_eq!(stack.fallback.request_count().await, 1);
 }
 
 #[tokio::test]
 async fn providers_failing_fast_within_a_live_deadline_are_502() {
-    let rig = Rig::builder()
+    let stack = Stack::builder()
+        .search_order(None)
         .server_line("request_timeout_ms = 3000")
         .start()
         .await;
-    rig.primary.fail_all(500).await;
-    rig.fallback.fail_all(503).await;
-    let (a, took) = rig.timed_get(PROFILE).await;
+    stack.primary.fail_all(500).await;
+    stack.fallback.fail_all(503).await;
+    let (a, took) = stack.timed_get(PROFILE).await;
     a.assert_error(502, "UPSTREAM_UNAVAILABLE");
     assert!(took < MARGIN, "both fail fast: took {took:?}");
-    assert_eq!(rig.primary.request_count().await, 1);
-    assert_eq!(rig.fallback.request_count().await, 1);
+    assert_eq!(stack.primary.request_count().await, 1);
+    assert_eq!(stack.fallback.request_count().await, 1);
 }
 
 #[tokio::test]
 async fn providers_timing_out_on_their_own_within_a_live_deadline_are_502() {
-    let rig = Rig::builder()
+    let stack = Stack::builder()
+        .search_order(None)
         .server_line("request_timeout_ms = 5000")
         .timeout_ms(PRIMARY, 300)
         .timeout_ms(FALLBACK, 300)
         .start()
         .await;
     let late = Duration::from_secs(3);
-    let route = rig
+    let route = stack
         .primary
         .route("/v1/user/profile", &[("unique_id", LUNA)]);
     let answer = json_response(&fixtures::primary_user_profile()).set_delay(late);
-    rig.primary.respond(route, answer).await;
-    let route = rig.fallback.route("/user/info", &[("unique_id", LUNA)]);
+    stack.primary.respond(route, answer).await;
+    let route = stack.fallback.route("/user/info", &[("unique_id", LUNA)]);
     let answer = json_response(&fixtures::fallback_user_info()).set_delay(late);
-    rig.fallback.respond(route, answer).await;
+    stack.fallback.respond(route, answer).await;
 
-    let (a, took) = rig.timed_get(PROFILE).await;
+    let (a, took) = stack.timed_get(PROFILE).await;
     a.assert_error(502, "UPSTREAM_UNAVAILABLE");
     assert!(
         took >= Duration::from_millis(550) && took < Duration::from_millis(600) + MARGIN,

@@ -1,4 +1,5 @@
-//! The client side of issue 4: a slow client is closed after
+//! Limits on the client side (the `[server]` and `[rate_limit]` keys of the
+//! README's configuration table): a slow client is closed after
 //! `header_timeout_ms` while others are served; a head over
 //! `max_header_bytes` is refused; past `max_concurrent_requests` a request
 //! is answered 503 `OVERLOADED` at once; a key over its `[rate_limit]` gets
@@ -10,12 +11,10 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use socialgate_tests::config::PRIMARY;
-use socialgate_tests::rig::{eventually, Rig};
-use socialgate_tests::upstream::{fixtures, json_response, LUNA};
-use socialgate_tests::{Answer, Api};
+use socialgate_tests::upstream::{fixtures, json_response, LUNA, PRIMARY_FOLLOWERS};
+use socialgate_tests::{eventually, Answer, Api, Stack};
 
 const PROFILE: &str = "/v1/shortvideo/profile?username=lunabakes";
-const PRIMARY_FOLLOWERS: u64 = 5_479_588;
 
 /// How a raw connection ended.
 #[derive(Debug)]
@@ -69,12 +68,13 @@ fn send_slowly(addr: SocketAddr, head: &[u8], max_bytes: usize) -> Ending {
 
 #[tokio::test]
 async fn a_slow_client_is_closed_while_others_are_served() {
-    let rig = Rig::builder()
+    let stack = Stack::builder()
+        .search_order(None)
         .server_line("header_timeout_ms = 1000")
         .start()
         .await;
-    rig.primary.serve_fixtures().await;
-    let addr = rig.server.addr();
+    stack.primary.serve_fixtures().await;
+    let addr = stack.server.addr();
     // One byte a second; at most header_timeout / 1 s + 3 bytes.
     let slow = tokio::task::spawn_blocking(move || {
         let head = format!("GET {PROFILE} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
@@ -87,7 +87,7 @@ async fn a_slow_client_is_closed_while_others_are_served() {
         if slow.is_finished() {
             break;
         }
-        let api = Api::new(&rig.server.base_url(), Some(&rig.key));
+        let api = Api::new(&stack.server.base_url(), Some(&stack.key));
         let started = Instant::now();
         let a = api.get(PROFILE).await;
         assert_eq!(a.data()["followers"], PRIMARY_FOLLOWERS, "{a:?}");
@@ -115,16 +115,17 @@ async fn a_slow_client_is_closed_while_others_are_served() {
         Ending::StillOpen => panic!("the server kept a connection sending one byte a second"),
     }
     assert!(served >= 3, "others were served meanwhile ({served})");
-    assert_eq!(rig.primary.request_count().await, served);
+    assert_eq!(stack.primary.request_count().await, served);
 }
 
 #[tokio::test]
 async fn a_head_over_max_header_bytes_is_refused() {
-    let rig = Rig::builder()
+    let stack = Stack::builder()
+        .search_order(None)
         .server_line("max_header_bytes = 8192")
         .start()
         .await;
-    let addr = rig.server.addr();
+    let addr = stack.server.addr();
     let exchange = move |filler: usize| {
         let mut stream = TcpStream::connect(addr).expect("can connect");
         stream
@@ -156,29 +157,30 @@ async fn a_head_over_max_header_bytes_is_refused() {
 
 #[tokio::test]
 async fn past_max_concurrent_requests_the_answer_is_503_at_once() {
-    let rig = Rig::builder()
+    let stack = Stack::builder()
+        .search_order(None)
         .server_line("max_concurrent_requests = 1")
         .timeout_ms(PRIMARY, 5000)
         .start()
         .await;
     let slow = json_response(&fixtures::primary_user_profile()).set_delay(Duration::from_secs(1));
-    let route = rig
+    let route = stack
         .primary
         .route("/v1/user/profile", &[("unique_id", LUNA)]);
-    rig.primary.respond(route, slow).await;
+    stack.primary.respond(route, slow).await;
 
-    let api = rig.api.clone();
+    let api = stack.api.clone();
     let holding = tokio::spawn(async move { api.get(PROFILE).await });
     assert!(
         eventually(Duration::from_secs(3), || async {
-            rig.primary.request_count().await == 1
+            stack.primary.request_count().await == 1
         })
         .await,
         "the first request reached the upstream"
     );
 
     let started = Instant::now();
-    let a = rig.get(PROFILE).await;
+    let a = stack.get(PROFILE).await;
     let took = started.elapsed();
     a.assert_error(503, "OVERLOADED");
     let retry: u64 = a
@@ -191,18 +193,19 @@ async fn past_max_concurrent_requests_the_answer_is_503_at_once() {
         "at once, not queued: {took:?}"
     );
     // Overload is checked before the key.
-    rig.api
+    stack
+        .api
         .with_key(None)
         .get(PROFILE)
         .await
         .assert_error(503, "OVERLOADED");
     // Public paths skip the gate.
     for path in ["/healthz", "/readyz"] {
-        let a = rig.api.with_key(None).get(path).await;
+        let a = stack.api.with_key(None).get(path).await;
         assert_eq!(a.status, 200, "{path} while full: {a:?}");
     }
     assert_eq!(
-        rig.primary.request_count().await,
+        stack.primary.request_count().await,
         1,
         "refused before any upstream call"
     );
@@ -211,23 +214,24 @@ async fn past_max_concurrent_requests_the_answer_is_503_at_once() {
     first.assert_success(false);
     assert_eq!(first.data()["followers"], PRIMARY_FOLLOWERS);
     // The slot is free again.
-    rig.primary.reset().await;
-    rig.primary.serve_fixtures().await;
-    rig.get(PROFILE).await.assert_success(false);
+    stack.primary.reset().await;
+    stack.primary.serve_fixtures().await;
+    stack.get(PROFILE).await.assert_success(false);
 }
 
 #[tokio::test]
 async fn a_key_over_its_rate_limit_gets_429_without_an_upstream_call() {
-    let rig = Rig::builder()
+    let stack = Stack::builder()
+        .search_order(None)
         .raw("[rate_limit]\nper_second = 1\nburst = 2")
         .extra_key("other")
         .start()
         .await;
-    rig.primary.serve_fixtures().await;
+    stack.primary.serve_fixtures().await;
     let answers = [
-        rig.get(PROFILE).await,
-        rig.get(PROFILE).await,
-        rig.get(PROFILE).await,
+        stack.get(PROFILE).await,
+        stack.get(PROFILE).await,
+        stack.get(PROFILE).await,
     ];
     answers[0].assert_success(false);
     answers[1].assert_success(false);
@@ -239,24 +243,26 @@ async fn a_key_over_its_rate_limit_gets_429_without_an_upstream_call() {
         .unwrap_or_else(|| panic!("429 needs Retry-After in seconds: {a:?}"));
     assert!((1..=2).contains(&retry), "about a second: {a:?}");
     assert_eq!(
-        rig.primary.request_count().await,
+        stack.primary.request_count().await,
         2,
         "the limited request reached no upstream"
     );
-    assert_eq!(rig.fallback.request_count().await, 0);
+    assert_eq!(stack.fallback.request_count().await, 0);
     // The limit is checked right after the key, before the platform.
-    rig.get("/v1/nosuchplatform/profile?username=x")
+    stack
+        .get("/v1/nosuchplatform/profile?username=x")
         .await
         .assert_error(429, "RATE_LIMITED");
 
     // Another key has its own bucket; public paths are not limited.
-    rig.api_with_key("other")
+    stack
+        .api_with_key("other")
         .get(PROFILE)
         .await
         .assert_success(false);
-    let health = rig.get("/healthz").await;
+    let health = stack.get("/healthz").await;
     assert_eq!(health.status, 200, "{health:?}");
-    assert_eq!(rig.primary.request_count().await, 3);
+    assert_eq!(stack.primary.request_count().await, 3);
 }
 
 /// Sends SIGTERM to the server's own process (never by name).
@@ -279,28 +285,29 @@ fn connection_refused(addr: SocketAddr) -> bool {
 #[tokio::test]
 async fn sigterm_finishes_the_request_in_flight_refuses_new_ones_and_exits_0() {
     const GRACE_MS: u64 = 3000;
-    let mut rig = Rig::builder()
+    let mut stack = Stack::builder()
+        .search_order(None)
         .server_line(&format!("shutdown_grace_ms = {GRACE_MS}"))
         .timeout_ms(PRIMARY, 5000)
         .start()
         .await;
     let slow = json_response(&fixtures::primary_user_profile()).set_delay(Duration::from_secs(1));
-    let route = rig
+    let route = stack
         .primary
         .route("/v1/user/profile", &[("unique_id", LUNA)]);
-    rig.primary.respond(route, slow).await;
+    stack.primary.respond(route, slow).await;
 
-    let api = rig.api.clone();
+    let api = stack.api.clone();
     let in_flight = tokio::spawn(async move { api.get(PROFILE).await });
     assert!(
         eventually(Duration::from_secs(3), || async {
-            rig.primary.request_count().await == 1
+            stack.primary.request_count().await == 1
         })
         .await,
         "the request reached the upstream"
     );
-    let addr = rig.server.addr();
-    terminate(rig.server.pid());
+    let addr = stack.server.addr();
+    terminate(stack.server.pid());
     let signalled = Instant::now();
 
     assert!(
@@ -317,50 +324,51 @@ async fn sigterm_finishes_the_request_in_flight_refuses_new_ones_and_exits_0() {
     let bound = Duration::from_millis(GRACE_MS + 1500);
     let mut status = None;
     while status.is_none() && signalled.elapsed() < bound {
-        status = rig.server.exit_status();
+        status = stack.server.exit_status();
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let status = status.unwrap_or_else(|| panic!("still running {bound:?} after SIGTERM"));
     assert_eq!(status.code(), Some(0), "a clean exit: {status:?}");
     assert!(
-        rig.server.stderr().contains("shutting down"),
+        stack.server.stderr().contains("shutting down"),
         "the drain is logged:\n{}",
-        rig.server.stderr()
+        stack.server.stderr()
     );
 }
 
 #[tokio::test]
 async fn sigterm_stops_waiting_for_a_request_after_the_grace_period() {
     const GRACE_MS: u64 = 500;
-    let mut rig = Rig::builder()
+    let mut stack = Stack::builder()
+        .search_order(None)
         .server_line(&format!("shutdown_grace_ms = {GRACE_MS}"))
         .timeout_ms(PRIMARY, 5000)
         .start()
         .await;
     let slow = json_response(&fixtures::primary_user_profile()).set_delay(Duration::from_secs(4));
-    let route = rig
+    let route = stack
         .primary
         .route("/v1/user/profile", &[("unique_id", LUNA)]);
-    rig.primary.respond(route, slow).await;
+    stack.primary.respond(route, slow).await;
     let request = reqwest::Client::new()
-        .get(format!("{}{PROFILE}", rig.server.base_url()))
-        .header("X-API-Key", &rig.key)
+        .get(format!("{}{PROFILE}", stack.server.base_url()))
+        .header("X-API-Key", &stack.key)
         .timeout(Duration::from_secs(6));
     // Its answer never comes: the connection is closed under it.
     let in_flight = tokio::spawn(async move { request.send().await.is_ok() });
     assert!(
         eventually(Duration::from_secs(3), || async {
-            rig.primary.request_count().await == 1
+            stack.primary.request_count().await == 1
         })
         .await,
         "the request reached the upstream"
     );
-    terminate(rig.server.pid());
+    terminate(stack.server.pid());
     let signalled = Instant::now();
     let bound = Duration::from_millis(GRACE_MS + 1500);
     let mut status = None;
     while status.is_none() && signalled.elapsed() < bound {
-        status = rig.server.exit_status();
+        status = stack.server.exit_status();
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let status = status.unwrap_or_else(|| panic!("still running {bound:?} after SIGTERM"));
