@@ -1,9 +1,14 @@
 //! A plugin that panics costs one failed attempt, never the host: the
 //! `chaos` test provider placed first in the chain yields the fallback's
 //! answer, and the server keeps serving. A plugin that fails to set up fails
-//! the start with a reason, never with a crash.
+//! the start with a reason, never with a crash. A plugin stuck in a step
+//! costs the request it was serving, and is then kept off the request
+//! threads and out of the chain.
+
+use std::time::{Duration, Instant};
 
 use socialgate_tests::config::{CHAOS, FALLBACK};
+use socialgate_tests::operator::{admin_addr, log_line_within, scrape, signal, wait_exit};
 use socialgate_tests::{FallbackMock, PrimaryMock, Server, Stack};
 
 /// The library file a set-up failure names.
@@ -141,4 +146,98 @@ async fn a_provider_panicking_in_set_up_fails_the_start_without_crashing() {
         out.stderr
     );
     assert!(last.contains("panic"), "says it panicked: {}", out.stderr);
+}
+
+/// A plugin stuck in `step` for ever: the request it was serving is lost,
+/// but the server keeps answering the others, the provider is taken off the
+/// request threads and stops being asked, and SIGTERM still ends the
+/// process within its grace period.
+#[tokio::test]
+async fn a_plugin_stuck_in_step_stops_being_used_and_others_are_answered() {
+    const CHAOS_TIMEOUT_MS: u64 = 300;
+    let mut stack = Stack::builder()
+        .providers(&[CHAOS, FALLBACK])
+        .chaos("hang_in_step")
+        .timeout_ms(CHAOS, CHAOS_TIMEOUT_MS)
+        .breaker(CHAOS, 2, 600_000)
+        .server_line("shutdown_grace_ms = 1000")
+        .start()
+        .await;
+    stack.fallback.serve_fixtures().await;
+    let profile = PATHS[0];
+    let search = PATHS[4];
+
+    // The first request runs the plugin's step on a request thread, where
+    // it never returns.
+    let stuck = {
+        let url = format!("{}{profile}", stack.server.base_url());
+        let key = stack.key.clone();
+        tokio::spawn(async move {
+            reqwest::Client::new()
+                .get(url)
+                .header("X-API-Key", key)
+                .timeout(Duration::from_secs(30))
+                .send()
+                .await
+        })
+    };
+
+    // Everything else is answered, while the call is stuck: many at once,
+    // on the fallback-only search chain and the public paths. (Sent a moment
+    // later: a connection the stuck thread had already accepted and queued
+    // behind it may be lost with it; see `resilience::runaway`.)
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let answers: Vec<_> = (0..12)
+        .map(|_| {
+            let api = stack.api.clone();
+            tokio::spawn(async move { api.get(search).await })
+        })
+        .collect();
+    for answer in answers {
+        let a = answer.await.expect("the request task finished");
+        assert_eq!(a.status, 200, "{a:?}");
+    }
+    let health = stack.api.with_key(None).get("/healthz").await;
+    assert_eq!(health.status, 200, "{health:?}");
+
+    // The watchdog sees the call that does not end.
+    let line = log_line_within(
+        &stack.server,
+        &["ran past its budget", CHAOS],
+        Duration::from_secs(5),
+    )
+    .await;
+    assert!(line.contains("ERROR"), "{line}");
+
+    // From now on its calls run off the request threads and time out; two
+    // failures open its breaker, and then it is not asked at all.
+    let mut took = Vec::new();
+    for _ in 0..6 {
+        let started = Instant::now();
+        let a = stack.get(profile).await;
+        took.push(started.elapsed());
+        a.assert_success(false);
+        assert_eq!(a.data()["followers"], 5500000, "the fallback's: {a:?}");
+    }
+    for (n, took) in took.iter().enumerate().skip(3) {
+        assert!(
+            *took < Duration::from_millis(CHAOS_TIMEOUT_MS),
+            "request {n} waited on the stuck provider: {took:?}"
+        );
+    }
+    let metrics = scrape(admin_addr(&stack.server)).await;
+    assert_eq!(
+        metrics.sum("socialgate_breaker_open", &[("provider", CHAOS)]),
+        Some(1.0),
+        "the stuck provider's breaker is open"
+    );
+    assert!(!stuck.is_finished(), "the first request is still stuck");
+
+    // Threads that can never finish do not hold the process at shutdown.
+    signal(&stack.server, "TERM");
+    assert!(
+        wait_exit(&mut stack.server, Duration::from_secs(6)).is_some(),
+        "SIGTERM ended the process despite the stuck plugin call"
+    );
+    stuck.abort();
 }

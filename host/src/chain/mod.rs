@@ -32,7 +32,7 @@ use tracing::Instrument;
 use self::decision::{Failure, Then};
 use crate::resilience::breaker::{Outcome, Permit};
 use crate::resilience::deadline::Deadline;
-use crate::resilience::runaway::Busy;
+use crate::resilience::runaway::NotRun;
 use crate::routing::Provider;
 use crate::upstream::{Fetched, UpstreamClient};
 
@@ -295,7 +295,7 @@ async fn attempt(
             .runner
             .run(move || handle.begin(&begun))
             .await
-            .map_err(busy)?;
+            .map_err(not_run)?;
         let mut last: Option<Fetched> = None;
         for _ in 0..MAX_STEPS {
             let (handed_back, next) = step(provider, attempt, last).await?;
@@ -345,10 +345,10 @@ async fn step(
             (attempt, next)
         })
         .await
-        .map_err(busy)
+        .map_err(not_run)
 }
 
-/// A provider whose plugin threads are all held by calls that never ended.
-fn busy(error: Busy) -> ProviderError {
+/// A plugin call that did not run to its end.
+fn not_run(error: NotRun) -> ProviderError {
     ProviderError::new(ErrorKind::Transient, error.to_string())
 }
