@@ -406,7 +406,7 @@ idle_memory() {
     log "$(grep '^STILL_OPEN ' "$out" || echo "STILL_OPEN missing: $(cat "$out")")"
     sleep 2
     record_rss "fresh server: 2 s after they closed" "$SG_PID"
-    IDLE_NOTE="Idle connections: $(fmt_int "$opened") of $(fmt_int "$IDLE_CONNS") opened with \`bench/idle_conns.py\` (one \`GET /healthz\` each, then idle), ${still:-?} still open when released; the server for this row runs with \`header_timeout_ms = 600000\` because with the default (10 s) it closes keep-alive connections idle for that long. Default \`max_concurrent_requests\` (1024) counts requests in flight, not connections."
+    IDLE_NOTE="Idle connections: $(fmt_int "$opened") of $(fmt_int "$IDLE_CONNS") opened with \`bench/idle_conns.py\` (one \`GET /healthz\` each, then idle), $(fmt_int "${still:-?}") still open when released; the server for this row runs with \`header_timeout_ms = 600000\` because with the default (10 s) it closes keep-alive connections idle for that long. Default \`max_concurrent_requests\` (1024) counts requests in flight, not connections."
     stop_pid "$SG_PID"
     forget_pid "$SG_PID"
 }
