@@ -1,0 +1,516 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark of socialgate against nginx (issue 9).
+#
+# One shared upstream double (nginx, 1 worker, the contract's sample
+# payloads) and three things measured against it, interleaved, on 127.0.0.1:
+#   static      wrk straight at the upstream URL the plugin requests
+#   proxy       wrk at a plain nginx reverse proxy (1 worker, keepalive)
+#   socialgate  wrk at the release build, `shortvideo-primary` -> upstream
+# then growth figures of socialgate alone (connections, keys, idle memory).
+#
+# Usage: bench/run.sh   (knobs: see bench/README.md or the block below)
+# Exit: 0 targets met; 1 a target missed (the reasons are printed last);
+#       2 the benchmark could not run (setup, check or tool failure).
+# Working files: $CARGO_TARGET_DIR/bench (default target/bench), wiped at
+# start. Everything started here is stopped on exit.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+SRC=$ROOT/bench
+TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+WORK=$TARGET_DIR/bench
+
+# ------------------------------------------------------------------ knobs
+DURATION=${BENCH_SECONDS:-6}              # seconds per wrk run
+ROUNDS=${BENCH_ROUNDS:-3}                 # figures are medians over rounds
+CONNS=${BENCH_CONNS:-"32 256"}            # side-by-side connection counts
+CHECK_CONNS=${BENCH_CHECK_CONNS:-32}      # where the targets are checked
+TARGET_RATIO=${BENCH_TARGET_RATIO:-0.8}   # socialgate/proxy req/s, profile
+P99_FACTOR=${BENCH_P99_FACTOR:-2}         # socialgate p99 <= this x proxy p99
+GROWTH=${BENCH_GROWTH:-1}                 # 0 skips the growth figures
+GROWTH_CONNS=${BENCH_GROWTH_CONNS:-"1 32 256 1024"}
+KEYS_SMALL=10                             # keys of the main instance
+KEYS_LARGE=${BENCH_KEYS_LARGE:-100000}
+IDLE_CONNS=${BENCH_IDLE_CONNS:-10000}
+WARMUP=${BENCH_WARMUP_SECONDS:-2}         # per target and endpoint, unrecorded
+LOG_LEVEL=${BENCH_LOG:-info}              # SOCIALGATE_LOG of the servers
+COMMENTS_COUNT=${BENCH_COMMENTS_COUNT:-60}
+SKIP_BUILD=${BENCH_SKIP_BUILD:-0}         # 1: use the existing release build
+
+# The fixtures' subjects (tests/src/upstream.rs: LUNA, POST_ID).
+USERNAME=lunabakes
+POST_ID=7312345678901234567
+# The upstream key socialgate sends (via api_key_env) and nginx checks.
+export SHORTVIDEO_PRIMARY_KEY=bench-upstream-key
+
+PIDS=()        # everything started here, stopped by cleanup()
+
+# ------------------------------------------------------------ utilities
+log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+die() {
+    log "ERROR: $*" >&2
+    exit 2
+}
+
+is_uint() { [[ $1 =~ ^[0-9]+$ ]]; }
+is_number() { [[ $1 =~ ^[0-9]+([.][0-9]+)?$ ]]; }
+
+validate_knobs() {
+    local v
+    for v in "$DURATION" "$ROUNDS" "$CHECK_CONNS" "$KEYS_LARGE" "$IDLE_CONNS" \
+        "$WARMUP" "$COMMENTS_COUNT" $CONNS $GROWTH_CONNS; do
+        is_uint "$v" || die "not a whole number: '$v' (check the BENCH_* variables)"
+    done
+    is_number "$TARGET_RATIO" || die "BENCH_TARGET_RATIO is not a number: $TARGET_RATIO"
+    is_number "$P99_FACTOR" || die "BENCH_P99_FACTOR is not a number: $P99_FACTOR"
+    ((DURATION >= 1 && ROUNDS >= 1)) || die "BENCH_SECONDS and BENCH_ROUNDS must be >= 1"
+    ((COMMENTS_COUNT >= 1 && COMMENTS_COUNT <= 200)) || die "BENCH_COMMENTS_COUNT is 1-200"
+    ((KEYS_LARGE > KEYS_SMALL)) || die "BENCH_KEYS_LARGE must exceed $KEYS_SMALL"
+    [[ " $CONNS " == *" $CHECK_CONNS "* ]] ||
+        die "BENCH_CONNS ($CONNS) must include BENCH_CHECK_CONNS ($CHECK_CONNS): the targets are checked there"
+}
+
+# Stops one process started here: TERM, a bounded wait, then KILL.
+stop_pid() {
+    local pid=$1 i
+    kill -TERM "$pid" 2>/dev/null || return 0
+    for ((i = 0; i < 50; i++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+    { wait "$pid"; } 2>/dev/null || true
+}
+
+forget_pid() {
+    local pid=$1 i
+    for i in "${!PIDS[@]}"; do
+        [[ ${PIDS[$i]} == "$pid" ]] && unset 'PIDS[i]'
+    done
+}
+
+cleanup() {
+    local status=$? idx i
+    trap - EXIT INT TERM
+    # Reverse order: clients before servers, servers before their upstream.
+    idx=("${!PIDS[@]}")
+    for ((i = ${#idx[@]} - 1; i >= 0; i--)); do
+        stop_pid "${PIDS[${idx[$i]}]}"
+    done
+    exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# Waits until `curl URL` answers at all (any status), up to 15 s.
+wait_http() {
+    local url=$1 pid=$2 i
+    for ((i = 0; i < 150; i++)); do
+        kill -0 "$pid" 2>/dev/null || return 1
+        curl -s -o /dev/null --max-time 1 "$url" && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
+
+# 100000 -> 100,000 (for labels).
+fmt_int() { sed -e ':a' -e 's/\([0-9]\)\([0-9]\{3\}\)\($\|,\)/\1,\2\3/' -e 'ta' <<<"$1"; }
+
+# record_rss LABEL PID: one row of the memory table.
+record_rss() { printf '%s\t%s\n' "$1" "$(rss_kib "$2")" >>"$WORK/memory.tsv"; }
+
+# ---------------------------------------------------------------- set-up
+ensure_tools() {
+    local missing=()
+    command -v nginx >/dev/null || [[ -x /usr/sbin/nginx ]] || missing+=(nginx-light)
+    command -v wrk >/dev/null || missing+=(wrk)
+    command -v curl >/dev/null || missing+=(curl)
+    command -v python3 >/dev/null || missing+=(python3)
+    if ((${#missing[@]})); then
+        local sudo=()
+        ((EUID == 0)) || sudo=(sudo)
+        log "installing ${missing[*]}"
+        # An update only when the install fails (stale or empty package lists).
+        DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y "${missing[@]}" ||
+            {
+                DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get update &&
+                    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y "${missing[@]}"
+            } || die "cannot install ${missing[*]}"
+    fi
+    NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+    command -v cargo >/dev/null || die "cargo not found: install a Rust toolchain"
+}
+
+build() {
+    if [[ $SKIP_BUILD == 1 ]]; then
+        log "BENCH_SKIP_BUILD=1: using the existing release build"
+    else
+        log "cargo build --release --workspace"
+        (cd "$ROOT" && cargo build --release --workspace) || die "release build failed"
+    fi
+    SG=$TARGET_DIR/release/socialgate
+    [[ -x $SG ]] || die "$SG missing"
+    [[ -f $TARGET_DIR/release/libshortvideo_primary.so ]] ||
+        die "$TARGET_DIR/release/libshortvideo_primary.so missing"
+}
+
+# Many sockets: 1024 wrk connections, 10,000 idle ones, and the servers'
+# side of each. Children inherit the raised limit.
+raise_nofile() {
+    local hard want=$((IDLE_CONNS + 2048))
+    hard=$(ulimit -Hn)
+    if [[ $hard == unlimited ]] || ((hard >= want)); then
+        ulimit -n "$want"
+    else
+        ulimit -n "$hard"
+    fi
+    log "open files limit: $(ulimit -n)"
+}
+
+# --------------------------------------------------------------- nginx
+# start_nginx NAME TEMPLATE PORT [sed expressions...]; sets NGINX_PID.
+start_nginx() {
+    local name=$1 template=$2 port=$3
+    shift 3
+    local dir=$WORK/$name user_line=""
+    mkdir -p "$dir/tmp"
+    # As root, workers would otherwise run as nobody, who may not read target/.
+    ((EUID == 0)) && user_line="user root root;"
+    sed -e "s|@DIR@|$dir|g" -e "s|@PORT@|$port|g" -e "s|@USER_LINE@|$user_line|" \
+        "$@" "$template" >"$dir/nginx.conf"
+    "$NGINX" -q -t -p "$dir" -e "$dir/error.log" -c "$dir/nginx.conf" ||
+        die "$name: nginx refuses its config ($dir/nginx.conf)"
+    "$NGINX" -p "$dir" -e "$dir/error.log" -c "$dir/nginx.conf" &
+    NGINX_PID=$!
+    PIDS+=("$NGINX_PID")
+    wait_http "http://127.0.0.1:$port/" "$NGINX_PID" ||
+        die "$name: nginx did not start (see $dir/error.log)"
+    log "$name: nginx pid $NGINX_PID on 127.0.0.1:$port"
+}
+
+start_upstream() {
+    local docroot=$WORK/upstream-root
+    mkdir -p "$docroot/primary" "$WORK/nginx-upstream"
+    cp "$ROOT"/fixtures/upstreams/primary/*.json "$docroot/primary/"
+    COMMENT_PAGES=$(python3 "$SRC/tools.py" comment-pages \
+        "$ROOT/fixtures/upstreams/primary/comment_list.json" "$docroot" \
+        "$WORK/nginx-upstream/comments.map" "$POST_ID" "$COMMENTS_COUNT") ||
+        die "cannot generate the comment pages"
+    log "$COMMENT_PAGES"
+    # wrk's comments path for the nginx rows: the first page the plugin asks for.
+    local first
+    first=$(head -n 1 "$WORK/nginx-upstream/comments.map")
+    [[ $first =~ ^\"[0-9]+:([0-9]+):([0-9]+)\" ]] || die "unexpected comments.map: $first"
+    UP_PATH[comments]="/v1/comment/list?aweme_id=$POST_ID&count=${BASH_REMATCH[1]}&cursor=${BASH_REMATCH[2]}"
+    start_nginx nginx-upstream "$SRC/nginx-upstream.conf.in" "$UPSTREAM_PORT" \
+        -e "s|@DOCROOT@|$docroot|g" -e "s|@POST_ID@|$POST_ID|g" \
+        -e "s|@UPSTREAM_KEY@|$SHORTVIDEO_PRIMARY_KEY|g"
+}
+
+start_proxy() {
+    start_nginx nginx-proxy "$SRC/nginx-proxy.conf.in" "$PROXY_PORT" \
+        -e "s|@UPSTREAM_PORT@|$UPSTREAM_PORT|g"
+}
+
+# ---------------------------------------------------------- socialgate
+# write_config DIR [extra [server] lines]
+write_config() {
+    local dir=$1 extra=${2:-}
+    mkdir -p "$dir"
+    cat >"$dir/platforms.toml" <<EOF
+# Written by bench/run.sh.
+[server]
+listen = "127.0.0.1:0"
+admin_listen = "off"
+keys_file = "keys.toml"
+state_dir = "state"
+plugin_dir = "$TARGET_DIR/release"
+shutdown_grace_ms = 2000
+$extra
+
+[platforms.shortvideo]
+status = "live"
+providers = ["shortvideo-primary"]
+
+[providers.shortvideo-primary]
+library = "shortvideo_primary"
+base_url = "http://127.0.0.1:$UPSTREAM_PORT"
+api_key_env = "SHORTVIDEO_PRIMARY_KEY"
+EOF
+}
+
+issue_key() { "$SG" keys issue --name "$2" --config "$1/platforms.toml"; }
+
+# start_socialgate NAME; sets SG_PID and SG_URL. Logs at $LOG_LEVEL to a file.
+start_socialgate() {
+    local dir=$WORK/$1 i
+    # Created here: the child's redirection may happen after our first read.
+    : >"$dir/stdout.log"
+    SOCIALGATE_LOG=$LOG_LEVEL "$SG" serve --config "$dir/platforms.toml" \
+        >"$dir/stdout.log" 2>"$dir/server.log" &
+    SG_PID=$!
+    PIDS+=("$SG_PID")
+    SG_URL=""
+    for ((i = 0; i < 300; i++)); do
+        SG_URL=$(sed -n 's|^listening on \(http://[0-9.:]*\)$|\1|p' "$dir/stdout.log")
+        [[ -n $SG_URL ]] && break
+        kill -0 "$SG_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    [[ -n $SG_URL ]] || die "$1: socialgate did not start: $(tail -n 5 "$dir/server.log")"
+    log "$1: socialgate pid $SG_PID on $SG_URL (log: $dir/server.log)"
+}
+
+# ---------------------------------------------------------------- checks
+# check_socialgate URL ENDPOINT KEY: the answer must be a 200 of the right shape.
+check_socialgate() {
+    local url=$1 endpoint=$2 key=$3 body code
+    body=$WORK/check-$endpoint.json
+    code=$(curl -sS --max-time 10 -o "$body" -w '%{http_code}' -H "X-API-Key: $key" "$url") ||
+        die "socialgate $endpoint: no answer from $url"
+    [[ $code == 200 ]] ||
+        die "socialgate $endpoint answered HTTP $code, not 200: $(head -c 400 "$body")"
+    python3 "$SRC/tools.py" check "$endpoint" "$body" "$COMMENTS_COUNT" ||
+        die "socialgate $endpoint: wrong answer"
+}
+
+# check_upstream URL LABEL: 200 with Content-Type application/json.
+check_upstream() {
+    local url=$1 label=$2 headers code
+    headers=$WORK/check-headers.txt
+    code=$(curl -sS --max-time 10 -D "$headers" -o /dev/null -w '%{http_code}' \
+        -H "X-Api-Key: $SHORTVIDEO_PRIMARY_KEY" "$url") || die "$label: no answer from $url"
+    [[ $code == 200 ]] || die "$label: HTTP $code from $url"
+    grep -qi '^content-type: application/json' "$headers" ||
+        die "$label: $url is not served as application/json"
+}
+
+# ------------------------------------------------------------------- wrk
+# run_wrk SECTION TARGET ENDPOINT CONNS ROUND URL HEADER: one recorded run.
+run_wrk() {
+    local section=$1 target=$2 endpoint=$3 conns=$4 round=$5 url=$6 header=$7
+    local out=$WORK/wrk/$section-$target-$endpoint-c$conns-r$round.txt line
+    local rps p50 p99 non2xx errors trouble=""
+    wrk -t1 -c"$conns" -d"${DURATION}s" --latency --timeout 10s -s "$SRC/report.lua" \
+        -H "$header" "$url" >"$out" 2>&1 || die "wrk failed: $(tail -n 3 "$out")"
+    line=$(python3 "$SRC/tools.py" wrk-line "$out") || die "cannot read $out"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$section" "$target" "$endpoint" "$conns" "$round" \
+        "$line" >>"$WORK/results.tsv"
+    # rps p50 p99 requests non2xx errors
+    read -r rps p50 p99 _ non2xx errors <<<"$line"
+    ((non2xx + errors == 0)) || trouble="  non-2xx $non2xx, socket errors $errors"
+    printf '  %-6s %-15s %-8s c=%-5s %8.0f req/s  p50 %8s ms  p99 %8s ms%s\n' \
+        "$section" "$target" "$endpoint" "$conns" "$rps" "$(us_to_ms "$p50")" \
+        "$(us_to_ms "$p99")" "$trouble"
+}
+
+us_to_ms() { awk -v us="$1" 'BEGIN { printf "%.2f", us / 1000 }'; }
+
+warm() {
+    wrk -t1 -c32 -d"${WARMUP}s" -H "$2" "$1" >/dev/null 2>&1 || die "warm-up failed on $1"
+}
+
+# --------------------------------------------------------------- phases
+declare -A UP_PATH SG_PATH
+UP_PATH[profile]="/v1/user/profile?unique_id=$USERNAME"
+UP_PATH[post]="/v1/aweme/detail?aweme_id=$POST_ID"
+SG_PATH[profile]="/v1/shortvideo/profile?username=$USERNAME"
+SG_PATH[post]="/v1/shortvideo/post?id=$POST_ID"
+SG_PATH[comments]="/v1/shortvideo/comments?id=$POST_ID&count=$COMMENTS_COUNT"
+ENDPOINTS=(profile post comments)
+
+side_by_side() {
+    local round endpoint conns
+    local up_hdr="X-Api-Key: $SHORTVIDEO_PRIMARY_KEY" sg_hdr="X-API-Key: $MAIN_KEY"
+    log "warm-up: ${WARMUP}s per target and endpoint"
+    for endpoint in "${ENDPOINTS[@]}"; do
+        warm "$UPSTREAM_URL${UP_PATH[$endpoint]}" "$up_hdr"
+        warm "$PROXY_URL${UP_PATH[$endpoint]}" "$up_hdr"
+        warm "$MAIN_URL${SG_PATH[$endpoint]}" "$sg_hdr"
+    done
+    for ((round = 1; round <= ROUNDS; round++)); do
+        log "side by side, round $round/$ROUNDS"
+        for endpoint in "${ENDPOINTS[@]}"; do
+            for conns in $CONNS; do
+                run_wrk main static "$endpoint" "$conns" "$round" \
+                    "$UPSTREAM_URL${UP_PATH[$endpoint]}" "$up_hdr"
+                run_wrk main proxy "$endpoint" "$conns" "$round" \
+                    "$PROXY_URL${UP_PATH[$endpoint]}" "$up_hdr"
+                run_wrk main socialgate "$endpoint" "$conns" "$round" \
+                    "$MAIN_URL${SG_PATH[$endpoint]}" "$sg_hdr"
+            done
+        done
+    done
+}
+
+growth() {
+    local round conns
+    warm "$BIG_URL${SG_PATH[profile]}" "X-API-Key: $BIG_KEY"
+    for ((round = 1; round <= ROUNDS; round++)); do
+        log "growth, round $round/$ROUNDS"
+        for conns in $GROWTH_CONNS; do
+            run_wrk growth socialgate profile "$conns" "$round" \
+                "$MAIN_URL${SG_PATH[profile]}" "X-API-Key: $MAIN_KEY"
+        done
+        # Keys are compared at the checked connection count; the 10-key
+        # figure comes from the same round, just before.
+        [[ " $GROWTH_CONNS " == *" $CHECK_CONNS "* ]] ||
+            run_wrk growth socialgate profile "$CHECK_CONNS" "$round" \
+                "$MAIN_URL${SG_PATH[profile]}" "X-API-Key: $MAIN_KEY"
+        run_wrk growth socialgate-keys profile "$CHECK_CONNS" "$round" \
+            "$BIG_URL${SG_PATH[profile]}" "X-API-Key: $BIG_KEY"
+    done
+}
+
+# A fresh server's RSS at idle, with IDLE_CONNS idle keep-alive connections,
+# and after they are closed.
+idle_memory() {
+    local dir=$WORK/sg-idle key out release i opened still
+    # hyper's header_read_timeout also runs while a kept-alive connection
+    # waits for its next request, so with the default header_timeout_ms
+    # (10 s) the server would close them while we measure: raise it here.
+    write_config "$dir" "header_timeout_ms = 600000"
+    key=$(issue_key "$dir" bench)
+    start_socialgate sg-idle
+    check_socialgate "$SG_URL${SG_PATH[profile]}" profile "$key" >/dev/null
+    sleep 1
+    record_rss "fresh server: idle (1 request served)" "$SG_PID"
+    out=$dir/idle_conns.out
+    release=$dir/idle_conns.release
+    log "opening $IDLE_CONNS idle keep-alive connections"
+    python3 "$SRC/idle_conns.py" 127.0.0.1 "${SG_URL##*:}" "$IDLE_CONNS" "$release" \
+        --max-hold 120 >"$out" 2>&1 &
+    local py=$!
+    PIDS+=("$py")
+    for ((i = 0; i < 1800; i++)); do
+        grep -q '^OPEN ' "$out" && break
+        kill -0 "$py" 2>/dev/null || break
+        sleep 0.1
+    done
+    grep -q '^OPEN ' "$out" || die "idle_conns.py did not open its connections: $(cat "$out")"
+    opened=$(sed -n 's/^OPEN ok=\([0-9]*\).*/\1/p' "$out")
+    log "$(grep '^OPEN ' "$out")"
+    sleep 2 # let the server settle with them all open
+    record_rss "fresh server: $(fmt_int "$opened") idle keep-alive connections open" "$SG_PID"
+    touch "$release"
+    for ((i = 0; i < 300; i++)); do
+        kill -0 "$py" 2>/dev/null || break
+        sleep 0.1
+    done
+    { wait "$py"; } 2>/dev/null || true
+    forget_pid "$py"
+    still=$(sed -n 's/^STILL_OPEN n=\([0-9]*\).*/\1/p' "$out")
+    log "$(grep '^STILL_OPEN ' "$out" || echo "STILL_OPEN missing: $(cat "$out")")"
+    sleep 2
+    record_rss "fresh server: 2 s after they closed" "$SG_PID"
+    IDLE_NOTE="Idle connections: $(fmt_int "$opened") of $(fmt_int "$IDLE_CONNS") opened with \`bench/idle_conns.py\` (one \`GET /healthz\` each, then idle), $(fmt_int "${still:-?}") still open when released; the server for this row runs with \`header_timeout_ms = 600000\` because with the default (10 s) it closes keep-alive connections idle for that long. Default \`max_concurrent_requests\` (1024) counts requests in flight, not connections."
+    stop_pid "$SG_PID"
+    forget_pid "$SG_PID"
+}
+
+write_meta() {
+    local commit cpu
+    commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+    [[ -z $(git -C "$ROOT" status --porcelain 2>/dev/null) ]] || commit="$commit (with local changes)"
+    cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+    local sizes
+    sizes=$(sed -n 's/^"[0-9]*:\([0-9]*\):[0-9]*".*/\1/p' "$WORK/nginx-upstream/comments.map")
+    {
+        printf 'date\t%s\n' "$(date -u +%Y-%m-%d)"
+        printf 'machine\t%s cores (%s), %s GiB RAM, Linux %s, %s, %s\n' "$(nproc)" "${cpu:-cpu?}" \
+            "$(awk '/^MemTotal/ {printf "%.0f", $2 / 1048576}' /proc/meminfo)" "$(uname -r)" \
+            "$("$NGINX" -v 2>&1 | sed 's/^nginx version: //')" "$(wrk -v 2>&1 | head -n 1 | cut -d' ' -f1-2)"
+        printf 'load\t%s\n' "$LOAD_AT_START"
+        printf 'seconds\t%s\nrounds\t%s\n' "$DURATION" "$ROUNDS"
+        printf 'commit\t%s\nlog\tSOCIALGATE_LOG=%s\n' "$commit" "$LOG_LEVEL"
+        printf 'target_ratio\t%s\np99_factor\t%s\ncheck_conns\t%s\n' "$TARGET_RATIO" "$P99_FACTOR" "$CHECK_CONNS"
+        printf 'keys_small\t%s\nkeys_large\t%s\n' "$KEYS_SMALL" "$KEYS_LARGE"
+        printf 'comments_count\t%s\n' "$COMMENTS_COUNT"
+        printf 'comments_upstream\t%s\n' "/v1/comment/list?aweme_id=…&count=$(head -n 1 <<<"$sizes")&cursor=0"
+        printf 'comments_pages\t%s\n' "$(wc -l <<<"$sizes")"
+        printf 'comments_sizes\t%s\n' "$(paste -sd+ <<<"$sizes" | sed 's/+/ + /g')"
+        printf 'idle_note\t%s\n' "${IDLE_NOTE:-}"
+    } >"$WORK/meta.tsv"
+}
+
+main() {
+    validate_knobs
+    ensure_tools
+    build
+    rm -rf "$WORK"
+    mkdir -p "$WORK/wrk"
+    : >"$WORK/results.tsv"
+    : >"$WORK/memory.tsv"
+    raise_nofile
+    LOAD_AT_START=$(cut -d' ' -f1-3 /proc/loadavg)
+    log "load average before starting: $LOAD_AT_START"
+    log "working files: $WORK; socialgate logging: SOCIALGATE_LOG=$LOG_LEVEL to server.log files"
+
+    read -r UPSTREAM_PORT PROXY_PORT <<<"$(python3 "$SRC/tools.py" free-ports 2)"
+    UPSTREAM_URL=http://127.0.0.1:$UPSTREAM_PORT
+    PROXY_URL=http://127.0.0.1:$PROXY_PORT
+    start_upstream
+    start_proxy
+
+    # The main instance: 10 keys issued by the CLI, the first one used.
+    write_config "$WORK/sg-main"
+    MAIN_KEY=$(issue_key "$WORK/sg-main" bench)
+    for ((i = 2; i <= KEYS_SMALL; i++)); do issue_key "$WORK/sg-main" "bench-$i" >/dev/null; done
+    start_socialgate sg-main
+    MAIN_URL=$SG_URL MAIN_PID=$SG_PID
+
+    # The big-keys instance: one key from the CLI, the rest generated.
+    if [[ $GROWTH == 1 ]]; then
+        write_config "$WORK/sg-keys"
+        BIG_KEY=$(issue_key "$WORK/sg-keys" bench)
+        python3 "$SRC/tools.py" add-keys "$WORK/sg-keys/keys.toml" $((KEYS_LARGE - 1))
+        start_socialgate sg-keys
+        BIG_URL=$SG_URL BIG_PID=$SG_PID
+        grep -q "keys=$KEYS_LARGE" "$WORK/sg-keys/server.log" ||
+            die "sg-keys did not load $KEYS_LARGE keys: $(grep -m1 'configuration loaded' "$WORK/sg-keys/server.log")"
+    fi
+
+    log "checks: every target answers 200 with the expected payload"
+    local endpoint
+    for endpoint in profile post; do
+        check_upstream "$UPSTREAM_URL${UP_PATH[$endpoint]}" "upstream $endpoint"
+        check_upstream "$PROXY_URL${UP_PATH[$endpoint]}" "proxy $endpoint"
+    done
+    check_upstream "$UPSTREAM_URL${UP_PATH[comments]}" "upstream comments"
+    check_upstream "$PROXY_URL${UP_PATH[comments]}" "proxy comments"
+    for endpoint in "${ENDPOINTS[@]}"; do
+        check_socialgate "$MAIN_URL${SG_PATH[$endpoint]}" "$endpoint" "$MAIN_KEY"
+    done
+    if [[ $GROWTH == 1 ]]; then
+        check_socialgate "$BIG_URL${SG_PATH[profile]}" profile "$BIG_KEY" >/dev/null
+    fi
+    sleep 1
+    record_rss "main server, $KEYS_SMALL keys: idle after start-up and the checks" "$MAIN_PID"
+    if [[ $GROWTH == 1 ]]; then
+        record_rss "keys server, $(fmt_int "$KEYS_LARGE") keys: idle after start-up and the check" "$BIG_PID"
+    fi
+
+    side_by_side
+    if [[ $GROWTH == 1 ]]; then
+        growth
+        sleep 1
+        record_rss "main server, $KEYS_SMALL keys: idle after all the load above" "$MAIN_PID"
+        stop_pid "$BIG_PID"
+        forget_pid "$BIG_PID"
+        idle_memory
+    fi
+
+    write_meta
+    log "done; figures below (also in $WORK/report.md)"
+    echo
+    if python3 "$SRC/tools.py" report "$WORK/results.tsv" "$WORK/memory.tsv" "$WORK/meta.tsv"; then
+        exit 0
+    else
+        exit 1
+    fi
+}
+
+main "$@"
