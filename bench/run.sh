@@ -6,7 +6,11 @@
 #   static      wrk straight at the upstream URL the plugin requests
 #   proxy       wrk at a plain nginx reverse proxy (1 worker, keepalive)
 #   socialgate  wrk at the release build, `shortvideo-primary` -> upstream
-# then growth figures of socialgate alone (connections, keys, idle memory).
+# then, when the build has the response cache (issue 10), two cache
+# scenarios: cached `profile` against nginx `proxy_cache` and nginx static,
+# and a seeded Zipf trace replayed once through a fresh instance, counting
+# the upstream requests it causes; then growth figures of socialgate alone
+# (connections, keys, idle memory).
 #
 # Usage: bench/run.sh   (knobs: see bench/README.md or the block below)
 # Exit: 0 targets met; 1 a target missed (the reasons are printed last);
@@ -36,6 +40,17 @@ WARMUP=${BENCH_WARMUP_SECONDS:-2}         # per target and endpoint, unrecorded
 LOG_LEVEL=${BENCH_LOG:-info}              # SOCIALGATE_LOG of the servers
 COMMENTS_COUNT=${BENCH_COMMENTS_COUNT:-60}
 SKIP_BUILD=${BENCH_SKIP_BUILD:-0}         # 1: use the existing release build
+# The cache scenarios. 1: run them when the build has the cache, print them
+# skipped otherwise; 0: skip them; force: run them even on a build without
+# the cache (figures and checks printed, never enforced: the "before").
+CACHE_MODE=${BENCH_CACHE:-1}
+CACHE_PROXY_RATIO=${BENCH_CACHE_PROXY_RATIO:-1.5}   # sg cached / nginx proxy_cache req/s
+CACHE_STATIC_RATIO=${BENCH_CACHE_STATIC_RATIO:-0.5} # sg cached / nginx static req/s
+TRACE_REQUESTS=${BENCH_TRACE_REQUESTS:-20000}
+TRACE_USERS=${BENCH_TRACE_USERS:-2000}
+TRACE_S=${BENCH_TRACE_S:-1.0}             # Zipf exponent
+TRACE_SEED=${BENCH_TRACE_SEED:-42}
+TRACE_CONNS=${BENCH_TRACE_CONNS:-32}      # replayer threads, one connection each
 
 # The fixtures' subjects (tests/src/upstream.rs: LUNA, POST_ID).
 USERNAME=lunabakes
@@ -58,11 +73,18 @@ is_number() { [[ $1 =~ ^[0-9]+([.][0-9]+)?$ ]]; }
 validate_knobs() {
     local v
     for v in "$DURATION" "$ROUNDS" "$CHECK_CONNS" "$KEYS_LARGE" "$IDLE_CONNS" \
-        "$WARMUP" "$COMMENTS_COUNT" $CONNS $GROWTH_CONNS; do
+        "$WARMUP" "$COMMENTS_COUNT" "$TRACE_REQUESTS" "$TRACE_USERS" "$TRACE_SEED" \
+        "$TRACE_CONNS" $CONNS $GROWTH_CONNS; do
         is_uint "$v" || die "not a whole number: '$v' (check the BENCH_* variables)"
     done
     is_number "$TARGET_RATIO" || die "BENCH_TARGET_RATIO is not a number: $TARGET_RATIO"
     is_number "$P99_FACTOR" || die "BENCH_P99_FACTOR is not a number: $P99_FACTOR"
+    is_number "$CACHE_PROXY_RATIO" || die "BENCH_CACHE_PROXY_RATIO is not a number: $CACHE_PROXY_RATIO"
+    is_number "$CACHE_STATIC_RATIO" || die "BENCH_CACHE_STATIC_RATIO is not a number: $CACHE_STATIC_RATIO"
+    is_number "$TRACE_S" || die "BENCH_TRACE_S is not a number: $TRACE_S"
+    [[ $CACHE_MODE =~ ^(0|1|force)$ ]] || die "BENCH_CACHE is 0, 1 or force, not '$CACHE_MODE'"
+    ((TRACE_REQUESTS >= 1 && TRACE_USERS >= 1 && TRACE_CONNS >= 1)) ||
+        die "BENCH_TRACE_REQUESTS, BENCH_TRACE_USERS and BENCH_TRACE_CONNS must be >= 1"
     ((DURATION >= 1 && ROUNDS >= 1)) || die "BENCH_SECONDS and BENCH_ROUNDS must be >= 1"
     ((COMMENTS_COUNT >= 1 && COMMENTS_COUNT <= 200)) || die "BENCH_COMMENTS_COUNT is 1-200"
     ((KEYS_LARGE > KEYS_SMALL)) || die "BENCH_KEYS_LARGE must exceed $KEYS_SMALL"
@@ -148,8 +170,10 @@ build() {
     if [[ $SKIP_BUILD == 1 ]]; then
         log "BENCH_SKIP_BUILD=1: using the existing release build"
     else
-        log "cargo build --release --workspace"
-        (cd "$ROOT" && cargo build --release --workspace) || die "release build failed"
+        # Only what the benchmark runs: the server and its provider plugins.
+        log "cargo build --release -p socialgate -p shortvideo-primary -p shortvideo-fallback"
+        (cd "$ROOT" && cargo build --release -p socialgate -p shortvideo-primary \
+            -p shortvideo-fallback) || die "release build failed"
     fi
     SG=$TARGET_DIR/release/socialgate
     [[ -x $SG ]] || die "$SG missing"
@@ -207,7 +231,7 @@ start_upstream() {
     UP_PATH[comments]="/v1/comment/list?aweme_id=$POST_ID&count=${BASH_REMATCH[1]}&cursor=${BASH_REMATCH[2]}"
     start_nginx nginx-upstream "$SRC/nginx-upstream.conf.in" "$UPSTREAM_PORT" \
         -e "s|@DOCROOT@|$docroot|g" -e "s|@POST_ID@|$POST_ID|g" \
-        -e "s|@UPSTREAM_KEY@|$SHORTVIDEO_PRIMARY_KEY|g"
+        -e "s|@UPSTREAM_KEY@|$SHORTVIDEO_PRIMARY_KEY|g" -e "s|@TRACE_PORT@|$TRACE_PORT|g"
 }
 
 start_proxy() {
@@ -216,9 +240,9 @@ start_proxy() {
 }
 
 # ---------------------------------------------------------- socialgate
-# write_config DIR [extra [server] lines]
+# write_config DIR [extra [server] lines] [extra top-level tables] [upstream port]
 write_config() {
-    local dir=$1 extra=${2:-}
+    local dir=$1 extra=${2:-} tables=${3:-} port=${4:-$UPSTREAM_PORT}
     mkdir -p "$dir"
     cat >"$dir/platforms.toml" <<EOF
 # Written by bench/run.sh.
@@ -230,6 +254,7 @@ state_dir = "state"
 plugin_dir = "$TARGET_DIR/release"
 shutdown_grace_ms = 2000
 $extra
+$tables
 
 [platforms.shortvideo]
 status = "live"
@@ -237,7 +262,7 @@ providers = ["shortvideo-primary"]
 
 [providers.shortvideo-primary]
 library = "shortvideo_primary"
-base_url = "http://127.0.0.1:$UPSTREAM_PORT"
+base_url = "http://127.0.0.1:$port"
 api_key_env = "SHORTVIDEO_PRIMARY_KEY"
 EOF
 }
@@ -302,7 +327,7 @@ run_wrk() {
     # rps p50 p99 requests non2xx errors
     read -r rps p50 p99 _ non2xx errors <<<"$line"
     ((non2xx + errors == 0)) || trouble="  non-2xx $non2xx, socket errors $errors"
-    printf '  %-6s %-15s %-8s c=%-5s %8.0f req/s  p50 %8s ms  p99 %8s ms%s\n' \
+    printf '  %-6s %-17s %-8s c=%-5s %8.0f req/s  p50 %8s ms  p99 %8s ms%s\n' \
         "$section" "$target" "$endpoint" "$conns" "$rps" "$(us_to_ms "$p50")" \
         "$(us_to_ms "$p99")" "$trouble"
 }
@@ -372,7 +397,7 @@ idle_memory() {
     # hyper's header_read_timeout also runs while a kept-alive connection
     # waits for its next request, so with the default header_timeout_ms
     # (10 s) the server would close them while we measure: raise it here.
-    write_config "$dir" "header_timeout_ms = 600000"
+    write_config "$dir" "header_timeout_ms = 600000" "$CACHE_OFF"
     key=$(issue_key "$dir" bench)
     start_socialgate sg-idle
     check_socialgate "$SG_URL${SG_PATH[profile]}" profile "$key" >/dev/null
@@ -411,6 +436,183 @@ idle_memory() {
     forget_pid "$SG_PID"
 }
 
+# ---------------------------------------------------------------- cache
+# The response cache (issue 10) is configured by a top-level [cache] table,
+# on by default. A build without it refuses that table ("unknown field"), so
+# the binary is asked: `socialgate check` on a config with the table.
+CACHE_OFF_TABLE=$'[cache]\nenabled = false'
+CACHE_OFF=""          # tables of the uncached instances: $CACHE_OFF_TABLE or ""
+CACHE_BUILD=""        # supported | unsupported
+CACHE_RUN=""          # run | forced | skipped | off
+CACHE_ENFORCED=0      # 1: the cache scenarios' targets decide the exit status
+
+detect_cache() {
+    local dir=$WORK/cache-probe
+    # The plain config first, so a failure below can only be the table.
+    write_config "$dir"
+    "$SG" check --config "$dir/platforms.toml" >"$dir/check.out" 2>&1 ||
+        die "socialgate check refuses the plain bench config: $(tail -n 3 "$dir/check.out")"
+    write_config "$dir" "" "$CACHE_OFF_TABLE"
+    if "$SG" check --config "$dir/platforms.toml" >"$dir/check.out" 2>&1; then
+        CACHE_BUILD=supported
+        # Keeps the side-by-side, growth and memory figures those of the
+        # server without its cache, as they were before it existed.
+        CACHE_OFF=$CACHE_OFF_TABLE
+        log "cache: this build HAS the response cache; the side-by-side, growth and idle instances run with [cache] enabled = false"
+    else
+        CACHE_BUILD=unsupported
+        CACHE_OFF=""
+        log "cache: this build has NO response cache (check refuses [cache]: $(tail -n 1 "$dir/check.out")); every instance runs without a [cache] table"
+    fi
+    case $CACHE_MODE/$CACHE_BUILD in
+    0/*) CACHE_RUN=off ;;
+    */supported) CACHE_RUN=run CACHE_ENFORCED=1 ;;
+    force/unsupported) CACHE_RUN=forced ;;
+    *) CACHE_RUN=skipped ;;
+    esac
+    case $CACHE_RUN in
+    run) log "cache scenarios: run, targets enforced" ;;
+    forced) log "cache scenarios: BENCH_CACHE=force on a build without the cache: run, nothing enforced" ;;
+    skipped) log "cache scenarios: will be skipped: this build has no cache" ;;
+    off) log "cache scenarios: will be skipped (BENCH_CACHE=0)" ;;
+    esac
+}
+
+# A miss that should have been a hit: fatal when the build has the cache,
+# only noted when forced on one without it.
+cache_check_failed() {
+    if ((CACHE_ENFORCED)); then
+        die "$1"
+    fi
+    log "note: $1 (expected: this build has no cache)"
+}
+
+# check_nginx_hit URL: nginx's second answer for URL must come from its cache.
+check_nginx_hit() {
+    local url=$1 headers=$WORK/check-pcache-headers.txt code
+    code=$(curl -sS --max-time 10 -D "$headers" -o /dev/null -w '%{http_code}' \
+        -H "X-Api-Key: $SHORTVIDEO_PRIMARY_KEY" "$url") || die "proxy_cache: no answer from $url"
+    [[ $code == 200 ]] || die "proxy_cache: HTTP $code from $url"
+    grep -qi '^x-cache-status: HIT' "$headers" ||
+        die "proxy_cache: not a cache hit: $(grep -i '^x-cache-status' "$headers" || echo 'no X-Cache-Status')"
+    log "proxy_cache: 200, X-Cache-Status: HIT"
+}
+
+# check_socialgate_hit URL KEY: socialgate's answer must be a 200 from its
+# cache: `Cache-Status` with the `hit` parameter and `"cached": true` in meta.
+check_socialgate_hit() {
+    local url=$1 key=$2 headers=$WORK/check-cached-headers.txt body=$WORK/check-cached.json
+    local code verdict
+    code=$(curl -sS --max-time 10 -D "$headers" -o "$body" -w '%{http_code}' \
+        -H "X-API-Key: $key" "$url") || die "socialgate cached: no answer from $url"
+    [[ $code == 200 ]] || die "socialgate cached: HTTP $code: $(head -c 400 "$body")"
+    python3 "$SRC/tools.py" check profile "$body" >/dev/null || die "socialgate cached: wrong answer"
+    if verdict=$(python3 "$SRC/tools.py" check-hit "$headers" "$body"); then
+        log "socialgate cached: $verdict"
+    else
+        cache_check_failed "socialgate cached: not a hit: $verdict"
+    fi
+}
+
+# Scenario 1: `profile` answered from socialgate's cache, from nginx's
+# proxy_cache, and by nginx from the static file, interleaved each round at
+# the checked connection count.
+cache_vs_proxy_cache() {
+    local up_hdr="X-Api-Key: $SHORTVIDEO_PRIMARY_KEY" key url round pcache_pid sg_pid
+    local pcache_url=http://127.0.0.1:$PCACHE_PORT
+    start_nginx nginx-proxy-cache "$SRC/nginx-proxy-cache.conf.in" "$PCACHE_PORT" \
+        -e "s|@UPSTREAM_PORT@|$UPSTREAM_PORT|g"
+    pcache_pid=$NGINX_PID
+    # The first request fills nginx's cache, the second must be a hit.
+    check_upstream "$pcache_url${UP_PATH[profile]}" "proxy_cache profile"
+    check_nginx_hit "$pcache_url${UP_PATH[profile]}"
+
+    # socialgate with the cache at its defaults: no [cache] table at all.
+    write_config "$WORK/sg-cache"
+    key=$(issue_key "$WORK/sg-cache" bench)
+    start_socialgate sg-cache
+    sg_pid=$SG_PID
+    url=$SG_URL${SG_PATH[profile]}
+    check_socialgate "$url" profile "$key" >/dev/null # fills the cache
+    check_socialgate_hit "$url" "$key"
+
+    log "cache: warm-up ${WARMUP}s per target"
+    warm "$UPSTREAM_URL${UP_PATH[profile]}" "$up_hdr"
+    warm "$pcache_url${UP_PATH[profile]}" "$up_hdr"
+    warm "$url" "X-API-Key: $key"
+    for ((round = 1; round <= ROUNDS; round++)); do
+        log "cache: cached profile, round $round/$ROUNDS"
+        run_wrk cache static profile "$CHECK_CONNS" "$round" "$UPSTREAM_URL${UP_PATH[profile]}" "$up_hdr"
+        run_wrk cache proxy-cache profile "$CHECK_CONNS" "$round" "$pcache_url${UP_PATH[profile]}" "$up_hdr"
+        run_wrk cache socialgate-cached profile "$CHECK_CONNS" "$round" "$url" "X-API-Key: $key"
+    done
+    # What nginx answered profile from, by its access log (one fill, then hits).
+    PCACHE_STATUSES=$(awk 'index($0, "\"GET /v1/user/profile?") {n[$NF]++}
+        END {for (s in n) printf "%s %d, ", s, n[s]}' \
+        "$WORK/nginx-proxy-cache/access.log" | sed 's/, $//')
+    log "proxy_cache access log by cache status: $PCACHE_STATUSES"
+    stop_pid "$sg_pid"
+    forget_pid "$sg_pid"
+    stop_pid "$pcache_pid"
+    forget_pid "$pcache_pid"
+}
+
+# Profile requests the upstream logged on its trace port (one line each).
+trace_upstream_count() {
+    local f=$WORK/nginx-upstream/trace.log
+    [[ -f $f ]] || {
+        echo 0
+        return
+    }
+    awk 'index($1, "/v1/user/profile?") == 1 {n++} END {print n + 0}' "$f"
+}
+
+# Scenario 2: a seeded Zipf trace of `profile` requests replayed once
+# through a fresh instance (cache at its defaults) by bench/replay.py; the
+# upstream's access log says how many requests reached it.
+zipf_replay() {
+    local dir=$WORK/sg-trace key before after prev i sg_pid
+    mkdir -p "$WORK/trace"
+    TRACE_LINE=$(python3 "$SRC/tools.py" zipf-trace "$WORK/trace/trace.txt" "$TRACE_REQUESTS" \
+        "$TRACE_USERS" "$TRACE_S" "$TRACE_SEED") || die "cannot write the trace"
+    log "$TRACE_LINE"
+    # socialgate -> the upstream's trace port, which logs every request.
+    write_config "$dir" "" "" "$TRACE_PORT"
+    key=$(issue_key "$dir" bench)
+    start_socialgate sg-trace
+    sg_pid=$SG_PID
+    before=$(trace_upstream_count)
+    log "replay: $(fmt_int "$TRACE_REQUESTS") requests, $TRACE_CONNS connections, once through"
+    python3 "$SRC/replay.py" 127.0.0.1 "${SG_URL##*:}" "$key" "$WORK/trace/trace.txt" \
+        "$WORK/trace/replay.json" --conns "$TRACE_CONNS" --max-seconds 600 \
+        >"$WORK/trace/replay.out" 2>&1 || die "replay.py failed: $(tail -n 5 "$WORK/trace/replay.out")"
+    log "$(grep '^REPLAY ' "$WORK/trace/replay.out")"
+    # nginx logs a request once it has answered it; wait (bounded) until the
+    # count stops moving.
+    prev=-1
+    for ((i = 0; i < 20; i++)); do
+        after=$(trace_upstream_count)
+        ((after == prev)) && break
+        prev=$after
+        sleep 0.1
+    done
+    TRACE_UPSTREAM=$((after - before))
+    log "replay: the upstream received $(fmt_int "$TRACE_UPSTREAM") profile requests"
+    stop_pid "$sg_pid"
+    forget_pid "$sg_pid"
+}
+
+cache_scenarios() {
+    case $CACHE_RUN in
+    run | forced)
+        cache_vs_proxy_cache
+        zipf_replay
+        ;;
+    skipped) log "cache scenarios: skipped: this build has no cache" ;;
+    off) log "cache scenarios: skipped (BENCH_CACHE=0)" ;;
+    esac
+}
+
 write_meta() {
     local commit cpu
     commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -433,6 +635,14 @@ write_meta() {
         printf 'comments_pages\t%s\n' "$(wc -l <<<"$sizes")"
         printf 'comments_sizes\t%s\n' "$(paste -sd+ <<<"$sizes" | sed 's/+/ + /g')"
         printf 'idle_note\t%s\n' "${IDLE_NOTE:-}"
+        printf 'cache_build\t%s\ncache_run\t%s\ncache_enforced\t%s\n' \
+            "$CACHE_BUILD" "$CACHE_RUN" "$CACHE_ENFORCED"
+        printf 'cache_proxy_ratio\t%s\ncache_static_ratio\t%s\n' \
+            "$CACHE_PROXY_RATIO" "$CACHE_STATIC_RATIO"
+        printf 'pcache_statuses\t%s\n' "${PCACHE_STATUSES:-}"
+        printf 'trace\t%s\ntrace_conns\t%s\ntrace_upstream\t%s\n' \
+            "${TRACE_LINE:-}" "$TRACE_CONNS" "${TRACE_UPSTREAM:-}"
+        printf 'replay_json\t%s\n' "$([[ -f $WORK/trace/replay.json ]] && echo "$WORK/trace/replay.json")"
     } >"$WORK/meta.tsv"
 }
 
@@ -449,14 +659,16 @@ main() {
     log "load average before starting: $LOAD_AT_START"
     log "working files: $WORK; socialgate logging: SOCIALGATE_LOG=$LOG_LEVEL to server.log files"
 
-    read -r UPSTREAM_PORT PROXY_PORT <<<"$(python3 "$SRC/tools.py" free-ports 2)"
+    # TRACE_PORT: the upstream's second, logged port; PCACHE_PORT: nginx proxy_cache.
+    read -r UPSTREAM_PORT PROXY_PORT TRACE_PORT PCACHE_PORT <<<"$(python3 "$SRC/tools.py" free-ports 4)"
     UPSTREAM_URL=http://127.0.0.1:$UPSTREAM_PORT
     PROXY_URL=http://127.0.0.1:$PROXY_PORT
     start_upstream
     start_proxy
+    detect_cache
 
     # The main instance: 10 keys issued by the CLI, the first one used.
-    write_config "$WORK/sg-main"
+    write_config "$WORK/sg-main" "" "$CACHE_OFF"
     MAIN_KEY=$(issue_key "$WORK/sg-main" bench)
     for ((i = 2; i <= KEYS_SMALL; i++)); do issue_key "$WORK/sg-main" "bench-$i" >/dev/null; done
     start_socialgate sg-main
@@ -464,7 +676,7 @@ main() {
 
     # The big-keys instance: one key from the CLI, the rest generated.
     if [[ $GROWTH == 1 ]]; then
-        write_config "$WORK/sg-keys"
+        write_config "$WORK/sg-keys" "" "$CACHE_OFF"
         BIG_KEY=$(issue_key "$WORK/sg-keys" bench)
         python3 "$SRC/tools.py" add-keys "$WORK/sg-keys/keys.toml" $((KEYS_LARGE - 1))
         start_socialgate sg-keys
@@ -494,6 +706,7 @@ main() {
     fi
 
     side_by_side
+    cache_scenarios
     if [[ $GROWTH == 1 ]]; then
         growth
         sleep 1

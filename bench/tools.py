@@ -8,16 +8,24 @@ Subcommands:
                                 asks for when a caller wants COUNT comments,
                                 and the nginx `map` lines that pick them
   add-keys KEYSFILE N           append N random key records to a keys file
+  zipf-trace OUT REQUESTS USERS S SEED
+                                write a seeded trace of REQUESTS usernames drawn
+                                from USERS with Zipf(S) popularity, one a line
   check ENDPOINT BODYFILE [N]   check one socialgate answer (N: comments wanted)
+  check-hit HEADERS BODYFILE    exit 0 when a socialgate answer came from its
+                                cache (Cache-Status `hit`, meta.cached true)
   wrk-line FILE                 the BENCH line of a wrk run as tab-separated values
   report RESULTS MEMORY META    print the tables; exit 1 when a target is missed
 """
 
 import base64
+import bisect
 import datetime
 import hashlib
 import json
+import itertools
 import os
+import random
 import secrets
 import socket
 import statistics
@@ -100,6 +108,35 @@ def add_keys(path, n):
         f.write("".join(out))
 
 
+def zipf_trace(out, requests, users, s, seed):
+    """The cache scenario's trace: REQUESTS draws over USERS usernames
+    (user0000.., valid profile usernames), the k-th most popular with
+    weight 1/k**S. Fixed by SEED: `random.Random(seed).random()` is the same
+    sequence on every Python 3, and the draw is cumulative weights + bisect,
+    nothing version-dependent. Prints one `TRACE key=value ...` line."""
+    requests, users, s, seed = int(requests), int(users), float(s), int(seed)
+    if requests < 1 or users < 1 or s < 0:
+        sys.exit("zipf-trace: REQUESTS and USERS must be >= 1, S >= 0")
+    width = max(4, len(str(users - 1)))
+    names = [f"user{k:0{width}d}" for k in range(users)]  # rank k+1 = names[k]
+    cumulative = list(itertools.accumulate(1.0 / (k ** s) for k in range(1, users + 1)))
+    total = cumulative[-1]
+    rng = random.Random(seed)
+    trace = [names[min(bisect.bisect_right(cumulative, rng.random() * total), users - 1)]
+             for _ in range(requests)]
+    text = "\n".join(trace) + "\n"
+    with open(out, "w", encoding="utf-8") as f:
+        f.write(text)
+    counts = {}
+    for n in trace:
+        counts[n] = counts.get(n, 0) + 1
+    top = max(counts.values())
+    once = sum(1 for c in counts.values() if c == 1)
+    print(f"TRACE requests={requests} users={users} s={s:g} seed={seed} "
+          f"distinct={len(counts)} top1_share={top / requests:.4f} seen_once={once} "
+          f"sha256={hashlib.sha256(text.encode()).hexdigest()[:16]}")
+
+
 def check(endpoint, bodyfile, wanted=None):
     with open(bodyfile, encoding="utf-8") as f:
         body = json.load(f)
@@ -120,6 +157,30 @@ def check(endpoint, bodyfile, wanted=None):
     if not ok:
         sys.exit(f"{endpoint}: unexpected answer ({what}): {json.dumps(body)[:300]}")
     print(f"{endpoint}: 200, {what}")
+
+
+def check_hit(headers_file, bodyfile):
+    """A hit is both: the `Cache-Status` header's last member (RFC 9211) has
+    the bare `hit` parameter, e.g. `socialgate; hit; ttl=297`, and the body's
+    `meta.cached` is JSON true."""
+    sys.dont_write_bytecode = True  # no bench/__pycache__ in the tree
+    from replay import parse_cache_status  # bench/ is on sys.path
+    value = None
+    with open(headers_file, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            name, sep, v = line.partition(":")
+            if sep and name.strip().lower() == "cache-status":
+                value = v.strip()
+    params = parse_cache_status(value)
+    with open(bodyfile, encoding="utf-8") as f:
+        meta = json.load(f).get("meta") or {}
+    cached = meta.get("cached")
+    seen = f"Cache-Status: {value if value is not None else '(none)'}; meta.cached: {json.dumps(cached)}"
+    if params is not None and params.get("hit") is True and cached is True:
+        print(f"200, a hit ({seen})")
+        return
+    print(seen)
+    sys.exit(1)
 
 
 def wrk_line(path):
@@ -200,6 +261,128 @@ def table(header, rows):
     return "\n".join(out)
 
 
+CACHE_BUILD_TEXT = {
+    "supported": "this build has the response cache; the side-by-side, growth and "
+                 "memory instances run with `[cache] enabled = false`, the cache "
+                 "scenarios' with the cache at its defaults.",
+    "unsupported": "this build has no response cache (its config refuses `[cache]`); "
+                   "every instance runs without a `[cache]` table.",
+}
+
+
+def cache_report(out, res, meta, failures, notes):
+    """The two cache scenarios' tables; returns the lines for the Targets
+    list. Their checks fail the run only when meta cache_enforced is 1."""
+    run = meta.get("cache_run", "off")
+    enforced = meta.get("cache_enforced") == "1"
+    targets = []
+    title1 = "#### Cached `profile`: socialgate's cache vs nginx `proxy_cache`"
+    title2 = "#### Zipf trace replayed through socialgate's cache"
+    if run in ("skipped", "off"):
+        why = ("skipped: this build has no cache" if run == "skipped"
+               else "skipped (BENCH_CACHE=0)")
+        for title in (title1, title2):
+            out += ["", title, "", why + "."]
+        targets.append(f"- cache scenarios: {why}")
+        return targets
+    if not enforced:
+        out += ["", "Cache scenarios forced (`BENCH_CACHE=force`) on a build without the "
+                "cache: figures are the \"before\", checks are printed, nothing is enforced."]
+
+    def judge(ok, line, failure):
+        targets.append(f"- {line}: {'ok' if ok else ('FAIL' if enforced else 'missed (not enforced)')}")
+        if not ok and enforced:
+            failures.append(failure)
+
+    # Scenario 1.
+    conns = int(meta["check_conns"])
+    st = res.get("cache", "static", "profile", conns)
+    pc = res.get("cache", "proxy-cache", "profile", conns)
+    sg = res.get("cache", "socialgate-cached", "profile", conns)
+    has_cache = meta.get("cache_build") == "supported"
+    out += ["", f"{title1} ({conns} connections)", ""]
+    rows = []
+    for name, m in (("nginx static (the upstream's file)", st),
+                    ("nginx proxy_cache (hits)", pc),
+                    ("socialgate cached (hits)" if has_cache
+                     else "socialgate (no cache in this build)", sg)):
+        rows.append([name] + cells(m))
+        if m and (m["non2xx"] or m["errors"]):
+            notes.append(f"{name} (cache scenario): {m['non2xx']} non-2xx, "
+                         f"{m['errors']} socket errors/timeouts")
+            if m["non2xx"]:
+                failures.append(f"{name} answered {m['non2xx']} non-2xx during the measurement")
+    out.append(table(["target", "req/s", "p50", "p99"], rows))
+    out.append("")
+    sg_checked = ("socialgate's (after one request filled its cache) a `Cache-Status` with "
+                  "`hit` and `\"cached\": true`" if has_cache else
+                  "socialgate's was not a hit (no cache in this build)")
+    out.append("Same upstream double and rounds as above; the three interleaved within each "
+               "round. Before measuring: nginx's second answer had `X-Cache-Status: HIT`, "
+               f"{sg_checked}. nginx proxy_cache, `profile` requests in its access log by "
+               f"cache status: {meta.get('pcache_statuses') or '?'} (the MISS: the fill).")
+    if sg and pc and st:
+        r_pc = sg["rps"] / pc["rps"]
+        r_st = sg["rps"] / st["rps"]
+        lim_pc, lim_st = float(meta["cache_proxy_ratio"]), float(meta["cache_static_ratio"])
+        out += ["", f"socialgate cached / nginx proxy_cache: {r_pc:.2f}x; "
+                f"socialgate cached / nginx static: {r_st:.2f}x."]
+        judge(r_pc >= lim_pc, f"cached profile @{conns}: socialgate/proxy_cache throughput "
+              f"{r_pc:.2f} (target >= {lim_pc:.2f})",
+              f"cached profile: socialgate is {r_pc:.2f}x nginx proxy_cache, under {lim_pc:.2f}x")
+        judge(r_st >= lim_st, f"cached profile @{conns}: socialgate/static throughput "
+              f"{r_st:.2f} (target >= {lim_st:.2f})",
+              f"cached profile: socialgate is {r_st:.2f}x nginx static, under {lim_st:.2f}x")
+    else:
+        failures.append("the cached profile scenario was not measured")
+
+    # Scenario 2.
+    trace = dict(kv.split("=", 1) for kv in meta.get("trace", "").split()[1:] if "=" in kv)
+    path = meta.get("replay_json")
+    if not path or not os.path.exists(path) or not trace:
+        failures.append("the Zipf trace replay did not run")
+        return targets
+    with open(path, encoding="utf-8") as f:
+        rp = json.load(f)
+    upstream = int(meta.get("trace_upstream") or -1)
+    distinct = int(trace["distinct"])
+    sent = rp["sent"]
+    out += ["", f"{title2} ({sent:,} `profile` requests, {meta['trace_conns']} connections, "
+            "once through)", ""]
+    best = 1 - distinct / sent if sent else 0
+    out.append(table(["figure", "value"], [
+        ["requests sent", f"{sent:,}" + (f" ({rp['not_sent']:,} not sent: time limit)"
+                                         if rp["not_sent"] else "")],
+        ["distinct usernames in the trace", f"{distinct:,} of {int(trace['users']):,}"],
+        ["upstream requests received", f"{upstream:,}"],
+        ["hits (Cache-Status `hit`)", f"{rp['hits']:,}"],
+        ["hit ratio (hits / requests)", f"{rp['hit_ratio']:.4f} (at best {best:.4f})"],
+        ["collapsed (Cache-Status `collapsed`)", f"{rp['collapsed']:,}"],
+        ["`meta.cached` true in the body", f"{rp['cached_in_body']:,}"],
+        ["answers without Cache-Status", f"{rp['no_cache_status']:,}"],
+        ["non-200 answers", f"{rp['non200']:,}" + (f" ({rp['statuses']})" if rp["non200"] else "")],
+        ["latency p50 / p99", f"{fmt_ms(rp['p50_us'])} / {fmt_ms(rp['p99_us'])}"],
+        ["throughput (for information)", f"{fmt_rps(rp['rps'])} req/s over {rp['seconds']:.1f} s"],
+    ]))
+    out.append("")
+    out.append(f"Trace: `bench/tools.py zipf-trace`, seed {trace['seed']}, Zipf s = {trace['s']}, "
+               f"user0000.. by popularity (the most popular is {float(trace['top1_share']):.1%} "
+               f"of the requests; {int(trace['seen_once']):,} usernames requested once), "
+               f"sha256 {trace['sha256']}…. Replayed by `bench/replay.py` (Python threads, one "
+               f"keep-alive connection each; the replayer caps the throughput). Upstream "
+               f"requests: profile lines of the upstream's access log on its trace port. "
+               "Cache-Status forms seen (parameters of socialgate's member, without ttl): "
+               + (", ".join(f"`{form}` {n:,}" for form, n in rp["cache_status_forms"].items())
+                  or "none") + ".")
+    judge(upstream == distinct, f"Zipf trace: upstream requests {upstream:,}, distinct "
+          f"keys {distinct:,} (must be equal)", f"Zipf trace: the upstream got {upstream:,} requests for "
+          f"{distinct:,} distinct keys")
+    judge(rp["non200"] == 0 and rp["not_sent"] == 0,
+          f"Zipf trace: every answer 200 ({rp['non200']:,} not, {rp['not_sent']:,} not sent)",
+          f"Zipf trace: {rp['non200']:,} answers were not 200, {rp['not_sent']:,} not sent")
+    return targets
+
+
 def report(results_path, memory_path, meta_path):
     meta = {}
     with open(meta_path, encoding="utf-8") as f:
@@ -217,6 +400,8 @@ def report(results_path, memory_path, meta_path):
     check_conns = int(meta["check_conns"])
     out = []
     out.append(f"### socialgate vs nginx, {meta['date']}")
+    out.append("")
+    out.append(f"Cache: {CACHE_BUILD_TEXT.get(meta.get('cache_build'), '?')}")
     out.append("")
     out.append(f"{meta['machine']}; load average before the run {meta['load']}. All on 127.0.0.1, one shared upstream (nginx, 1 worker, "
                f"serving the contract's sample payloads). `wrk -t1 -cN -d{meta['seconds']}s "
@@ -289,7 +474,10 @@ def report(results_path, memory_path, meta_path):
         out.append("")
         out.append(meta["idle_note"])
 
-    # The two enforced targets.
+    cache_failures = []
+    cache_targets = cache_report(out, res, meta, cache_failures, notes)
+
+    # The enforced targets.
     out.append("")
     out.append("#### Targets")
     out.append("")
@@ -312,6 +500,8 @@ def report(results_path, memory_path, meta_path):
         if not ok:
             failures.append(f"profile p99 at {check_conns} connections is {fmt_ms(sg['p99'])}, "
                             f"over {p99_factor:g}x the proxy's ({fmt_ms(px['p99'])})")
+    out += cache_targets
+    failures += cache_failures
     if notes:
         out.append("")
         out.append("Errors seen (⚠ non-2xx/socket errors in the tables):")
@@ -334,7 +524,7 @@ def main(argv):
         sys.exit(__doc__)
     cmd, args = argv[1], argv[2:]
     commands = {"free-ports": free_ports, "comment-pages": comment_pages,
-                "add-keys": add_keys, "check": check, "wrk-line": wrk_line, "report": report}
+                "add-keys": add_keys, "zipf-trace": zipf_trace, "check": check, "check-hit": check_hit, "wrk-line": wrk_line, "report": report}
     if cmd not in commands:
         sys.exit(__doc__)
     commands[cmd](*args)
