@@ -272,21 +272,25 @@ issue_key() { "$SG" keys issue --name "$2" --config "$1/platforms.toml"; }
 # start_socialgate NAME; sets SG_PID and SG_URL. Logs at $LOG_LEVEL to a file.
 start_socialgate() {
     local dir=$WORK/$1 i
+    # Logs in a folder of their own: the server watches its config's folder
+    # for changes, and a busy log file beside the config would wake that
+    # watcher on every line (a few % of the CPU under load).
+    mkdir -p "$dir/logs"
     # Created here: the child's redirection may happen after our first read.
-    : >"$dir/stdout.log"
+    : >"$dir/logs/stdout.log"
     SOCIALGATE_LOG=$LOG_LEVEL "$SG" serve --config "$dir/platforms.toml" \
-        >"$dir/stdout.log" 2>"$dir/server.log" &
+        >"$dir/logs/stdout.log" 2>"$dir/logs/server.log" &
     SG_PID=$!
     PIDS+=("$SG_PID")
     SG_URL=""
     for ((i = 0; i < 300; i++)); do
-        SG_URL=$(sed -n 's|^listening on \(http://[0-9.:]*\)$|\1|p' "$dir/stdout.log")
+        SG_URL=$(sed -n 's|^listening on \(http://[0-9.:]*\)$|\1|p' "$dir/logs/stdout.log")
         [[ -n $SG_URL ]] && break
         kill -0 "$SG_PID" 2>/dev/null || break
         sleep 0.1
     done
-    [[ -n $SG_URL ]] || die "$1: socialgate did not start: $(tail -n 5 "$dir/server.log")"
-    log "$1: socialgate pid $SG_PID on $SG_URL (log: $dir/server.log)"
+    [[ -n $SG_URL ]] || die "$1: socialgate did not start: $(tail -n 5 "$dir/logs/server.log")"
+    log "$1: socialgate pid $SG_PID on $SG_URL (log: $dir/logs/server.log)"
 }
 
 # ---------------------------------------------------------------- checks
@@ -681,8 +685,8 @@ main() {
         python3 "$SRC/tools.py" add-keys "$WORK/sg-keys/keys.toml" $((KEYS_LARGE - 1))
         start_socialgate sg-keys
         BIG_URL=$SG_URL BIG_PID=$SG_PID
-        grep -q "keys=$KEYS_LARGE" "$WORK/sg-keys/server.log" ||
-            die "sg-keys did not load $KEYS_LARGE keys: $(grep -m1 'configuration loaded' "$WORK/sg-keys/server.log")"
+        grep -q "keys=$KEYS_LARGE" "$WORK/sg-keys/logs/server.log" ||
+            die "sg-keys did not load $KEYS_LARGE keys: $(grep -m1 'configuration loaded' "$WORK/sg-keys/logs/server.log")"
     fi
 
     log "checks: every target answers 200 with the expected payload"

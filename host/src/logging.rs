@@ -39,7 +39,12 @@ pub fn init(format: LogFormat) -> Logging {
         .buffered_lines_limit(BUFFERED_LINES)
         .lossy(true)
         .thread_name("log-writer")
-        .finish(std::io::stderr());
+        // Buffered: the writer thread flushes whenever it has caught up, so a
+        // burst of lines costs one write, not one each.
+        .finish(std::io::BufWriter::with_capacity(
+            64 * 1024,
+            std::io::stderr(),
+        ));
     let builder = tracing_subscriber::fmt()
         .with_writer(writer)
         .with_env_filter(filter);
