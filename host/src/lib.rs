@@ -14,6 +14,9 @@
 //!   in the [`ledger`] (credits per key and day, in SQLite).
 //! - [`routing`] is the table from platform and endpoint to a chain of
 //!   providers; [`state`] holds the current table as one swappable snapshot.
+//! - [`cache`] keeps answers for their time to live and shares one fetch
+//!   between callers asking the same at once; [`http::answer`] decides
+//!   whether an answer comes from it or from the chain.
 //! - [`chain`] asks the chain's providers in order; each attempt drives a
 //!   plugin's steps and performs its requests through [`upstream`];
 //!   [`chain::decision`] says what a failed attempt means.
@@ -35,6 +38,7 @@
 
 pub mod auth;
 pub mod billing;
+pub mod cache;
 pub mod chain;
 pub mod cli;
 pub mod config;

@@ -188,7 +188,9 @@ fn build_app(config: Config, snapshot: Snapshot, loader: Loader) -> Result<App, 
     // Only a server prunes: `check` must not delete copies a running
     // server still maps.
     loader.prune();
+    let cache = crate::cache::Cache::new(process.cache_max_bytes);
     Ok(App::new(Parts {
+        cache,
         config_path: config.path,
         process,
         snapshot,

@@ -22,6 +22,8 @@ const FAILOVERS: &str = "socialgate_failovers_total";
 const BREAKER_OPEN: &str = "socialgate_breaker_open";
 const RELOADS: &str = "socialgate_reloads_total";
 const CREDITS: &str = "socialgate_credits_total";
+const CACHE_REQUESTS: &str = "socialgate_cache_requests_total";
+const CACHE_BYTES: &str = "socialgate_cache_bytes";
 
 /// Latency buckets, in seconds: from a cached-fast answer to a timeout.
 const BUCKETS: &[f64] = &[
@@ -41,7 +43,8 @@ pub fn install() -> Result<PrometheusHandle, MetricsError> {
 }
 
 /// The page `/metrics` serves: recorded series plus gauges read now.
-pub fn render(handle: &PrometheusHandle, snapshot: &Snapshot) -> String {
+pub fn render(handle: &PrometheusHandle, snapshot: &Snapshot, cache_bytes: u64) -> String {
+    gauge!(CACHE_BYTES).set(cache_bytes as f64);
     for provider in snapshot.routes.providers() {
         gauge!(BREAKER_OPEN, "provider" => provider.name.clone())
             .set(if provider.breaker.is_open() { 1.0 } else { 0.0 });
@@ -104,4 +107,11 @@ pub fn reload(ok: bool) {
 
 pub fn credits(n: u64) {
     counter!(CREDITS).increment(n);
+}
+
+/// What the cache did for a data request: `hit`, `miss`, `collapsed`
+/// (waited on another's fetch), `stale` (an expired answer stood in for a
+/// failure) or `bypass` (off for the endpoint).
+pub fn cache(endpoint: Endpoint, result: &'static str) {
+    counter!(CACHE_REQUESTS, "endpoint" => endpoint.as_str(), "result" => result).increment(1);
 }

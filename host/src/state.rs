@@ -12,6 +12,7 @@ use arc_swap::ArcSwap;
 
 use crate::auth::{KeyStore, KeysError};
 use crate::billing::Billing;
+use crate::cache::Cache;
 use crate::config::{ProcessConfig, ServingConfig};
 use crate::cursor::CursorSealer;
 use crate::plugins::Loader;
@@ -90,6 +91,8 @@ pub struct App {
     pub in_flight: ConcurrencyLimit,
     /// Credits: reservations, and the ledger they are booked in.
     pub billing: Billing,
+    /// Answers kept for their time to live; survives reloads.
+    pub cache: Arc<Cache>,
     draining: AtomicBool,
 }
 
@@ -102,6 +105,7 @@ pub struct Parts {
     pub upstream: UpstreamClient,
     pub loader: Loader,
     pub billing: Billing,
+    pub cache: Arc<Cache>,
 }
 
 impl App {
@@ -115,6 +119,7 @@ impl App {
             upstream: parts.upstream,
             loader: parts.loader,
             billing: parts.billing,
+            cache: parts.cache,
             draining: AtomicBool::new(false),
         }
     }

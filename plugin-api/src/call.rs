@@ -89,7 +89,7 @@ impl fmt::Display for Endpoint {
 /// `cursor` is the provider's own upstream cursor from an earlier
 /// [`Done::next_cursor`](crate::Done::next_cursor); the host only hands a
 /// cursor back to the provider that issued it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "endpoint", rename_all = "lowercase", deny_unknown_fields)]
 pub enum Call {
     Profile {

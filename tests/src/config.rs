@@ -60,12 +60,16 @@ struct PlatformSpec {
 
 /// Builds a `platforms.toml`. `[server]` always names a scratch keys file
 /// and state folder and the build's plugin folder, and listens on port 0.
+/// The response cache is off unless [`ConfigBuilder::cache`] sets it: the
+/// suites of other concerns count what reaches the upstreams.
 #[derive(Debug, Clone, Default)]
 pub struct ConfigBuilder {
     plugin_dir: Option<PathBuf>,
     server_lines: Vec<String>,
     platforms: Vec<PlatformSpec>,
     providers: Vec<ProviderSpec>,
+    /// The body of `[cache]`; `None`: `enabled = false`.
+    cache: Option<String>,
     raw: Vec<String>,
 }
 
@@ -166,6 +170,12 @@ impl ConfigBuilder {
         self
     }
 
+    /// The body of the `[cache]` table (e.g. `"enabled = true"`).
+    pub fn cache(mut self, body: &str) -> ConfigBuilder {
+        self.cache = Some(body.to_owned());
+        self
+    }
+
     /// Appends text to the file as it is (for deliberately bad configs).
     pub fn raw(mut self, text: &str) -> ConfigBuilder {
         self.raw.push(text.to_owned());
@@ -222,6 +232,8 @@ impl ConfigBuilder {
                 out.push_str(&format!("[providers.{}.settings]\n{settings}\n", p.name));
             }
         }
+        let cache = self.cache.as_deref().unwrap_or("enabled = false");
+        out.push_str(&format!("\n[cache]\n{cache}\n"));
         for text in &self.raw {
             out.push('\n');
             out.push_str(text);

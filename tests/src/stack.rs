@@ -52,6 +52,7 @@ pub struct StackBuilder {
     breaker_failures: Option<u32>,
     provider_lines: Vec<(String, String)>,
     server_lines: Vec<String>,
+    cache: Option<String>,
     raw: Vec<String>,
     env: Vec<(String, String)>,
     extra_keys: Vec<String>,
@@ -69,6 +70,7 @@ impl Default for StackBuilder {
             breaker_failures: None,
             provider_lines: Vec::new(),
             server_lines: Vec::new(),
+            cache: None,
             raw: Vec::new(),
             env: Vec::new(),
             extra_keys: Vec::new(),
@@ -134,6 +136,12 @@ impl StackBuilder {
         self
     }
 
+    /// The body of `[cache]` (off by default: see [`ConfigBuilder`]).
+    pub fn cache(mut self, body: &str) -> StackBuilder {
+        self.cache = Some(body.into());
+        self
+    }
+
     /// A line of `[server]`.
     pub fn server_line(mut self, line: &str) -> StackBuilder {
         self.server_lines.push(line.into());
@@ -195,6 +203,9 @@ impl StackBuilder {
         }
         for line in &self.server_lines {
             b = b.server_line(line);
+        }
+        if let Some(cache) = &self.cache {
+            b = b.cache(cache);
         }
         for text in &self.raw {
             b = b.raw(text);

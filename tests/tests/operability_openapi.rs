@@ -138,7 +138,7 @@ fn the_checker_refuses_answers_that_drift() {
         "data": [{"id": "7312345678901234567", "text": "t", "likes": 1, "comments": 2,
                   "views": null, "shares": null, "created_at": "2025-11-21T04:40:00Z",
                   "duration_ms": null, "author": "lunabakes"}],
-        "meta": {"credits_used": 1, "next_cursor": null, "request_id": "r-1"}
+        "meta": {"credits_used": 1, "cached": false, "next_cursor": null, "request_id": "r-1"}
     });
     let schema = "/components/schemas/PostsResponse";
     assert_eq!(contract.errors(schema, &posts), Vec::<String>::new());
@@ -155,6 +155,9 @@ fn the_checker_refuses_answers_that_drift() {
         .expect("meta")
         .remove("next_cursor");
     drifted.push(("a list without next_cursor", v));
+    let mut v = posts.clone();
+    v["meta"].as_object_mut().expect("meta").remove("cached");
+    drifted.push(("a success without cached", v));
     let mut v = posts.clone();
     v["data"][0]["provider"] = json!("shortvideo-primary");
     drifted.push(("an extra field", v));

@@ -50,12 +50,12 @@ pub struct Served {
 }
 
 /// What the chain did, in order: for the request's log line and metrics.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Journal {
     pub attempts: Vec<AttemptRecord>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct AttemptRecord {
     pub provider: String,
     /// `ok`, or the [`ErrorKind`] name of the failure.
@@ -73,7 +73,7 @@ impl Journal {
     }
 }
 
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChainError {
     /// A provider said the user or post does not exist.
     NotFound,

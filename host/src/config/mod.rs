@@ -9,7 +9,8 @@
 //!   reload that changes one logs "restart to apply" (see
 //!   [`ProcessConfig::changed_settings`]) and otherwise ignores it.
 //! - [`ServingConfig`]: platforms, providers, keys file, request deadline,
-//!   rate limits, billing. Swapped whole by every reload.
+//!   rate limits, billing, the cache's times to live. Swapped whole by every
+//!   reload.
 //!
 //! Which part a setting lives in is the one place that says whether a
 //! reload applies it.
@@ -37,6 +38,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::billing::{BillingConfig, RawBilling};
+use crate::cache::{CacheConfig, RawCache};
 use crate::http::server::ListenerConfig;
 use crate::ledger::{LedgerConfig, RawLedger};
 use crate::logging::LogFormat;
@@ -107,6 +109,8 @@ pub struct ProcessConfig {
     pub upstream_proxy: Option<Secret>,
     pub log_format: LogFormat,
     pub ledger: LedgerConfig,
+    /// `[cache] max_bytes`: the store is built once.
+    pub cache_max_bytes: u64,
 }
 
 /// What a reload swaps in whole.
@@ -120,6 +124,8 @@ pub struct ServingConfig {
     /// Per-key request rate; `None`: no limit.
     pub rate_limit: Option<RateLimitConfig>,
     pub billing: BillingConfig,
+    /// `[cache]` but `max_bytes`.
+    pub cache: CacheConfig,
 }
 
 impl ProcessConfig {
@@ -136,6 +142,7 @@ impl ProcessConfig {
             upstream_proxy,
             log_format,
             ledger,
+            cache_max_bytes,
         } = self;
         let mut changed = listener.changed_settings(&new.listener);
         let others = [
@@ -151,6 +158,7 @@ impl ProcessConfig {
             ),
             ("[server] log_format", *log_format != new.log_format),
             ("[ledger] path", *ledger != new.ledger),
+            ("[cache] max_bytes", *cache_max_bytes != new.cache_max_bytes),
         ];
         changed.extend(others.into_iter().filter(|(_, c)| *c).map(|(key, _)| key));
         changed
@@ -186,6 +194,8 @@ pub struct RawConfig {
     ledger: RawLedger,
     #[serde(default)]
     billing: RawBilling,
+    #[serde(default)]
+    cache: RawCache,
 }
 
 /// `[server]` as written: one table, whose keys several modules own.
@@ -338,6 +348,7 @@ impl Config {
             upstream_proxy: crate::upstream::proxy_from_raw(server, &cx)?,
             log_format: server.log_format.unwrap_or_default(),
             ledger: LedgerConfig::from_raw(&raw.ledger, &cx),
+            cache_max_bytes: crate::cache::max_bytes_from_raw(&raw.cache, &cx)?,
         };
         let plugin_dir = crate::plugins::plugin_dir_from_raw(server, &cx)?;
         let providers = named_tables(raw.providers, |name, p| {
@@ -353,6 +364,7 @@ impl Config {
             providers,
             rate_limit: RateLimitConfig::from_raw(raw.rate_limit, &cx)?,
             billing: BillingConfig::from_raw(raw.billing, &cx)?,
+            cache: CacheConfig::from_raw(&raw.cache, &cx)?,
         };
         Ok(Config {
             path: path.to_owned(),

@@ -181,6 +181,10 @@ fn every_process_setting_needs_a_restart() {
             "[ledger] path",
             format!("{GOOD}\n[ledger]\npath = \"other.db\"\n"),
         ),
+        (
+            "[cache] max_bytes",
+            format!("{GOOD}\n[cache]\nmax_bytes = 1024\n"),
+        ),
     ];
     let base = parse(GOOD).unwrap().process;
     for (key, text) in &cases {
@@ -218,6 +222,10 @@ fn no_serving_setting_needs_a_restart() {
         format!("{GOOD}\n[rate_limit]\nper_second = 3\n"),
         format!("{GOOD}\n[billing]\nenforce = true\n"),
         format!("{GOOD}\n[billing]\nfree_credits = 3\n"),
+        format!("{GOOD}\n[cache]\nenabled = false\n"),
+        format!("{GOOD}\n[cache]\nnot_found_ttl_s = 0\n"),
+        format!("{GOOD}\n[cache]\nstale_if_error_s = 5\n"),
+        format!("{GOOD}\n[cache.ttl_s]\ncomments = 0\n"),
     ];
     let base = parse(GOOD).unwrap();
     for text in &cases {

@@ -32,7 +32,7 @@ fn answer(
         (&Method::GET, "/metrics") => (
             StatusCode::OK,
             "text/plain; version=0.0.4; charset=utf-8",
-            crate::metrics::render(metrics, &app.snapshot()),
+            crate::metrics::render(metrics, &app.snapshot(), app.cache.bytes()),
         ),
         (_, "/metrics") => (
             StatusCode::METHOD_NOT_ALLOWED,

@@ -10,18 +10,21 @@
 use std::borrow::Cow;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 use hyper::body::Incoming;
-use hyper::header::HeaderValue;
+use hyper::header::{HeaderValue, AGE, CACHE_CONTROL};
 use hyper::{Method, Request, Response, StatusCode};
 use plugin_api::Call;
 use tracing::Instrument;
 
+use super::answer::{self, Ask, Unanswered};
 use super::request_id;
 use super::response::{self, Body};
-use crate::chain::{self, ChainError, Journal};
+use crate::cache::freshness::Directives;
+use crate::cache::status::CacheStatus;
+use crate::chain::{ChainError, Journal};
 use crate::cursor::{Listing, Position};
 use crate::error::ApiError;
 use crate::metrics::{self, RouteLabels};
@@ -31,6 +34,8 @@ use crate::routing::{Chain, Provider};
 use crate::state::{App, Snapshot};
 
 const API_KEY_HEADER: &str = "x-api-key";
+/// RFC 9211.
+const CACHE_STATUS: &str = "cache-status";
 
 /// What a request did, for its log line.
 #[derive(Default)]
@@ -38,6 +43,8 @@ struct Report {
     /// The name (never the value) of the key that was accepted.
     key: Option<String>,
     provider: Option<String>,
+    /// What the cache did, for data answers.
+    cache: Option<CacheStatus>,
     journal: Journal,
 }
 
@@ -85,6 +92,7 @@ pub async fn handle(app: &App, request: Request<Incoming>) -> Response<Body> {
             status,
             latency_ms = elapsed.as_secs_f64() * 1000.0,
             provider = report.provider.as_deref().unwrap_or("-"),
+            cache = %report.cache.as_ref().map_or_else(|| "-".into(), CacheStatus::log_value),
             attempts = report.journal.attempts.len(),
             key = report.key.as_deref().unwrap_or("-"),
             "request"
@@ -163,13 +171,13 @@ async fn route(
         .iter()
         .find(|(k, v)| k == "cursor" && !v.is_empty())
         .map(|(_, v)| v.as_ref());
-    let providers = match token {
+    let (providers, issuer) = match token {
         Some(token) if endpoint.is_list() => {
             let (issuer, continued) = resume(app, chain, platform, &call, token)?;
             call = continued;
-            issuer
+            (issuer, Some(issuer[0].name.as_str()))
         }
-        _ => &chain[..],
+        _ => (&chain[..], None),
     };
 
     // Held before any upstream call, refunded unless the answer is delivered.
@@ -179,40 +187,73 @@ async fn route(
         .reserve(key, billing.cost(endpoint), billing)
         .map_err(|_| ApiError::InsufficientCredits)?;
 
-    let deadline = Deadline::after(snapshot.serving.request_timeout);
-    let served = chain::serve(
+    let ask = Ask {
+        platform,
+        call: &call,
         providers,
-        &call,
-        &app.upstream,
-        deadline,
-        &mut report.journal,
-    )
-    .await;
-    let served = served.map_err(|e| match e {
-        ChainError::NotFound => ApiError::ResourceNotFound,
-        ChainError::InvalidInput(message) => ApiError::InvalidParameter(message),
-        ChainError::Exhausted => ApiError::UpstreamUnavailable,
-        ChainError::DeadlineExceeded => ApiError::UpstreamTimeout,
-    })?;
-    report.provider = Some(served.provider.name.clone());
+        issuer,
+        directives: Directives::parse(
+            request
+                .headers()
+                .get_all(CACHE_CONTROL)
+                .iter()
+                .filter_map(|v| v.to_str().ok()),
+        ),
+        deadline: Deadline::after(snapshot.serving.request_timeout),
+    };
+    let found = match answer::find(app, snapshot, ask, &mut report.journal).await {
+        Ok(found) => found,
+        Err(Unanswered { error, status }) => {
+            report.cache = status;
+            let error = match error {
+                ChainError::NotFound => ApiError::ResourceNotFound,
+                ChainError::InvalidInput(message) => ApiError::InvalidParameter(message),
+                ChainError::Exhausted => ApiError::UpstreamUnavailable,
+                ChainError::DeadlineExceeded => ApiError::UpstreamTimeout,
+            };
+            let mut response = response::error(&error, id);
+            if let Some(status) = status {
+                set_cache_headers(&mut response, &status, None);
+            }
+            return Ok(response);
+        }
+    };
+    let data = found.data();
+    report.provider = Some(data.provider.clone());
+    report.cache = Some(found.status);
 
     let next_cursor = endpoint.is_list().then(|| {
-        served.done.next_cursor.as_ref().map(|upstream| {
+        data.next_cursor.as_ref().map(|upstream| {
             let position = Position {
-                provider: served.provider.name.clone(),
+                provider: data.provider.clone(),
                 upstream: upstream.clone(),
             };
             app.cursors.seal(listing_of(platform, &call), &position)
         })
     });
     let credits_used = credits.commit();
-    Ok(response::success(
+    let mut response = response::success(
         platform,
-        &served.done.output,
+        &data.json,
         credits_used,
+        found.cached,
         next_cursor.as_ref().map(|c| c.as_deref()),
         id,
-    ))
+    );
+    let age = found.cached.then(|| found.entry.age());
+    set_cache_headers(&mut response, &found.status, age);
+    Ok(response)
+}
+
+/// `Cache-Status`, and `Age` for an answer from the cache.
+fn set_cache_headers(response: &mut Response<Body>, status: &CacheStatus, age: Option<Duration>) {
+    let headers = response.headers_mut();
+    if let Ok(value) = HeaderValue::from_str(&status.header_value()) {
+        headers.insert(CACHE_STATUS, value);
+    }
+    if let Some(age) = age {
+        headers.insert(AGE, HeaderValue::from(age.as_secs()));
+    }
 }
 
 /// Opens a caller's cursor: the provider that issued it (only it can

@@ -3,6 +3,7 @@
 //! JSON envelopes ([`response`]). Operators': the [`admin`] listener.
 
 pub mod admin;
+pub mod answer;
 pub mod api;
 pub mod request_id;
 pub mod response;

@@ -15,6 +15,9 @@ pub type Body = Full<Bytes>;
 #[derive(serde::Serialize)]
 struct Meta<'a> {
     credits_used: u32,
+    /// Present on successes only: whether the data came from the cache.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cached: Option<bool>,
     /// Present on list endpoints only: a token, or `null` at the end.
     #[serde(skip_serializing_if = "Option::is_none")]
     next_cursor: Option<Option<&'a str>>,
@@ -37,14 +40,6 @@ impl Serialize for Data<'_> {
 }
 
 #[derive(serde::Serialize)]
-struct Success<'a> {
-    success: bool,
-    platform: &'a str,
-    data: Data<'a>,
-    meta: Meta<'a>,
-}
-
-#[derive(serde::Serialize)]
 struct Failure<'a> {
     success: bool,
     error: ErrorBody<'a>,
@@ -57,26 +52,49 @@ struct ErrorBody<'a> {
     message: String,
 }
 
-/// A success answer. `next_cursor` is `Some` exactly for list endpoints.
+/// An answer's `data`, serialized: what the cache stores and every success
+/// answer carries.
+pub fn data_json(output: &Output) -> Bytes {
+    match serde_json::to_vec(&Data(output)) {
+        Ok(json) => Bytes::from(json),
+        // Plain structs of strings and numbers: this cannot fail.
+        Err(e) => {
+            tracing::error!("cannot serialize an answer's data: {e}");
+            Bytes::from_static(b"null")
+        }
+    }
+}
+
+/// A success answer around `data`, already serialized. `next_cursor` is
+/// `Some` exactly for list endpoints.
 pub fn success(
     platform: &str,
-    output: &Output,
+    data: &[u8],
     credits_used: u32,
+    cached: bool,
     next_cursor: Option<Option<&str>>,
     request_id: &str,
 ) -> Response<Body> {
-    let body = Success {
-        success: true,
-        platform,
-        data: Data(output),
-        meta: Meta {
-            credits_used,
-            next_cursor,
-            request_id,
-        },
+    let meta = Meta {
+        credits_used,
+        cached: Some(cached),
+        next_cursor,
+        request_id,
     };
-    match serde_json::to_vec(&body) {
-        Ok(json) => json_response(StatusCode::OK, json),
+    // Written by hand around the stored bytes, in the documented key order.
+    let mut json = Vec::with_capacity(data.len() + 160);
+    json.extend_from_slice(b"{\"success\":true,\"platform\":");
+    let written = serde_json::to_writer(&mut json, platform).and_then(|()| {
+        json.extend_from_slice(b",\"data\":");
+        json.extend_from_slice(data);
+        json.extend_from_slice(b",\"meta\":");
+        serde_json::to_writer(&mut json, &meta)
+    });
+    match written {
+        Ok(()) => {
+            json.push(b'}');
+            json_response(StatusCode::OK, json)
+        }
         Err(e) => {
             tracing::error!("cannot serialize an answer: {e}");
             error(&ApiError::Internal, request_id)
@@ -94,6 +112,7 @@ pub fn error(error: &ApiError, request_id: &str) -> Response<Body> {
         },
         meta: Meta {
             credits_used: 0,
+            cached: None,
             next_cursor: None,
             request_id,
         },

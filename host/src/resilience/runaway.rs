@@ -42,7 +42,7 @@ pub const BUDGET: Duration = Duration::from_secs(1);
 /// How often the watchdog looks at the calls in progress.
 pub const WATCH_EVERY: Duration = Duration::from_millis(100);
 /// An inline call running longer than this makes the watchdog wake an idle
-/// worker (see [`Watchdog::inspect`]).
+/// worker, so a worker stuck off the I/O driver cannot stall the server.
 pub const NUDGE_AFTER: Duration = Duration::from_millis(50);
 /// Calls of one quarantined provider that may run at once.
 pub const MAX_POOLED: usize = 2;

@@ -1,0 +1,476 @@
+//! The response cache: normalized answers kept in memory, bounded by bytes,
+//! each for its endpoint's time to live, and one upstream fetch for any
+//! number of callers asking for the same thing at once.
+//!
+//! - **What is stored** is the answer's `data`, serialized once, with the
+//!   provider that gave it and its upstream cursor, never a sealed token:
+//!   every answer seals its `next_cursor` when it is delivered. "Not found"
+//!   is stored for `not_found_ttl_s`; no other error is.
+//! - **The key** is the platform, the call as validated (so `@lunabakes`
+//!   and `lunabakes`, an absent `count` and its default, are one entry),
+//!   and for a later page the provider whose cursor it continues. Never the
+//!   API key: the data is public and the same for every caller.
+//! - **Coalescing**: the first caller to miss starts a fetch that belongs to
+//!   no caller (a task of its own); everyone who misses the same key
+//!   meanwhile waits for it. A caller that hangs up cancels nothing: the
+//!   others still get the answer, and it is still stored.
+//! - **Freshness** is [`freshness`]'s: the caller's `Cache-Control` may ask
+//!   for a fresh answer (`no-cache`) or a young one (`max-age`); an answer
+//!   whose time is up may still stand in, for `stale_if_error_s`, when the
+//!   providers fail.
+//!
+//! The store survives reloads (an entry keeps the time to live it was
+//! stored with) and is bounded by `[cache] max_bytes`, a process setting.
+
+pub mod freshness;
+pub mod status;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use plugin_api::{Call, Endpoint};
+use serde::Deserialize;
+use tokio::sync::watch;
+
+use crate::chain::{ChainError, Journal};
+use crate::config::{ConfigError, Context};
+
+/// Default `[cache] max_bytes`.
+pub const DEFAULT_MAX_BYTES: u64 = 64 * 1024 * 1024;
+/// The longest time to live a config may set: a year.
+const MAX_TTL_S: u64 = 365 * 24 * 3600;
+/// What an entry costs beyond its strings: the map's slot, the `Arc`, the
+/// entry's fields. Counted so that many tiny entries cannot outgrow
+/// `max_bytes`.
+const ENTRY_OVERHEAD: u64 = 256;
+
+/// `[cache]`, but `max_bytes`: serving settings, applied by a reload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheConfig {
+    pub enabled: bool,
+    /// `[cache.ttl_s]`, by endpoint; zero: not cached.
+    ttls: [(Endpoint, Duration); 5],
+    pub not_found_ttl: Duration,
+    pub stale_if_error: Duration,
+}
+
+impl CacheConfig {
+    /// How long answers of `endpoint` are stored; `None`: not at all.
+    pub fn ttl(&self, endpoint: Endpoint) -> Option<Duration> {
+        let (_, ttl) = self.ttls.iter().find(|(e, _)| *e == endpoint)?;
+        (self.enabled && !ttl.is_zero()).then_some(*ttl)
+    }
+}
+
+/// `[cache]` as written.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RawCache {
+    enabled: Option<bool>,
+    max_bytes: Option<u64>,
+    not_found_ttl_s: Option<u64>,
+    stale_if_error_s: Option<u64>,
+    #[serde(default)]
+    ttl_s: RawTtls,
+}
+
+/// `[cache.ttl_s]` as written.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawTtls {
+    profile: Option<u64>,
+    posts: Option<u64>,
+    post: Option<u64>,
+    comments: Option<u64>,
+    search: Option<u64>,
+}
+
+impl CacheConfig {
+    pub fn from_raw(raw: &RawCache, cx: &Context) -> Result<CacheConfig, ConfigError> {
+        let seconds = |key: &str, value: Option<u64>, default: u64| match value {
+            Some(s) if s > MAX_TTL_S => {
+                Err(cx.invalid(key, format!("must be at most {MAX_TTL_S} (a year)")))
+            }
+            value => Ok(Duration::from_secs(value.unwrap_or(default))),
+        };
+        let t = &raw.ttl_s;
+        Ok(CacheConfig {
+            enabled: raw.enabled.unwrap_or(true),
+            ttls: [
+                (
+                    Endpoint::Profile,
+                    seconds("[cache.ttl_s] profile", t.profile, 300)?,
+                ),
+                (
+                    Endpoint::Posts,
+                    seconds("[cache.ttl_s] posts", t.posts, 120)?,
+                ),
+                (Endpoint::Post, seconds("[cache.ttl_s] post", t.post, 300)?),
+                (
+                    Endpoint::Comments,
+                    seconds("[cache.ttl_s] comments", t.comments, 120)?,
+                ),
+                (
+                    Endpoint::Search,
+                    seconds("[cache.ttl_s] search", t.search, 600)?,
+                ),
+            ],
+            not_found_ttl: seconds("[cache] not_found_ttl_s", raw.not_found_ttl_s, 30)?,
+            stale_if_error: seconds("[cache] stale_if_error_s", raw.stale_if_error_s, 3600)?,
+        })
+    }
+}
+
+/// `[cache] max_bytes`: a process setting, since the store is built once.
+pub fn max_bytes_from_raw(raw: &RawCache, cx: &Context) -> Result<u64, ConfigError> {
+    cx.positive("[cache] max_bytes", raw.max_bytes, DEFAULT_MAX_BYTES)
+}
+
+/// What an answer is stored under; see the module doc.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Key {
+    platform: String,
+    call: Call,
+    /// For a later page: the provider whose upstream cursor `call` holds.
+    issuer: Option<String>,
+}
+
+impl Key {
+    pub fn new(platform: &str, call: &Call, issuer: Option<&str>) -> Key {
+        Key {
+            platform: platform.to_owned(),
+            call: call.clone(),
+            issuer: issuer.map(str::to_owned),
+        }
+    }
+
+    /// Roughly what the key's strings take.
+    fn weight(&self) -> u64 {
+        let text = self.platform.len()
+            + self.call.subject().len()
+            + self.call.cursor().map_or(0, str::len)
+            + self.issuer.as_ref().map_or(0, String::len);
+        text as u64
+    }
+}
+
+/// A stored answer.
+#[derive(Debug)]
+pub struct Entry {
+    stored_at: Instant,
+    ttl: Duration,
+    pub answer: Stored,
+    weight: u64,
+}
+
+/// What was stored.
+#[derive(Debug)]
+pub enum Stored {
+    Data(Data),
+    /// The user or post does not exist.
+    NotFound,
+}
+
+/// An answer's data and where its next page is.
+#[derive(Debug)]
+pub struct Data {
+    /// The `data` of the answer, serialized.
+    pub json: Bytes,
+    /// The provider that gave it: the only one that can continue its listing.
+    pub provider: String,
+    /// The provider's upstream cursor of the next page.
+    pub next_cursor: Option<String>,
+}
+
+impl Entry {
+    fn new(key: &Key, answer: Stored, ttl: Duration) -> Entry {
+        let strings = match &answer {
+            Stored::Data(data) => {
+                data.json.len()
+                    + data.provider.len()
+                    + data.next_cursor.as_ref().map_or(0, String::len)
+            }
+            Stored::NotFound => 0,
+        };
+        Entry {
+            stored_at: Instant::now(),
+            ttl,
+            answer,
+            weight: ENTRY_OVERHEAD + key.weight() + strings as u64,
+        }
+    }
+
+    /// An answer that is not stored: the cache is off for its endpoint.
+    pub fn unstored(answer: Stored) -> Entry {
+        Entry {
+            stored_at: Instant::now(),
+            ttl: Duration::ZERO,
+            answer,
+            weight: 0,
+        }
+    }
+
+    /// How long ago it was stored.
+    pub fn age(&self) -> Duration {
+        self.stored_at.elapsed()
+    }
+
+    /// How long it was stored to live.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+}
+
+/// Weighs entries by their bytes, so `max_bytes` bounds memory.
+#[derive(Clone)]
+struct ByBytes;
+
+impl quick_cache::Weighter<Key, Arc<Entry>> for ByBytes {
+    fn weight(&self, _key: &Key, entry: &Arc<Entry>) -> u64 {
+        entry.weight
+    }
+}
+
+/// How a fetch ended: what the chain answered, and what it did (for the
+/// log line and metrics of the request that started it).
+#[derive(Clone)]
+pub struct Landing {
+    pub outcome: Result<Arc<Entry>, ChainError>,
+    pub journal: Arc<Journal>,
+}
+
+/// What a fetch hands the cache before it is stored.
+pub struct Fetched {
+    pub outcome: Result<Stored, ChainError>,
+    pub journal: Journal,
+}
+
+/// The store and the fetches in flight.
+pub struct Cache {
+    store: quick_cache::sync::Cache<Key, Arc<Entry>, ByBytes>,
+    flights: Mutex<HashMap<Key, watch::Receiver<Option<Landing>>>>,
+}
+
+impl Cache {
+    pub fn new(max_bytes: u64) -> Arc<Cache> {
+        // quick_cache sizes its tables from an item estimate; answers are
+        // about a few KiB.
+        let estimated_items = usize::try_from(max_bytes / 4096)
+            .unwrap_or(usize::MAX)
+            .max(16);
+        Arc::new(Cache {
+            store: quick_cache::sync::Cache::with_weighter(estimated_items, max_bytes, ByBytes),
+            flights: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The stored answer for `key`, fresh or not.
+    pub fn get(&self, key: &Key) -> Option<Arc<Entry>> {
+        self.store.get(key)
+    }
+
+    /// Bytes the stored entries take, as weighed.
+    pub fn bytes(&self) -> u64 {
+        self.store.weight()
+    }
+
+    /// The answer for `key` from one fetch shared by every caller that asks
+    /// meanwhile. The first caller's `fetch` runs as a task of its own;
+    /// its answer is stored for `ttl` ("not found" for `not_found_ttl`;
+    /// nothing else). Returns the landing and whether this caller joined a
+    /// fetch another had started.
+    pub async fn fetch_shared<F>(
+        self: &Arc<Self>,
+        key: Key,
+        ttl: Duration,
+        not_found_ttl: Duration,
+        fetch: F,
+    ) -> (Landing, bool)
+    where
+        F: Future<Output = Fetched> + Send + 'static,
+    {
+        let (mut landed, collapsed) = {
+            let mut flights = lock(&self.flights);
+            match flights.get(&key) {
+                Some(landed) => (landed.clone(), true),
+                None => {
+                    let (land, landed) = watch::channel(None);
+                    flights.insert(key.clone(), landed.clone());
+                    let cache = self.clone();
+                    tokio::spawn(async move {
+                        let Fetched { outcome, journal } = fetch.await;
+                        let outcome = outcome.map(|answer| {
+                            let ttl = match answer {
+                                Stored::Data(_) => ttl,
+                                Stored::NotFound => not_found_ttl,
+                            };
+                            let entry = Arc::new(Entry::new(&key, answer, ttl));
+                            if !ttl.is_zero() {
+                                cache.store.insert(key.clone(), entry.clone());
+                            }
+                            entry
+                        });
+                        let _ = land.send(Some(Landing {
+                            outcome,
+                            journal: Arc::new(journal),
+                        }));
+                        lock(&cache.flights).remove(&key);
+                    });
+                    (landed, false)
+                }
+            }
+        };
+        let landing = match landed.wait_for(Option::is_some).await {
+            Ok(landing) => landing.clone(),
+            Err(_) => None,
+        };
+        // The fetch task ended without landing (a bug: it panicked).
+        let landing = landing.unwrap_or_else(|| Landing {
+            outcome: Err(ChainError::Exhausted),
+            journal: Arc::default(),
+        });
+        (landing, collapsed)
+    }
+}
+
+/// The data behind these locks is a plain map: a panic cannot tear it.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn profile(username: &str) -> Key {
+        let call = Call::from_params(Endpoint::Profile, [("username", username)]).unwrap();
+        Key::new("shortvideo", &call, None)
+    }
+
+    fn data(json: &str) -> Stored {
+        Stored::Data(Data {
+            json: Bytes::from(json.to_owned()),
+            provider: "p".into(),
+            next_cursor: None,
+        })
+    }
+
+    #[test]
+    fn a_validated_call_is_one_key() {
+        assert_eq!(profile("@luna"), profile("luna"));
+        let call = |params: &[(&str, &str)]| {
+            Key::new(
+                "shortvideo",
+                &Call::from_params(Endpoint::Comments, params.iter().copied()).unwrap(),
+                None,
+            )
+        };
+        assert_eq!(
+            call(&[("id", "1")]),
+            call(&[("id", "1"), ("count", "20")]),
+            "an absent count and its default"
+        );
+        assert_ne!(call(&[("id", "1")]), call(&[("id", "1"), ("count", "21")]));
+    }
+
+    #[tokio::test]
+    async fn concurrent_misses_share_one_fetch_and_store_it() {
+        let cache = Cache::new(1 << 20);
+        let fetches = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (release, released) = tokio::sync::oneshot::channel::<()>();
+        let released = Arc::new(tokio::sync::Mutex::new(Some(released)));
+        let mut callers = Vec::new();
+        for _ in 0..10 {
+            let (cache, fetches, released) = (cache.clone(), fetches.clone(), released.clone());
+            callers.push(tokio::spawn(async move {
+                let fetch = async move {
+                    fetches.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    if let Some(released) = released.lock().await.take() {
+                        let _ = released.await;
+                    }
+                    Fetched {
+                        outcome: Ok(data("{\"a\":1}")),
+                        journal: Journal::default(),
+                    }
+                };
+                cache
+                    .fetch_shared(
+                        profile("luna"),
+                        Duration::from_secs(60),
+                        Duration::ZERO,
+                        fetch,
+                    )
+                    .await
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // The first caller hangs up: the fetch goes on.
+        callers.remove(0).abort();
+        release.send(()).unwrap();
+        let mut collapsed = 0;
+        for caller in callers {
+            let (landing, joined) = caller.await.unwrap();
+            assert!(landing.outcome.is_ok());
+            collapsed += usize::from(joined);
+        }
+        assert_eq!(fetches.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert!(collapsed >= 8, "{collapsed}");
+        assert!(cache.get(&profile("luna")).is_some(), "stored");
+        assert!(cache.bytes() > 0);
+    }
+
+    #[tokio::test]
+    async fn errors_are_not_stored_and_not_found_only_for_its_ttl() {
+        let cache = Cache::new(1 << 20);
+        let failing = async {
+            Fetched {
+                outcome: Err(ChainError::Exhausted),
+                journal: Journal::default(),
+            }
+        };
+        let (landing, _) = cache
+            .fetch_shared(
+                profile("a"),
+                Duration::from_secs(60),
+                Duration::from_secs(60),
+                failing,
+            )
+            .await;
+        assert_eq!(landing.outcome.err(), Some(ChainError::Exhausted));
+        assert!(cache.get(&profile("a")).is_none());
+
+        let missing = async {
+            Fetched {
+                outcome: Ok(Stored::NotFound),
+                journal: Journal::default(),
+            }
+        };
+        cache
+            .fetch_shared(
+                profile("b"),
+                Duration::from_secs(60),
+                Duration::ZERO,
+                missing,
+            )
+            .await;
+        assert!(
+            cache.get(&profile("b")).is_none(),
+            "not_found_ttl 0: not stored"
+        );
+    }
+
+    #[test]
+    fn memory_stays_within_max_bytes() {
+        let cache = Cache::new(64 * 1024);
+        let body = "x".repeat(1000);
+        for n in 0..1000 {
+            let key = profile(&format!("user{n}"));
+            let entry = Arc::new(Entry::new(&key, data(&body), Duration::from_secs(60)));
+            cache.store.insert(key, entry);
+        }
+        assert!(cache.bytes() <= 64 * 1024, "{}", cache.bytes());
+    }
+}

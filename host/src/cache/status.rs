@@ -1,0 +1,136 @@
+//! The `Cache-Status` header (RFC 9211) of every data answer: whether the
+//! cache answered and, if not, why it went to the providers. The cache is
+//! named `socialgate`, never after a provider.
+
+use std::time::Duration;
+
+/// Why the request went to the providers (`fwd=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Forward {
+    /// Nothing was stored.
+    Miss,
+    /// What was stored had expired.
+    Stale,
+    /// The caller's `Cache-Control` refused what was stored.
+    Request,
+    /// The cache is off for this endpoint.
+    Bypass,
+}
+
+/// What the cache did for one answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheStatus {
+    /// Served from the cache, `ttl` seconds before it expires.
+    Hit { ttl: i64 },
+    /// Fetched: why, whether it was stored (and for how long), and whether
+    /// this request waited on another's fetch.
+    Fetched {
+        forward: Forward,
+        stored: Option<u64>,
+        collapsed: bool,
+    },
+    /// The providers failed and an expired answer stood in: `ttl` is how
+    /// long ago it expired, negative.
+    StaleIfError { ttl: i64 },
+}
+
+impl CacheStatus {
+    pub fn bypass() -> CacheStatus {
+        CacheStatus::Fetched {
+            forward: Forward::Bypass,
+            stored: None,
+            collapsed: false,
+        }
+    }
+
+    /// The header's value.
+    pub fn header_value(&self) -> String {
+        match *self {
+            CacheStatus::Hit { ttl } => format!("socialgate; hit; ttl={ttl}"),
+            CacheStatus::Fetched {
+                forward,
+                stored,
+                collapsed,
+            } => {
+                let forward = match forward {
+                    Forward::Miss => "miss",
+                    Forward::Stale => "stale",
+                    Forward::Request => "request",
+                    Forward::Bypass => "bypass",
+                };
+                let mut value = format!("socialgate; fwd={forward}");
+                if let Some(ttl) = stored {
+                    value.push_str(&format!("; stored; ttl={ttl}"));
+                }
+                if collapsed {
+                    value.push_str("; collapsed");
+                }
+                value
+            }
+            CacheStatus::StaleIfError { ttl } => format!("socialgate; fwd=stale; ttl={ttl}"),
+        }
+    }
+}
+
+impl CacheStatus {
+    /// A short word for the request's log line.
+    pub fn log_value(&self) -> String {
+        match self {
+            CacheStatus::Hit { .. } => "hit".into(),
+            CacheStatus::Fetched {
+                forward: Forward::Bypass,
+                ..
+            } => "bypass".into(),
+            CacheStatus::Fetched {
+                collapsed: true, ..
+            } => "collapsed".into(),
+            CacheStatus::Fetched { .. } => "miss".into(),
+            CacheStatus::StaleIfError { .. } => "stale".into(),
+        }
+    }
+}
+
+/// `ttl` minus `age` in whole seconds, rounded down: negative as soon as
+/// the answer has expired.
+pub fn seconds_left(ttl: Duration, age: Duration) -> i64 {
+    let millis = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+    millis(ttl).saturating_sub(millis(age)).div_euclid(1000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_values() {
+        assert_eq!(
+            CacheStatus::Hit { ttl: 297 }.header_value(),
+            "socialgate; hit; ttl=297"
+        );
+        let fetched = CacheStatus::Fetched {
+            forward: Forward::Miss,
+            stored: Some(300),
+            collapsed: true,
+        };
+        assert_eq!(
+            fetched.header_value(),
+            "socialgate; fwd=miss; stored; ttl=300; collapsed"
+        );
+        assert_eq!(
+            CacheStatus::bypass().header_value(),
+            "socialgate; fwd=bypass"
+        );
+        assert_eq!(
+            CacheStatus::StaleIfError { ttl: -45 }.header_value(),
+            "socialgate; fwd=stale; ttl=-45"
+        );
+        assert_eq!(
+            seconds_left(Duration::from_secs(300), Duration::from_millis(3500)),
+            296
+        );
+        assert_eq!(
+            seconds_left(Duration::from_secs(1), Duration::from_secs(46)),
+            -45
+        );
+    }
+}

@@ -1,0 +1,204 @@
+//! Where a data answer comes from, once a request has passed its checks:
+//! the cache, a fetch shared with others asking the same, or (when the
+//! cache is off for the endpoint) the failover chain directly. Also where
+//! an expired answer stands in when the providers fail.
+
+use std::sync::Arc;
+
+use plugin_api::Call;
+use tracing::Instrument;
+
+use crate::cache::freshness::{self, Directives, Verdict};
+use crate::cache::status::{seconds_left, CacheStatus, Forward};
+use crate::cache::{Data, Entry, Fetched, Key, Stored};
+use crate::chain::{self, ChainError, Journal, Served};
+use crate::metrics;
+use crate::resilience::deadline::Deadline;
+use crate::routing::Provider;
+use crate::state::{App, Snapshot};
+
+/// An answer with data.
+pub struct Found {
+    pub entry: Arc<Entry>,
+    /// Whether it came from the cache (`meta.cached`).
+    pub cached: bool,
+    pub status: CacheStatus,
+}
+
+impl Found {
+    /// The answer's data; every `Found` holds some.
+    pub fn data(&self) -> &Data {
+        match &self.entry.answer {
+            Stored::Data(data) => data,
+            Stored::NotFound => unreachable!("a found answer holds data"),
+        }
+    }
+}
+
+/// No data: why, and what the cache did (for "not found", which carries
+/// `Cache-Status` too).
+pub struct Unanswered {
+    pub error: ChainError,
+    pub status: Option<CacheStatus>,
+}
+
+/// What one request needs to find its answer.
+pub struct Ask<'a> {
+    pub platform: &'a str,
+    pub call: &'a Call,
+    /// The providers to ask, in order.
+    pub providers: &'a [Arc<Provider>],
+    /// For a later page: the provider whose cursor the call continues.
+    pub issuer: Option<&'a str>,
+    pub directives: Directives,
+    pub deadline: Deadline,
+}
+
+/// Finds the answer to `ask`, noting in `journal` what the chain did for
+/// this request (nothing when another request's fetch answered it).
+pub async fn find(
+    app: &App,
+    snapshot: &Snapshot,
+    ask: Ask<'_>,
+    journal: &mut Journal,
+) -> Result<Found, Unanswered> {
+    let endpoint = ask.call.endpoint();
+    let config = &snapshot.serving.cache;
+    let Some(ttl) = config.ttl(endpoint) else {
+        metrics::cache(endpoint, "bypass");
+        let served = chain::serve(
+            ask.providers,
+            ask.call,
+            &app.upstream,
+            ask.deadline,
+            journal,
+        )
+        .await
+        .map_err(|error| Unanswered {
+            status: (error == ChainError::NotFound).then(CacheStatus::bypass),
+            error,
+        })?;
+        return Ok(Found {
+            entry: Arc::new(Entry::unstored(Stored::Data(data_of(&served)))),
+            cached: false,
+            status: CacheStatus::bypass(),
+        });
+    };
+
+    let key = Key::new(ask.platform, ask.call, ask.issuer);
+    let stored = app.cache.get(&key);
+    let forward = match &stored {
+        None => Forward::Miss,
+        Some(entry) => match freshness::judge(entry.age(), entry.ttl(), ask.directives) {
+            Verdict::Fresh => {
+                metrics::cache(endpoint, "hit");
+                let status = CacheStatus::Hit {
+                    ttl: seconds_left(entry.ttl(), entry.age()),
+                };
+                return match entry.answer {
+                    Stored::Data(_) => Ok(Found {
+                        entry: entry.clone(),
+                        cached: true,
+                        status,
+                    }),
+                    Stored::NotFound => Err(Unanswered {
+                        error: ChainError::NotFound,
+                        status: Some(status),
+                    }),
+                };
+            }
+            Verdict::Stale => Forward::Stale,
+            Verdict::Refused => Forward::Request,
+        },
+    };
+
+    let fetch = {
+        let (providers, call, client) = (
+            ask.providers.to_vec(),
+            ask.call.clone(),
+            app.upstream.clone(),
+        );
+        let deadline = ask.deadline;
+        async move {
+            let mut journal = Journal::default();
+            let outcome =
+                match chain::serve(&providers, &call, &client, deadline, &mut journal).await {
+                    Ok(served) => Ok(Stored::Data(data_of(&served))),
+                    Err(ChainError::NotFound) => Ok(Stored::NotFound),
+                    Err(error) => Err(error),
+                };
+            Fetched { outcome, journal }
+        }
+        // The fetch's log lines carry the ID of the request that started it.
+        .instrument(tracing::Span::current())
+    };
+    let (landing, collapsed) = app
+        .cache
+        .fetch_shared(key, ttl, config.not_found_ttl, fetch)
+        .await;
+    metrics::cache(endpoint, if collapsed { "collapsed" } else { "miss" });
+    if !collapsed {
+        journal.attempts = landing.journal.attempts.clone();
+    }
+    let fetched = |stored: std::time::Duration| CacheStatus::Fetched {
+        forward,
+        stored: (!stored.is_zero()).then_some(stored.as_secs()),
+        collapsed,
+    };
+    match landing.outcome {
+        Ok(entry) => match entry.answer {
+            Stored::Data(_) => Ok(Found {
+                status: fetched(ttl),
+                entry,
+                cached: false,
+            }),
+            Stored::NotFound => Err(Unanswered {
+                error: ChainError::NotFound,
+                status: Some(fetched(config.not_found_ttl)),
+            }),
+        },
+        Err(error @ (ChainError::Exhausted | ChainError::DeadlineExceeded)) => {
+            match stored.filter(|entry| {
+                matches!(entry.answer, Stored::Data(_))
+                    && freshness::usable_when_failing(
+                        entry.age(),
+                        entry.ttl(),
+                        config.stale_if_error,
+                    )
+            }) {
+                Some(entry) => {
+                    let expired_secs = -seconds_left(entry.ttl(), entry.age());
+                    tracing::warn!(
+                        expired_secs,
+                        "the providers could not answer; serving a stored answer past its time to live"
+                    );
+                    metrics::cache(endpoint, "stale");
+                    Ok(Found {
+                        status: CacheStatus::StaleIfError {
+                            ttl: seconds_left(entry.ttl(), entry.age()),
+                        },
+                        entry,
+                        cached: true,
+                    })
+                }
+                None => Err(Unanswered {
+                    error,
+                    status: None,
+                }),
+            }
+        }
+        Err(error) => Err(Unanswered {
+            error,
+            status: None,
+        }),
+    }
+}
+
+/// What a provider's answer is stored as.
+fn data_of(served: &Served) -> Data {
+    Data {
+        json: super::response::data_json(&served.done.output),
+        provider: served.provider.name.clone(),
+        next_cursor: served.done.next_cursor.clone(),
+    }
+}

@@ -1,0 +1,405 @@
+//! The response cache, against wiremock upstreams whose request counts say
+//! what reached them: repeats within a time to live are answered from the
+//! cache, concurrent misses share one fetch (even when the first caller
+//! hangs up), "not found" is kept for its own short time and failures not
+//! at all, `Cache-Control` is honoured, an expired answer stands in when the
+//! providers fail (within its window only), the cache can be turned off per
+//! endpoint or whole, a reload keeps what is stored, and memory stays within
+//! `max_bytes`.
+
+use std::time::{Duration, Instant};
+
+use socialgate_tests::config::PRIMARY;
+use socialgate_tests::operator::{admin_addr, log_line_within, scrape, send};
+use socialgate_tests::reload::{await_watching, replace_file, wait_for_log, Memory, APPLIED};
+use socialgate_tests::upstream::{fixtures, json_response, POST_ID, PRIMARY_FOLLOWERS};
+use socialgate_tests::{Answer, Stack};
+
+const PROFILE: &str = "/v1/shortvideo/profile?username=lunabakes";
+const POST: &str = "/v1/shortvideo/post?id=7312345678901234567";
+const COMMENTS: &str = "/v1/shortvideo/comments?id=7312345678901234567&count=3";
+const NOBODY: &str = "/v1/shortvideo/profile?username=nobody_here";
+
+/// The primary alone, with the cache configured by `cache` (the body of the
+/// `[cache]` table) and a breaker that never opens, so every fetch that
+/// reaches the chain reaches the upstream.
+async fn cached_stack(cache: &str) -> Stack {
+    let stack = Stack::builder()
+        .providers(&[PRIMARY])
+        .search_order(None)
+        .breaker_failures(1000)
+        .cache(cache)
+        .start()
+        .await;
+    stack.primary.serve_fixtures().await;
+    stack
+}
+
+fn cache_status(a: &Answer) -> &str {
+    a.header("cache-status")
+        .unwrap_or_else(|| panic!("no Cache-Status: {a:?}"))
+}
+
+fn cached(a: &Answer) -> bool {
+    a.json["meta"]["cached"]
+        .as_bool()
+        .unwrap_or_else(|| panic!("meta.cached is a boolean on every success: {a:?}"))
+}
+
+#[tokio::test]
+async fn a_repeat_within_its_ttl_is_answered_from_the_cache() {
+    let stack = cached_stack("enabled = true").await;
+
+    let first = stack.get(PROFILE).await;
+    first.assert_success(false);
+    assert!(!cached(&first), "{first:?}");
+    assert_eq!(
+        cache_status(&first),
+        "socialgate; fwd=miss; stored; ttl=300"
+    );
+    assert!(first.header("age").is_none(), "{first:?}");
+
+    for path in [PROFILE, "/v1/shortvideo/profile?username=@lunabakes"] {
+        let again = stack.get(path).await;
+        again.assert_success(false);
+        assert!(cached(&again), "{again:?}");
+        assert_eq!(again.data(), first.data(), "the same data");
+        let status = cache_status(&again);
+        assert!(status.starts_with("socialgate; hit; ttl="), "{status}");
+        assert!(again.header("age").is_some(), "{again:?}");
+        assert_eq!(
+            again.json["meta"]["credits_used"], 1,
+            "a hit costs a credit"
+        );
+    }
+    assert_eq!(stack.primary.request_count().await, 1, "one upstream call");
+
+    // Lists too: the stored page seals its cursor for each caller.
+    let page = stack.get(COMMENTS).await;
+    page.assert_success(true);
+    let again = stack.get(COMMENTS).await;
+    assert!(cached(&again), "{again:?}");
+    assert_eq!(again.data(), page.data());
+    assert!(again.next_cursor().is_some(), "{again:?}");
+    assert_eq!(stack.primary.request_count().await, 2);
+
+    let metrics = scrape(admin_addr(&stack.server)).await;
+    let hits = metrics.sum(
+        "socialgate_cache_requests_total",
+        &[("endpoint", "profile"), ("result", "hit")],
+    );
+    assert_eq!(hits, Some(2.0), "two profile hits counted");
+    assert!(metrics.sum("socialgate_cache_bytes", &[]).unwrap_or(0.0) > 0.0);
+}
+
+#[tokio::test]
+async fn concurrent_misses_share_one_upstream_fetch() {
+    let stack = cached_stack("enabled = true").await;
+    stack.primary.reset().await;
+    let slow =
+        json_response(&fixtures::primary_aweme_detail()).set_delay(Duration::from_millis(500));
+    stack
+        .primary
+        .respond(
+            stack
+                .primary
+                .route("/v1/aweme/detail", &[("aweme_id", POST_ID)]),
+            slow,
+        )
+        .await;
+
+    let answers: Vec<_> = (0..100)
+        .map(|_| {
+            let api = stack.api.clone();
+            tokio::spawn(async move { api.get(POST).await })
+        })
+        .collect();
+    let mut collapsed = 0;
+    for answer in answers {
+        let a = answer.await.expect("the request task finished");
+        a.assert_success(false);
+        assert!(!cached(&a), "fresh data for all: {a:?}");
+        collapsed += usize::from(cache_status(&a).contains("collapsed"));
+    }
+    assert_eq!(stack.primary.request_count().await, 1, "exactly one fetch");
+    assert!(collapsed >= 50, "most waited on the one fetch: {collapsed}");
+}
+
+#[tokio::test]
+async fn the_first_caller_hanging_up_cancels_nothing() {
+    let stack = cached_stack("enabled = true").await;
+    stack.primary.reset().await;
+    let slow =
+        json_response(&fixtures::primary_aweme_detail()).set_delay(Duration::from_millis(800));
+    stack
+        .primary
+        .respond(
+            stack
+                .primary
+                .route("/v1/aweme/detail", &[("aweme_id", POST_ID)]),
+            slow,
+        )
+        .await;
+
+    let impatient = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_millis(200))
+        .build()
+        .expect("an HTTP client");
+    let first = impatient
+        .get(format!("{}{POST}", stack.server.base_url()))
+        .header("X-API-Key", &stack.key)
+        .send()
+        .await;
+    assert!(
+        first.as_ref().is_err_and(reqwest::Error::is_timeout),
+        "the first caller gave up: {first:?}"
+    );
+    let answers: Vec<_> = (0..99)
+        .map(|_| {
+            let api = stack.api.clone();
+            tokio::spawn(async move { api.get(POST).await })
+        })
+        .collect();
+    for answer in answers {
+        let a = answer.await.expect("the request task finished");
+        a.assert_success(false);
+    }
+    assert_eq!(
+        stack.primary.request_count().await,
+        1,
+        "one fetch, not cancelled"
+    );
+    let later = stack.get(POST).await;
+    assert!(cached(&later), "the fetch was stored: {later:?}");
+    assert_eq!(stack.primary.request_count().await, 1);
+}
+
+#[tokio::test]
+async fn not_found_is_kept_for_its_own_ttl_only() {
+    let stack = cached_stack("not_found_ttl_s = 1").await;
+    stack
+        .primary
+        .profile("nobody_here", &fixtures::primary_user_not_found())
+        .await;
+
+    let first = stack.get(NOBODY).await;
+    first.assert_error(404, "RESOURCE_NOT_FOUND");
+    assert_eq!(cache_status(&first), "socialgate; fwd=miss; stored; ttl=1");
+    let again = stack.get(NOBODY).await;
+    again.assert_error(404, "RESOURCE_NOT_FOUND");
+    assert!(cache_status(&again).contains("hit"), "{again:?}");
+    assert_eq!(stack.primary.request_count().await, 1);
+
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    stack
+        .get(NOBODY)
+        .await
+        .assert_error(404, "RESOURCE_NOT_FOUND");
+    assert_eq!(
+        stack.primary.request_count().await,
+        2,
+        "asked again after 1 s"
+    );
+}
+
+#[tokio::test]
+async fn a_failure_is_never_cached() {
+    let stack = cached_stack("enabled = true").await;
+    stack.primary.reset().await;
+    stack.primary.fail_all(503).await;
+    for n in 1..=3 {
+        let a = stack.get(PROFILE).await;
+        a.assert_error(502, "UPSTREAM_UNAVAILABLE");
+        assert!(a.header("cache-status").is_none(), "{a:?}");
+        assert_eq!(stack.primary.request_count().await, n);
+    }
+}
+
+#[tokio::test]
+async fn cache_control_no_cache_refreshes_and_max_age_bounds_the_age() {
+    let stack = cached_stack("enabled = true").await;
+    let key = stack.key.clone();
+    let base = stack.server.base_url();
+    let with = |directive: &'static str| {
+        let (base, key) = (base.clone(), key.clone());
+        async move {
+            send(
+                &base,
+                "GET",
+                PROFILE,
+                &[("X-API-Key", &key), ("Cache-Control", directive)],
+            )
+            .await
+        }
+    };
+    stack.get(PROFILE).await.assert_success(false);
+
+    let fresh = with("no-cache").await;
+    fresh.assert_success(false);
+    assert!(!cached(&fresh), "{fresh:?}");
+    assert_eq!(
+        cache_status(&fresh),
+        "socialgate; fwd=request; stored; ttl=300"
+    );
+    assert_eq!(
+        stack.primary.request_count().await,
+        2,
+        "no-cache went upstream"
+    );
+    assert!(cached(&stack.get(PROFILE).await), "and refreshed the entry");
+
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let young = with("max-age=0").await;
+    assert!(!cached(&young), "older than 0 s: fetched: {young:?}");
+    assert!(cache_status(&young).contains("fwd=request"), "{young:?}");
+    assert_eq!(stack.primary.request_count().await, 3);
+    let old_enough = with("max-age=60").await;
+    assert!(cached(&old_enough), "{old_enough:?}");
+    assert_eq!(stack.primary.request_count().await, 3);
+}
+
+#[tokio::test]
+async fn an_expired_answer_stands_in_for_a_failure_within_its_window_only() {
+    let stack = cached_stack("stale_if_error_s = 2\n[cache.ttl_s]\nprofile = 1").await;
+    stack.get(PROFILE).await.assert_success(false);
+    stack.primary.reset().await;
+    stack.primary.fail_all(503).await;
+
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let stale = stack.get(PROFILE).await;
+    stale.assert_success(false);
+    assert!(cached(&stale), "{stale:?}");
+    assert_eq!(
+        stale.data()["followers"],
+        PRIMARY_FOLLOWERS,
+        "the stored data"
+    );
+    let status = cache_status(&stale);
+    assert!(
+        status.starts_with("socialgate; fwd=stale; ttl=-"),
+        "{status}"
+    );
+    log_line_within(
+        &stack.server,
+        &["past its time to live"],
+        Duration::from_secs(2),
+    )
+    .await;
+
+    // A no-cache refresh that fails falls back the same way.
+    let refused = send(
+        &stack.server.base_url(),
+        "GET",
+        PROFILE,
+        &[("X-API-Key", &stack.key), ("Cache-Control", "no-cache")],
+    )
+    .await;
+    assert!(cached(&refused), "{refused:?}");
+
+    // Past ttl + window: the failure shows.
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    stack
+        .get(PROFILE)
+        .await
+        .assert_error(502, "UPSTREAM_UNAVAILABLE");
+}
+
+#[tokio::test]
+async fn a_ttl_of_zero_or_a_disabled_cache_sends_every_request_upstream() {
+    for cache in ["[cache.ttl_s]\nprofile = 0", "enabled = false"] {
+        let stack = cached_stack(cache).await;
+        for n in 1..=3 {
+            let a = stack.get(PROFILE).await;
+            a.assert_success(false);
+            assert!(!cached(&a), "{cache}: {a:?}");
+            assert_eq!(cache_status(&a), "socialgate; fwd=bypass", "{cache}");
+            assert_eq!(stack.primary.request_count().await, n, "{cache}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_reload_keeps_what_is_stored() {
+    let stack = cached_stack("enabled = true").await;
+    let applied = await_watching(&stack.server, &stack.config).await;
+    stack.get(PROFILE).await.assert_success(false);
+
+    // Another time to live for new entries, another provider timeout.
+    let text = stack
+        .config
+        .text()
+        .replacen("timeout_ms = 2000", "timeout_ms = 2500", 1)
+        .replacen(
+            "[cache]\nenabled = true",
+            "[cache]\nenabled = true\n[cache.ttl_s]\nprofile = 60",
+            1,
+        );
+    replace_file(stack.config.path(), text);
+    wait_for_log(&stack.server, APPLIED, applied + 1).await;
+
+    let a = stack.get(PROFILE).await;
+    assert!(cached(&a), "still stored after the reload: {a:?}");
+    let status = cache_status(&a);
+    let ttl: u64 = status
+        .rsplit("ttl=")
+        .next()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("{status}"));
+    assert!(
+        ttl > 60,
+        "the entry keeps the time to live it was stored with: {status}"
+    );
+    assert_eq!(stack.primary.request_count().await, 1);
+}
+
+#[tokio::test]
+async fn a_flood_of_distinct_keys_stays_within_max_bytes() {
+    /// What the cache may hold, and what the process may grow by beyond it
+    /// (allocator slack, connection buffers, the metrics of a busy minute).
+    const MAX_BYTES: u64 = 1024 * 1024;
+    const OVERHEAD_KIB: u64 = 16 * 1024;
+    let stack = cached_stack(&format!("max_bytes = {MAX_BYTES}")).await;
+    stack.primary.reset().await;
+    // Every username answers, so each is a new stored entry.
+    stack
+        .primary
+        .respond(
+            wiremock::Mock::given(wiremock::matchers::path("/v1/user/profile")),
+            json_response(&fixtures::primary_user_profile()),
+        )
+        .await;
+    let flood = |range: std::ops::Range<usize>| {
+        let api = stack.api.clone();
+        async move {
+            for n in range {
+                let a = api
+                    .get(&format!("/v1/shortvideo/profile?username=user{n}"))
+                    .await;
+                assert_eq!(a.status, 200, "{a:?}");
+            }
+        }
+    };
+    flood(0..200).await;
+    let before = Memory::of(stack.server.pid());
+    let started = Instant::now();
+    let workers: Vec<_> = (0..8)
+        .map(|w| tokio::spawn(flood(200 + w * 500..200 + (w + 1) * 500)))
+        .collect();
+    for worker in workers {
+        worker.await.expect("the flood finished");
+    }
+    let after = Memory::of(stack.server.pid());
+    let metrics = scrape(admin_addr(&stack.server)).await;
+    let cache_bytes = metrics
+        .sum("socialgate_cache_bytes", &[])
+        .expect("the gauge");
+    assert!(cache_bytes <= MAX_BYTES as f64, "{cache_bytes}");
+    let grown = after.rss.saturating_sub(before.rss);
+    assert!(
+        grown <= MAX_BYTES / 1024 + OVERHEAD_KIB,
+        "RSS grew {grown} KiB over 4,000 distinct keys in {:?} ({before:?} -> {after:?})",
+        started.elapsed()
+    );
+    assert_eq!(stack.primary.request_count().await, 4200);
+}
