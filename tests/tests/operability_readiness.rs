@@ -18,7 +18,7 @@ use serde_json::Value;
 use socialgate_tests::config::{standard_env, FALLBACK, FALLBACK_KEY, PRIMARY_KEY};
 use socialgate_tests::openapi::Contract;
 use socialgate_tests::operator::{
-    finish_get_on, log_line_within, send, signal, start_get_on, wait_exit,
+    admin_addr, finish_get_on, log_line_within, send, signal, start_get_on, wait_exit,
 };
 use socialgate_tests::upstream::{fixtures, json_response, LUNA};
 use socialgate_tests::{issue_key, Answer, FallbackMock, PrimaryMock, Server, Stack};
@@ -86,11 +86,20 @@ async fn readyz_is_200_when_loaded_and_503_while_draining_at_sigterm() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 
+    let admin = admin_addr(&stack.server);
+    assert!(
+        TcpStream::connect(admin).await.is_ok(),
+        "the admin listener is up"
+    );
     signal(&stack.server, "TERM");
     log_line(&stack.server, &["shutting down"]).await;
     assert!(
         TcpStream::connect(stack.server.addr()).await.is_err(),
         "no new connection is accepted while draining"
+    );
+    assert!(
+        TcpStream::connect(admin).await.is_err(),
+        "the admin listener drains with the public one"
     );
     assert!(
         !in_flight.is_finished(),
