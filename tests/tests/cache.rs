@@ -35,6 +35,17 @@ async fn cached_stack(cache: &str) -> Stack {
     stack
 }
 
+/// Makes the primary answer the post only after `delay`, so requests made
+/// meanwhile overlap one fetch.
+async fn answer_post_after(stack: &Stack, delay: Duration) {
+    stack.primary.reset().await;
+    let slow = json_response(&fixtures::primary_aweme_detail()).set_delay(delay);
+    let route = stack
+        .primary
+        .route("/v1/aweme/detail", &[("aweme_id", POST_ID)]);
+    stack.primary.respond(route, slow).await;
+}
+
 fn cache_status(a: &Answer) -> &str {
     a.header("cache-status")
         .unwrap_or_else(|| panic!("no Cache-Status: {a:?}"))
@@ -95,18 +106,7 @@ async fn a_repeat_within_its_ttl_is_answered_from_the_cache() {
 #[tokio::test]
 async fn concurrent_misses_share_one_upstream_fetch() {
     let stack = cached_stack("enabled = true").await;
-    stack.primary.reset().await;
-    let slow =
-        json_response(&fixtures::primary_aweme_detail()).set_delay(Duration::from_millis(500));
-    stack
-        .primary
-        .respond(
-            stack
-                .primary
-                .route("/v1/aweme/detail", &[("aweme_id", POST_ID)]),
-            slow,
-        )
-        .await;
+    answer_post_after(&stack, Duration::from_millis(500)).await;
 
     let answers: Vec<_> = (0..100)
         .map(|_| {
@@ -128,18 +128,7 @@ async fn concurrent_misses_share_one_upstream_fetch() {
 #[tokio::test]
 async fn the_first_caller_hanging_up_cancels_nothing() {
     let stack = cached_stack("enabled = true").await;
-    stack.primary.reset().await;
-    let slow =
-        json_response(&fixtures::primary_aweme_detail()).set_delay(Duration::from_millis(800));
-    stack
-        .primary
-        .respond(
-            stack
-                .primary
-                .route("/v1/aweme/detail", &[("aweme_id", POST_ID)]),
-            slow,
-        )
-        .await;
+    answer_post_after(&stack, Duration::from_millis(800)).await;
 
     let impatient = reqwest::Client::builder()
         .no_proxy()

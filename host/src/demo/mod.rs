@@ -58,8 +58,23 @@ pub async fn run(listen: Option<SocketAddr>, fail_primary: bool) -> Result<(), R
 fn demo_config(sandbox: &Sandbox, plugin_dir: &Path, listen: Option<SocketAddr>) -> String {
     let listen = listen.map_or(DEFAULT_LISTEN.to_owned(), |a| a.to_string());
     let plugin_dir = toml_string(&plugin_dir.display().to_string());
-    let primary = toml_string(&sandbox.primary_url);
-    let fallback = toml_string(&sandbox.fallback_url);
+    let providers = [
+        ("shortvideo-primary", &sandbox.primary_url, PRIMARY_KEY_ENV),
+        (
+            "shortvideo-fallback",
+            &sandbox.fallback_url,
+            FALLBACK_KEY_ENV,
+        ),
+    ]
+    .map(|(name, url, key_env)| {
+        format!(
+            "[providers.{name}]\nlibrary = \"{library}\"\nbase_url = {url}\n\
+             api_key_env = \"{key_env}\"\nbreaker_failures = 3\nbreaker_cooldown_ms = 10000\n",
+            library = name.replace('-', "_"),
+            url = toml_string(url),
+        )
+    })
+    .join("\n");
     format!(
         r#"# Written by `socialgate demo` for this run; changes to it are reloaded.
 [server]
@@ -74,20 +89,7 @@ providers = ["shortvideo-primary", "shortvideo-fallback"]
 [platforms.shortvideo.endpoints]
 search = ["shortvideo-fallback"]
 
-[providers.shortvideo-primary]
-library = "shortvideo_primary"
-base_url = {primary}
-api_key_env = "{PRIMARY_KEY_ENV}"
-breaker_failures = 3
-breaker_cooldown_ms = 10000
-
-[providers.shortvideo-fallback]
-library = "shortvideo_fallback"
-base_url = {fallback}
-api_key_env = "{FALLBACK_KEY_ENV}"
-breaker_failures = 3
-breaker_cooldown_ms = 10000
-"#
+{providers}"#
     )
 }
 
