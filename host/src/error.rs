@@ -28,8 +28,10 @@ pub enum ApiError {
     ResourceNotFound,
     #[error("this key has no credits left")]
     InsufficientCredits,
+    /// Every provider failed, or none may be asked now (then the caller is
+    /// told when to retry).
     #[error("the data could not be fetched right now; try again later")]
-    UpstreamUnavailable,
+    UpstreamUnavailable { retry_after_secs: Option<u64> },
     #[error("the data could not be fetched in time; try again later")]
     UpstreamTimeout,
     /// Too many requests in flight on this server.
@@ -56,7 +58,7 @@ impl ApiError {
             ApiError::MethodNotAllowed => "METHOD_NOT_ALLOWED",
             ApiError::ResourceNotFound => "RESOURCE_NOT_FOUND",
             ApiError::InsufficientCredits => "INSUFFICIENT_CREDITS",
-            ApiError::UpstreamUnavailable => "UPSTREAM_UNAVAILABLE",
+            ApiError::UpstreamUnavailable { .. } => "UPSTREAM_UNAVAILABLE",
             ApiError::UpstreamTimeout => "UPSTREAM_TIMEOUT",
             ApiError::Overloaded { .. } => "OVERLOADED",
             ApiError::RateLimited { .. } => "RATE_LIMITED",
@@ -74,7 +76,7 @@ impl ApiError {
             ApiError::PlatformNotAvailable(_) => StatusCode::NOT_IMPLEMENTED,
             ApiError::InsufficientCredits => StatusCode::PAYMENT_REQUIRED,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::UpstreamUnavailable => StatusCode::BAD_GATEWAY,
+            ApiError::UpstreamUnavailable { .. } => StatusCode::BAD_GATEWAY,
             ApiError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             ApiError::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
@@ -87,6 +89,7 @@ impl ApiError {
         match self {
             ApiError::Overloaded { retry_after_secs }
             | ApiError::RateLimited { retry_after_secs } => Some(*retry_after_secs),
+            ApiError::UpstreamUnavailable { retry_after_secs } => *retry_after_secs,
             _ => None,
         }
     }
@@ -132,7 +135,13 @@ mod tests {
             (ApiError::MethodNotAllowed, "METHOD_NOT_ALLOWED", 405),
             (ApiError::ResourceNotFound, "RESOURCE_NOT_FOUND", 404),
             (ApiError::InsufficientCredits, "INSUFFICIENT_CREDITS", 402),
-            (ApiError::UpstreamUnavailable, "UPSTREAM_UNAVAILABLE", 502),
+            (
+                ApiError::UpstreamUnavailable {
+                    retry_after_secs: None,
+                },
+                "UPSTREAM_UNAVAILABLE",
+                502,
+            ),
             (ApiError::UpstreamTimeout, "UPSTREAM_TIMEOUT", 504),
             (
                 ApiError::Overloaded {

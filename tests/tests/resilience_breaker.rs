@@ -6,7 +6,8 @@
 //! a 401 counts as a failure, "not found" does not. A probe whose caller
 //! hangs up still ends, and counts, as a failed probe. When every provider
 //! of a chain is open, the one whose cooldown ends first is still tried, by
-//! one request at a time while the others are answered at once.
+//! one request at a time while the others are answered at once, at most
+//! once a second, and never a provider whose 429 asked for more time.
 
 use std::time::{Duration, Instant};
 
@@ -348,6 +349,8 @@ async fn with_every_provider_open_the_primary_ending_first_is_still_tried() {
     assert_eq!(stack.fallback.request_count().await, 1, "not the later one");
     stack.primary.reset().await;
     stack.primary.serve_fixtures().await;
+    // Forced probes of one provider are at least a second apart.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
     let a = stack.get(PROFILE).await;
     assert_answered_by(&a, PRIMARY_FOLLOWERS, "both open: the soonest is tried");
     assert_eq!(stack.fallback.request_count().await, 1);
@@ -531,4 +534,88 @@ async fn forced_probes_are_one_at_a_time() {
             "a request that did not probe is answered at once, not after the probe: {took:?}"
         );
     }
+}
+
+const SEARCH: &str = "/v1/shortvideo/search?query=luna";
+
+/// Search is served by the fallback alone: after its 429 with
+/// `Retry-After: 3600`, no request may reach it for an hour, forced probe or
+/// not; each is answered at once with 502 and a `Retry-After` saying so.
+#[tokio::test]
+async fn a_rate_limited_provider_is_never_asked_before_its_retry_after() {
+    let stack = Stack::start().await;
+    stack
+        .fallback
+        .respond_all(ResponseTemplate::new(429).insert_header("Retry-After", "3600"))
+        .await;
+    stack
+        .get(SEARCH)
+        .await
+        .assert_error(502, "UPSTREAM_UNAVAILABLE");
+    assert_eq!(stack.fallback.request_count().await, 1, "the 429");
+
+    for n in 1..=6 {
+        let started = Instant::now();
+        let a = stack.get(SEARCH).await;
+        a.assert_error(502, "UPSTREAM_UNAVAILABLE");
+        assert!(
+            started.elapsed() < Duration::from_millis(500),
+            "request {n} answered at once"
+        );
+        let wait: u64 = a
+            .header("retry-after")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("request {n}: Retry-After in seconds: {a:?}"));
+        assert!((3500..=3600).contains(&wait), "request {n}: {wait}");
+    }
+    assert_eq!(
+        stack.fallback.request_count().await,
+        1,
+        "nothing reached the rate-limited upstream before its Retry-After"
+    );
+}
+
+/// A chain whose every provider failed keeps being probed, so it recovers
+/// quickly, but at most once a second per provider, not once per request.
+#[tokio::test]
+async fn forced_probes_of_a_failing_provider_are_paced() {
+    let stack = Stack::builder()
+        .breaker(FALLBACK, 1, LONG_COOLDOWN_MS)
+        .start()
+        .await;
+    stack.fallback.fail_all(503).await;
+    stack
+        .get(SEARCH)
+        .await
+        .assert_error(502, "UPSTREAM_UNAVAILABLE");
+    assert_eq!(
+        stack.fallback.request_count().await,
+        1,
+        "the failure that opened it"
+    );
+
+    let started = Instant::now();
+    let mut answered_at_once = 0;
+    while started.elapsed() < Duration::from_millis(800) {
+        let a = stack.get(SEARCH).await;
+        a.assert_error(502, "UPSTREAM_UNAVAILABLE");
+        answered_at_once += usize::from(a.header("retry-after") == Some("1"));
+    }
+    let probed = stack.fallback.request_count().await - 1;
+    assert!(
+        probed <= 1,
+        "one forced probe in under a second, not {probed}"
+    );
+    assert!(
+        answered_at_once >= 3,
+        "the others were told to come back in a second"
+    );
+
+    // A second on, the next request probes again: a recovered upstream is
+    // found without waiting out the cooldown.
+    stack.fallback.reset().await;
+    stack.fallback.serve_fixtures().await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let a = stack.get(SEARCH).await;
+    a.assert_success(true);
 }

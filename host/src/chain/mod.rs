@@ -81,6 +81,9 @@ pub enum ChainError {
     InvalidInput(String),
     /// Every provider tried failed within the deadline.
     Exhausted,
+    /// No provider may be asked now (their breakers are open); one may be
+    /// in `retry_after`.
+    Unavailable { retry_after: Duration },
     /// The request's deadline passed.
     DeadlineExceeded,
 }
@@ -120,21 +123,32 @@ pub async fn serve(
         }
     }
     if journal.attempts.is_empty() {
-        // Every provider is open: probe the one whose cooldown ends first
-        // (unless another request is probing it already).
+        // Every provider is open: probe the one whose cooldown ends first,
+        // unless its breaker says no (a probe already out, one forced less
+        // than a second ago, or a 429's Retry-After still running).
         open.sort_by_key(|(_, until)| *until);
-        let forced = open.into_iter().find_map(|(provider, _)| {
+        let now = Instant::now();
+        let forced = open.iter().find_map(|(provider, _)| {
             provider
                 .breaker
-                .force_acquire()
-                .map(|permit| (provider, permit))
+                .force_acquire(now)
+                .map(|permit| (*provider, permit))
         });
-        if let Some((provider, permit)) = forced {
-            match attempt_through(provider, permit, call, client, deadline, journal).await {
-                Verdict::Answered(done) => return Ok(served(done, provider)),
-                Verdict::Stop(stop) => return Err(stop),
-                Verdict::Failed => {}
-            }
+        let Some((provider, permit)) = forced else {
+            // Nobody may be asked: say when someone may.
+            let soonest = open
+                .iter()
+                .map(|(provider, _)| provider.breaker.next_chance(now))
+                .min()
+                .unwrap_or(now);
+            return Err(ChainError::Unavailable {
+                retry_after: soonest.saturating_duration_since(now),
+            });
+        };
+        match attempt_through(provider, permit, call, client, deadline, journal).await {
+            Verdict::Answered(done) => return Ok(served(done, provider)),
+            Verdict::Stop(stop) => return Err(stop),
+            Verdict::Failed => {}
         }
     }
     if deadline.expired() {

@@ -157,7 +157,11 @@ pub async fn find(
                 status: Some(fetched(config.not_found_ttl)),
             }),
         },
-        Err(error @ (ChainError::Exhausted | ChainError::DeadlineExceeded)) => {
+        Err(
+            error @ (ChainError::Exhausted
+            | ChainError::DeadlineExceeded
+            | ChainError::Unavailable { .. }),
+        ) => {
             match stored.filter(|entry| {
                 matches!(entry.answer, Stored::Data(_))
                     && freshness::usable_when_failing(

@@ -208,7 +208,12 @@ async fn route(
             let error = match error {
                 ChainError::NotFound => ApiError::ResourceNotFound,
                 ChainError::InvalidInput(message) => ApiError::InvalidParameter(message),
-                ChainError::Exhausted => ApiError::UpstreamUnavailable,
+                ChainError::Exhausted => ApiError::UpstreamUnavailable {
+                    retry_after_secs: None,
+                },
+                ChainError::Unavailable { retry_after } => ApiError::UpstreamUnavailable {
+                    retry_after_secs: Some(retry_after_secs(retry_after)),
+                },
                 ChainError::DeadlineExceeded => ApiError::UpstreamTimeout,
             };
             let mut response = response::error(&error, id);

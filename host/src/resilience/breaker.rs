@@ -59,6 +59,11 @@ impl Default for BreakerConfig {
     }
 }
 
+/// At most one forced probe of a provider per this long: when every
+/// provider of a chain is open, the forced probe lets a dead chain recover
+/// quickly, but must not turn into one upstream call per incoming request.
+pub const FORCED_PROBE_EVERY: Duration = Duration::from_secs(1);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     Closed {
@@ -66,9 +71,19 @@ enum State {
     },
     Open {
         until: Instant,
+        /// Opened by a 429: the upstream said when to come back, and it
+        /// is never asked before (no forced probe either).
+        rate_limited: bool,
     },
     /// Cooldown over; one probe is in flight and others keep away.
     Probing,
+}
+
+/// The state, and when a probe was last forced.
+#[derive(Debug)]
+struct Inner {
+    state: State,
+    last_forced: Option<Instant>,
 }
 
 /// How an attempt through the breaker went.
@@ -104,10 +119,11 @@ impl Permit {
 impl Drop for Permit {
     fn drop(&mut self) {
         if self.probe && !self.reported {
-            let mut state = self.breaker.lock();
-            if *state == State::Probing {
-                *state = State::Open {
+            let mut inner = self.breaker.lock();
+            if inner.state == State::Probing {
+                inner.state = State::Open {
                     until: Instant::now() + self.breaker.config.cooldown,
+                    rate_limited: false,
                 };
             }
         }
@@ -117,14 +133,17 @@ impl Drop for Permit {
 #[derive(Debug)]
 pub struct Breaker {
     config: BreakerConfig,
-    state: Mutex<State>,
+    inner: Mutex<Inner>,
 }
 
 impl Breaker {
     pub fn new(config: BreakerConfig) -> Breaker {
         Breaker {
             config,
-            state: Mutex::new(State::Closed { failures: 0 }),
+            inner: Mutex::new(Inner {
+                state: State::Closed { failures: 0 },
+                last_forced: None,
+            }),
         }
     }
 
@@ -132,38 +151,67 @@ impl Breaker {
         self.config
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         // The state is a plain value: a panic elsewhere cannot tear it.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Leave to attempt now, or the instant the provider may be tried again.
     pub fn try_acquire(self: &Arc<Self>, now: Instant) -> Result<Permit, Instant> {
-        let mut state = self.lock();
-        match *state {
+        let mut inner = self.lock();
+        match inner.state {
             State::Closed { .. } => Ok(self.permit(false)),
-            State::Open { until } if now >= until => {
-                *state = State::Probing;
+            State::Open { until, .. } if now >= until => {
+                inner.state = State::Probing;
                 Ok(self.permit(true))
             }
-            State::Open { until } => Err(until),
+            State::Open { until, .. } => Err(until),
             // Another request is probing; it decides.
             State::Probing => Err(now),
         }
     }
 
     /// Leave to probe before the cooldown ends: used when every provider of
-    /// a chain is open, so a chain never refuses outright. `None` while
-    /// another probe is in flight: one probe at a time decides.
-    pub fn force_acquire(self: &Arc<Self>) -> Option<Permit> {
-        let mut state = self.lock();
-        match *state {
+    /// a chain is open, so a dead chain recovers without waiting out the
+    /// whole cooldown. `None` while another probe is in flight (one probe
+    /// at a time decides), within [`FORCED_PROBE_EVERY`] of the last forced
+    /// probe, and for a breaker a 429 opened: that upstream is never asked
+    /// before its `Retry-After`.
+    pub fn force_acquire(self: &Arc<Self>, now: Instant) -> Option<Permit> {
+        let mut inner = self.lock();
+        let paced = inner
+            .last_forced
+            .is_some_and(|last| now.saturating_duration_since(last) < FORCED_PROBE_EVERY);
+        match inner.state {
             State::Closed { .. } => Some(self.permit(false)),
-            State::Open { .. } => {
-                *state = State::Probing;
+            State::Open {
+                rate_limited: false,
+                ..
+            } if !paced => {
+                inner.state = State::Probing;
+                inner.last_forced = Some(now);
                 Some(self.permit(true))
             }
-            State::Probing => None,
+            State::Open { .. } | State::Probing => None,
+        }
+    }
+
+    /// The soonest instant this provider may be asked again (`now` if it
+    /// may be asked now): its cooldown's end, or for a breaker opened by
+    /// failures the next forced probe, whichever comes first.
+    pub fn next_chance(&self, now: Instant) -> Instant {
+        let inner = self.lock();
+        let next_forced = inner
+            .last_forced
+            .map_or(now, |last| last + FORCED_PROBE_EVERY);
+        match inner.state {
+            State::Closed { .. } => now,
+            State::Open {
+                until,
+                rate_limited: true,
+            } => until,
+            State::Open { until, .. } => until.min(next_forced).max(now),
+            State::Probing => next_forced.max(now + FORCED_PROBE_EVERY.min(self.config.cooldown)),
         }
     }
 
@@ -178,11 +226,14 @@ impl Breaker {
     /// Records how the attempt under `permit` went.
     pub fn record(&self, mut permit: Permit, outcome: Outcome, now: Instant) {
         permit.reported = true;
-        let mut state = self.lock();
-        *state = match (outcome, *state) {
+        let mut inner = self.lock();
+        inner.state = match (outcome, inner.state) {
             (Outcome::Success, _) => State::Closed { failures: 0 },
             // Nothing learnt: a probe lets the next request probe.
-            (Outcome::Neutral, State::Probing) => State::Open { until: now },
+            (Outcome::Neutral, State::Probing) => State::Open {
+                until: now,
+                rate_limited: false,
+            },
             (Outcome::Neutral, unchanged) => unchanged,
             (Outcome::RateLimited(after), _) => State::Open {
                 until: now
@@ -190,6 +241,7 @@ impl Breaker {
                         .unwrap_or_default()
                         .min(MAX_RETRY_AFTER)
                         .max(self.config.cooldown),
+                rate_limited: true,
             },
             (Outcome::Failure, State::Closed { failures })
                 if failures + 1 < self.config.failures =>
@@ -201,13 +253,14 @@ impl Breaker {
             // Threshold reached, a probe failed, or a forced attempt failed.
             (Outcome::Failure, _) => State::Open {
                 until: now + self.config.cooldown,
+                rate_limited: false,
             },
         };
     }
 
     /// Whether requests currently skip this provider.
     pub fn is_open(&self) -> bool {
-        !matches!(*self.lock(), State::Closed { .. })
+        !matches!(self.lock().state, State::Closed { .. })
     }
 }
 
@@ -335,10 +388,41 @@ mod tests {
         for _ in 0..3 {
             fail(&b, t);
         }
-        let forced = b.force_acquire().expect("open: may probe");
+        let forced = b.force_acquire(t).expect("open: may probe");
         assert!(forced.is_probe());
-        assert!(b.force_acquire().is_none(), "one probe decides");
+        assert!(b.force_acquire(t).is_none(), "one probe decides");
         b.record(forced, Outcome::Success, t);
         assert!(!b.is_open());
+    }
+
+    #[test]
+    fn forced_probes_are_paced_to_one_a_second() {
+        let b = breaker();
+        let t = Instant::now();
+        for _ in 0..3 {
+            fail(&b, t);
+        }
+        let forced = b.force_acquire(t).expect("the first forced probe");
+        b.record(forced, Outcome::Failure, t);
+        let soon = t + Duration::from_millis(500);
+        assert!(b.force_acquire(soon).is_none(), "not back to back");
+        assert_eq!(b.next_chance(soon), t + FORCED_PROBE_EVERY);
+        let later = t + FORCED_PROBE_EVERY;
+        assert!(b.force_acquire(later).is_some(), "a second later, again");
+    }
+
+    #[test]
+    fn a_rate_limited_provider_is_never_forced_before_its_retry_after() {
+        let b = breaker();
+        let t = Instant::now();
+        let p = b.try_acquire(t).unwrap();
+        b.record(p, Outcome::RateLimited(Some(Duration::from_secs(3600))), t);
+        for after in [0, 1, 10, 3599] {
+            let now = t + Duration::from_secs(after);
+            assert!(b.force_acquire(now).is_none(), "{after} s after the 429");
+            assert!(b.try_acquire(now).is_err());
+            assert_eq!(b.next_chance(now), t + Duration::from_secs(3600));
+        }
+        assert!(b.try_acquire(t + Duration::from_secs(3600)).is_ok());
     }
 }
