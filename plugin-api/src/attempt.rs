@@ -152,20 +152,20 @@ where
         self.items.extend(page.items.into_iter().take(room));
         let taken = returned.min(room);
         // When we keep the whole page the upstream's own cursor is right;
-        // when we cut it short, the next page starts right after what we kept.
+        // when we cut it short, the next page starts right after what we
+        // kept. Offsets are upstream numbers: one past `u64::MAX` means
+        // there is nothing more we could ask for.
         let next = if taken < returned {
-            Some(self.offset + taken as u64)
+            self.offset.checked_add(taken as u64)
         } else {
             page.next
         };
-        if returned == 0 {
-            // An empty page that claims more would send us (or the caller,
-            // through the cursor) round the same offset for ever: end here.
-            return Ok(self.finish(None));
-        }
+        // A cursor that does not move forward would repeat pages, here or
+        // through the caller's next request: it ends the listing. So does an
+        // empty page, whatever it claims.
+        let next = next.filter(|&next| next > self.offset && returned > 0);
         match next {
-            // A cursor that does not move forward would repeat pages.
-            Some(next) if self.items.len() < self.want && next > self.offset => {
+            Some(next) if self.items.len() < self.want => {
                 self.offset = next;
                 Ok(self.fetch_next())
             }
@@ -257,6 +257,80 @@ mod tests {
             panic!()
         };
         assert_eq!(items.len(), 15);
+    }
+
+    /// Drives a paged list through hand-written upstream pages, each a
+    /// list of item numbers and the upstream's next cursor.
+    fn run_pages(want: u32, start: Option<&str>, pages: &[(&[u64], Option<u64>)]) -> Done {
+        let mut pages = pages.iter();
+        let mut attempt = offset_paged(
+            want,
+            50,
+            start,
+            |offset, size| {
+                UpstreamRequest::get("http://u", "/c")
+                    .query("cursor", offset)
+                    .query("count", size)
+            },
+            |r: UpstreamResponse<'_>| {
+                let (items, next): (Vec<u64>, Option<u64>) =
+                    serde_json::from_slice(r.body).unwrap();
+                Ok(Page {
+                    items: items.into_iter().map(comment).collect(),
+                    next,
+                })
+            },
+            Output::Comments,
+        );
+        let mut body: Option<Vec<u8>> = None;
+        loop {
+            let response = body.as_deref().map(|b| UpstreamResponse::new(200, &[], b));
+            match attempt.step(response).unwrap() {
+                Next::Done(done) => return done,
+                Next::Fetch(_) => {
+                    let page = pages
+                        .next()
+                        .expect("asked for more pages than the test has");
+                    body = Some(serde_json::to_vec(page).unwrap());
+                }
+            }
+        }
+    }
+
+    fn ids(done: &Done) -> Vec<String> {
+        let Output::Comments(items) = &done.output else {
+            panic!()
+        };
+        items.iter().map(|c| c.id.clone()).collect()
+    }
+
+    #[test]
+    fn a_cursor_that_does_not_advance_ends_the_listing() {
+        // `"cursor": 0, "has_more": 1` on a full first page.
+        let done = run_pages(2, None, &[(&[1, 2], Some(0))]);
+        assert_eq!(done.next_cursor, None);
+        // The same, resuming at 40: a cursor back at 40 or before it.
+        for back in [40, 7] {
+            let done = run_pages(2, Some("40"), &[(&[41, 42], Some(back))]);
+            assert_eq!(done.next_cursor, None, "{back}");
+        }
+        // Short of `want`, a stuck cursor stops the paging too.
+        let done = run_pages(5, Some("40"), &[(&[41, 42], Some(40))]);
+        assert_eq!(ids(&done), ["41", "42"]);
+        assert_eq!(done.next_cursor, None);
+    }
+
+    #[test]
+    fn an_offset_past_u64_max_ends_the_listing_instead_of_wrapping() {
+        // The upstream jumps to u64::MAX, then floods the page: the offset
+        // after the kept items cannot be written, so there is no next page.
+        let done = run_pages(
+            3,
+            None,
+            &[(&[1], Some(u64::MAX)), (&[2, 3, 4, 5], Some(u64::MAX))],
+        );
+        assert_eq!(ids(&done), ["1", "2", "3"]);
+        assert_eq!(done.next_cursor, None);
     }
 
     #[test]

@@ -84,6 +84,10 @@ impl fmt::Display for Endpoint {
     }
 }
 
+/// How many posts beyond `count` a posts answer may hold; see
+/// [`Call::most_items`].
+pub const POSTS_COUNT_SLACK: usize = 4;
+
 /// A validated request for one endpoint, as a provider receives it.
 ///
 /// `cursor` is the provider's own upstream cursor from an earlier
@@ -166,6 +170,23 @@ impl Call {
             Call::Posts { cursor, .. }
             | Call::Comments { cursor, .. }
             | Call::Search { cursor, .. } => cursor.as_deref(),
+            Call::Profile { .. } | Call::Post { .. } => None,
+        }
+    }
+
+    /// The most items a list answer to this call may hold; `None` for
+    /// single-object endpoints.
+    ///
+    /// `count` for comments and search. Posts `count` is approximate (the
+    /// spec lets small pages come back slightly larger, and the fallback
+    /// upstream answers a fixed batch of up to five whatever is asked), so
+    /// posts may hold [`POSTS_COUNT_SLACK`] more. The host refuses a longer
+    /// answer as a bad response: an upstream that floods a page must not
+    /// flood the caller.
+    pub fn most_items(&self) -> Option<usize> {
+        match self {
+            Call::Posts { count, .. } => Some(*count as usize + POSTS_COUNT_SLACK),
+            Call::Comments { count, .. } | Call::Search { count, .. } => Some(*count as usize),
             Call::Profile { .. } | Call::Post { .. } => None,
         }
     }

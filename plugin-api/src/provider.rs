@@ -2,6 +2,7 @@
 //! work, [`Attempt`] to drive one request to an answer one upstream exchange
 //! at a time.
 
+use crate::schema::{is_id, MAX_ID_DIGITS};
 use crate::{Call, Comment, Endpoint, Post, Profile, UpstreamRequest, UpstreamResponse};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -140,6 +141,38 @@ impl Output {
             Output::Search(_) => Endpoint::Search,
         }
     }
+
+    /// Checks what the schema's types cannot say: every ID has the shape of
+    /// one ([`schema::is_id`](crate::schema::is_id)) and a list holds at
+    /// most `most_items` ([`Call::most_items`](crate::Call::most_items)).
+    /// The message says what is wrong without quoting upstream data.
+    pub fn check(&self, most_items: Option<usize>) -> Result<(), String> {
+        let items = match self {
+            Output::Posts(posts) => posts.len(),
+            Output::Comments(comments) => comments.len(),
+            Output::Search(profiles) => profiles.len(),
+            Output::Profile(_) | Output::Post(_) => 0,
+        };
+        if let Some(most) = most_items.filter(|&most| items > most) {
+            return Err(format!("{items} items where at most {most} were asked"));
+        }
+        let ids_fit = match self {
+            Output::Profile(profile) => profile_ids_fit(profile),
+            Output::Search(profiles) => profiles.iter().all(profile_ids_fit),
+            Output::Post(post) => is_id(&post.id),
+            Output::Posts(posts) => posts.iter().all(|post| is_id(&post.id)),
+            Output::Comments(comments) => comments.iter().all(|comment| is_id(&comment.id)),
+        };
+        if ids_fit {
+            Ok(())
+        } else {
+            Err(format!("an ID that is not 1-{MAX_ID_DIGITS} digits"))
+        }
+    }
+}
+
+fn profile_ids_fit(profile: &Profile) -> bool {
+    profile.id.as_deref().is_none_or(is_id)
 }
 
 /// How an attempt failed, which decides what the host does next.
@@ -285,3 +318,53 @@ impl fmt::Display for ProviderError {
 }
 
 impl std::error::Error for ProviderError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn post(id: &str) -> Post {
+        Post {
+            id: id.into(),
+            text: String::new(),
+            likes: 0,
+            comments: 0,
+            views: None,
+            shares: None,
+            created_at: None,
+            duration_ms: None,
+            author: None,
+        }
+    }
+
+    #[test]
+    fn check_bounds_lists_and_ids() {
+        let posts = |n: usize| Output::Posts((0..n).map(|i| post(&i.to_string())).collect());
+        assert_eq!(posts(3).check(Some(3)), Ok(()));
+        assert_eq!(posts(3).check(None), Ok(()));
+        assert_eq!(
+            posts(4).check(Some(3)),
+            Err("4 items where at most 3 were asked".into())
+        );
+        assert!(Output::Post(post("-5")).check(None).is_err());
+        assert!(Output::Posts(vec![post("1"), post("x")])
+            .check(None)
+            .is_err());
+        let profile = |id: Option<&str>| Profile {
+            username: "a".into(),
+            display_name: "a".into(),
+            followers: 0,
+            verified: false,
+            id: id.map(Into::into),
+            bio: None,
+            following: None,
+            likes: None,
+            videos: None,
+            avatar_url: None,
+        };
+        assert_eq!(Output::Profile(profile(None)).check(None), Ok(()));
+        assert!(Output::Search(vec![profile(Some(&"9".repeat(21)))])
+            .check(Some(1))
+            .is_err());
+    }
+}

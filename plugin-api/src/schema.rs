@@ -9,6 +9,17 @@
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
+/// The most digits an ID may have: the upstream contract's IDs are decimal
+/// integers of up to 20 digits (beyond 2^64 at the top of the range).
+pub const MAX_ID_DIGITS: usize = 20;
+
+/// Whether `text` has the shape of a platform ID: 1-20 ASCII digits, no
+/// sign. An answer holding any other ID is a bad response: it would be an
+/// opaque key, garbage, or a flood of digits, and callers pass IDs back.
+pub fn is_id(text: &str) -> bool {
+    (1..=MAX_ID_DIGITS).contains(&text.len()) && text.bytes().all(|b| b.is_ascii_digit())
+}
+
 /// A creator's public profile (the `profile` endpoint, and items of `search`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -194,6 +205,27 @@ fn civil_from_days(days: i64) -> (i64, i64, i64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ids_are_one_to_twenty_digits() {
+        for good in ["0", "7301234567890123456", "99999999999999999999"] {
+            assert!(is_id(good), "{good}");
+        }
+        let flood = "1".repeat(8_000_000);
+        for bad in [
+            "",
+            "-5",
+            "+5",
+            " 5",
+            "5 ",
+            "1e5",
+            "v15044gf0000d724",
+            "123456789012345678901",
+            flood.as_str(),
+        ] {
+            assert!(!is_id(bad), "{}", &bad[..bad.len().min(30)]);
+        }
+    }
 
     #[test]
     fn formats_known_instants() {

@@ -272,3 +272,120 @@ async fn parameters_reach_the_upstream_decoded_and_exact() {
     a.assert_success(true);
     assert_eq!(stack.fallback.requests_to("/user/search").await.len(), 2);
 }
+
+// Audit finding 9: what an upstream sends is checked against the contract.
+
+#[tokio::test]
+async fn unchecked_upstream_data_no_list_answer_exceeds_its_count() {
+    let stack = Stack::start().await;
+    // Search (the fallback's): 25 profiles for `count=10` are cut to 10,
+    // and the next page starts right after them.
+    let mut flood = fixtures::fallback_user_search();
+    let template = flood["data"]["user_list"][0].clone();
+    flood["data"]["user_list"] = (0..25)
+        .map(|i| {
+            let mut account = template.clone();
+            account["user"]["uniqueId"] = json!(format!("user{i}"));
+            account
+        })
+        .collect();
+    flood["data"]["cursor"] = json!(25);
+    flood["data"]["hasMore"] = json!(true);
+    stack.fallback.search("luna", 10, "0", &flood).await;
+    stack
+        .fallback
+        .search("luna", 10, "10", &fixtures::fallback_user_search())
+        .await;
+    let a = stack.get("/v1/shortvideo/search?query=luna").await;
+    a.assert_success(true);
+    let names: Vec<_> = a
+        .data()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["username"].clone())
+        .collect();
+    assert_eq!(
+        names,
+        (0..10)
+            .map(|i| json!(format!("user{i}")))
+            .collect::<Vec<_>>()
+    );
+    let cursor = a.next_cursor().expect("more profiles exist");
+    let next = stack
+        .get(&socialgate_tests::api::with_cursor(
+            "/v1/shortvideo/search?query=luna",
+            &cursor,
+        ))
+        .await;
+    next.assert_success(true);
+    assert_eq!(next.data().as_array().unwrap().len(), 2, "{next:?}");
+
+    // Posts (approximate count): the primary sending 40 for `count=10` is a
+    // bad response, and the fallback answers instead.
+    let mut posts = fixtures::primary_user_posts();
+    let template = posts["aweme_list"][0].clone();
+    posts["aweme_list"] = (0..40u64)
+        .map(|i| {
+            let mut post = template.clone();
+            post["aweme_id"] = json!((7_312_345_678_901_000_000u64 + i).to_string());
+            post
+        })
+        .collect();
+    stack
+        .primary
+        .profile(LUNA, &fixtures::primary_user_profile())
+        .await;
+    stack.primary.posts(LUNA_SEC_UID, 10, "0", &posts).await;
+    stack
+        .fallback
+        .user_posts(LUNA, 10, "0", &fixtures::fallback_user_posts())
+        .await;
+    let a = stack.get("/v1/shortvideo/posts?username=lunabakes").await;
+    a.assert_success(true);
+    assert_eq!(
+        a.data().as_array().unwrap().len(),
+        3,
+        "the fallback's batch: {a:?}"
+    );
+    assert_eq!(stack.fallback.requests_to("/user/posts").await.len(), 1);
+}
+
+#[tokio::test]
+async fn unchecked_upstream_data_ids_that_break_the_contracts_shape_are_a_bad_response() {
+    let flood = "7".repeat(100_000);
+    let cases = [
+        ("-5", json!(-5)),
+        ("12a4", json!("12a4")),
+        ("23 digits", bare_int("12345678901234567890123")),
+        ("100,000 digits", bare_int(&flood)),
+    ];
+    for (what, bad) in cases {
+        let stack = Stack::start().await;
+        stack.fallback.serve_fixtures().await;
+        let mut post = fixtures::primary_aweme_detail();
+        set(&mut post, "/aweme_detail/aweme_id", bad.clone());
+        stack.primary.detail(NINETEEN, &post).await;
+        let mut profile = fixtures::primary_user_profile();
+        set(&mut profile, "/user/uid", bad);
+        stack.primary.profile(LUNA, &profile).await;
+
+        let a = stack
+            .get(&format!("/v1/shortvideo/post?id={NINETEEN}"))
+            .await;
+        a.assert_success(false);
+        assert_eq!(
+            a.data()["id"],
+            fixtures::fallback_video_detail()["data"]["id"],
+            "{what}: the fallback answers"
+        );
+        let a = stack.get("/v1/shortvideo/profile?username=lunabakes").await;
+        a.assert_success(false);
+        assert_eq!(
+            a.data()["id"],
+            fixtures::fallback_user_info()["data"]["user"]["id"],
+            "{what}: the fallback answers"
+        );
+        assert_eq!(stack.fallback.request_count().await, 2, "{what}");
+    }
+}

@@ -404,3 +404,72 @@ async fn with_cursor_key_env_a_cursor_survives_a_restart() {
     a.assert_success(true);
     assert_eq!(a.data()[0]["id"], "7312345678901220000", "{a:?}");
 }
+
+// Audit finding 9: upstream numbers and cursors are checked, never trusted.
+
+#[tokio::test]
+async fn unchecked_upstream_data_an_offset_at_u64_max_ends_the_listing_instead_of_wrapping() {
+    let stack = Stack::start().await;
+    stack.fallback.fail_all(500).await;
+    let p = &stack.primary;
+    // The first page jumps the offset to u64::MAX; the next one floods.
+    let mut first = primary_comments_page(POST_ID, 0, 50, 811);
+    first["cursor"] = json!(u64::MAX);
+    p.comments(POST_ID, 50, 0, &first).await;
+    let mut flood = primary_comments_page(POST_ID, 50, 20, 811);
+    flood["cursor"] = json!(u64::MAX);
+    p.comments(POST_ID, 10, u64::MAX, &flood).await;
+
+    let a = stack
+        .get("/v1/shortvideo/comments?id=7312345678901234567&count=60")
+        .await;
+    assert_comments(&a, 0, 60);
+    assert_eq!(
+        a.next_cursor(),
+        None,
+        "no offset lies past u64::MAX: the listing ends rather than restarting"
+    );
+}
+
+#[tokio::test]
+async fn unchecked_upstream_data_a_cursor_that_does_not_advance_ends_the_listing() {
+    let stack = Stack::start().await;
+    stack.fallback.fail_all(500).await;
+    let p = &stack.primary;
+    // Comments: `"cursor": 0, "has_more": 1` on the first page.
+    let mut stuck = primary_comments_page(POST_ID, 0, 20, 811);
+    stuck["cursor"] = json!(0);
+    p.comments(POST_ID, 20, 0, &stuck).await;
+    let a = stack.get(COMMENTS_20).await;
+    assert_comments(&a, 0, 20);
+    assert_eq!(a.next_cursor(), None, "comments: {a:?}");
+
+    // Posts: the `max_cursor` asked for comes back.
+    p.profile(LUNA, &fixtures::primary_user_profile()).await;
+    let mut posts = fixtures::primary_user_posts();
+    posts["max_cursor"] = json!(0);
+    posts["has_more"] = json!(1);
+    p.posts(LUNA_SEC_UID, 10, "0", &posts).await;
+    let a = stack.get(POSTS).await;
+    a.assert_success(true);
+    assert_eq!(a.next_cursor(), None, "primary posts: {a:?}");
+
+    // The fallback's posts and search: the cursor asked for comes back.
+    stack.primary.fail_all(500).await;
+    stack.fallback.reset().await;
+    let f = &stack.fallback;
+    let mut posts = fixtures::fallback_user_posts();
+    posts["data"]["cursor"] = json!("0");
+    posts["data"]["hasMore"] = json!(true);
+    f.user_posts(LUNA, 10, "0", &posts).await;
+    let a = stack.get(POSTS).await;
+    a.assert_success(true);
+    assert_eq!(a.next_cursor(), None, "fallback posts: {a:?}");
+    let mut search = fixtures::fallback_user_search();
+    search["data"]["cursor"] = json!(0);
+    search["data"]["hasMore"] = json!(true);
+    f.search("luna", 10, "0", &search).await;
+    let a = stack.get("/v1/shortvideo/search?query=luna").await;
+    a.assert_success(true);
+    assert_eq!(a.next_cursor(), None, "fallback search: {a:?}");
+}

@@ -130,6 +130,8 @@ impl ProviderHandle {
         AttemptHandle {
             inner: self.inner.begin(json.as_str().into()),
             endpoint: call.endpoint(),
+            most_items: call.most_items(),
+            cursor: call.cursor().map(str::to_owned),
         }
     }
 }
@@ -142,12 +144,18 @@ pub const MAX_CURSOR_LEN: usize = 1024;
 pub struct AttemptHandle {
     inner: FfiAttemptBox,
     endpoint: crate::Endpoint,
+    /// The call's [`Call::most_items`].
+    most_items: Option<usize>,
+    /// The upstream cursor the call continues from.
+    cursor: Option<String>,
 }
 
 impl AttemptHandle {
     /// Feeds the last response (none at first) and returns what the plugin
-    /// wants next. An answer of another endpoint's shape, or one that does
-    /// not decode strictly, is a bad response.
+    /// wants next. An answer of another endpoint's shape, one that does not
+    /// decode strictly, or one that breaks [`Output::check`] is a bad
+    /// response. A next cursor equal to the one this call continued from
+    /// would hand the caller the same page for ever: it ends the listing.
     pub fn step(&mut self, response: Option<UpstreamResponse<'_>>) -> Result<Next, ProviderError> {
         let headers: RVec<Tuple2<RString, RString>> = response
             .map(|r| {
@@ -192,7 +200,13 @@ impl AttemptHandle {
                         self.endpoint
                     )));
                 }
-                let next_cursor: Option<String> = next_cursor.into_option().map(Into::into);
+                output.check(self.most_items).map_err(|problem| {
+                    ProviderError::bad_response(format!("plugin answer has {problem}"))
+                })?;
+                let next_cursor: Option<String> = next_cursor
+                    .into_option()
+                    .map(Into::into)
+                    .filter(|next| Some(next) != self.cursor.as_ref());
                 if next_cursor
                     .as_ref()
                     .is_some_and(|c| c.len() > MAX_CURSOR_LEN)

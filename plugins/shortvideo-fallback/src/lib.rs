@@ -106,13 +106,16 @@ impl Provider for Fallback {
                 up.get("/user/info").query("unique_id", subject),
                 read_profile,
             ),
-            Call::Posts { count, .. } => attempt::single(
-                up.get("/user/posts")
-                    .query("unique_id", subject)
-                    .query("count", count)
-                    .query("cursor", cursor),
-                read_posts,
-            ),
+            Call::Posts { count, .. } => {
+                let sent = cursor.to_owned();
+                attempt::single(
+                    up.get("/user/posts")
+                        .query("unique_id", subject)
+                        .query("count", count)
+                        .query("cursor", cursor),
+                    move |response: UpstreamResponse<'_>| read_posts(response, &sent),
+                )
+            }
             Call::Post { .. } => {
                 attempt::single(up.get("/").query("url", subject).query("hd", 1), read_post)
             }
@@ -133,13 +136,16 @@ impl Provider for Fallback {
                     Output::Comments,
                 )
             }
-            Call::Search { count, .. } => attempt::single(
-                up.get("/user/search")
-                    .query("keywords", subject)
-                    .query("count", count)
-                    .query("cursor", cursor),
-                read_search,
-            ),
+            Call::Search { count, .. } => {
+                let (sent, count) = (cursor.to_owned(), *count);
+                attempt::single(
+                    up.get("/user/search")
+                        .query("keywords", subject)
+                        .query("count", count)
+                        .query("cursor", cursor),
+                    move |response: UpstreamResponse<'_>| read_search(response, &sent, count),
+                )
+            }
         }
     }
 }
@@ -149,7 +155,7 @@ fn read_profile(response: UpstreamResponse<'_>) -> Result<Done, ProviderError> {
     Ok(Done::last(Output::Profile(account.into_profile()?)))
 }
 
-fn read_posts(response: UpstreamResponse<'_>) -> Result<Done, ProviderError> {
+fn read_posts(response: UpstreamResponse<'_>, sent: &str) -> Result<Done, ProviderError> {
     let list: wire::VideoList = wire::data(&response)?;
     let posts = list
         .videos
@@ -157,7 +163,7 @@ fn read_posts(response: UpstreamResponse<'_>) -> Result<Done, ProviderError> {
         .map(|v| v.into_post(PostId::VideoId));
     Ok(Done {
         output: Output::Posts(posts.collect::<Result<_, _>>()?),
-        next_cursor: wire::next_cursor(list.has_more, list.cursor),
+        next_cursor: wire::advancing_cursor(list.has_more, list.cursor, sent),
     })
 }
 
@@ -184,12 +190,28 @@ fn read_comments(
     })
 }
 
-fn read_search(response: UpstreamResponse<'_>) -> Result<Done, ProviderError> {
+/// F5's `cursor` is an offset. A page longer than `count` is cut to it,
+/// and the next page starts right after what was kept.
+fn read_search(
+    response: UpstreamResponse<'_>,
+    sent: &str,
+    count: u32,
+) -> Result<Done, ProviderError> {
     let list: wire::AccountList = wire::data(&response)?;
-    let profiles = list.user_list.into_iter().map(wire::Account::into_profile);
+    let mut next_cursor = wire::advancing_cursor(list.has_more, list.cursor, sent);
+    let mut accounts = list.user_list;
+    if accounts.len() > count as usize {
+        accounts.truncate(count as usize);
+        next_cursor = sent
+            .parse::<u64>()
+            .ok()
+            .and_then(|offset| offset.checked_add(u64::from(count)))
+            .map(|next| next.to_string());
+    }
+    let profiles = accounts.into_iter().map(wire::Account::into_profile);
     Ok(Done {
         output: Output::Search(profiles.collect::<Result<_, _>>()?),
-        next_cursor: wire::next_cursor(list.has_more, list.cursor),
+        next_cursor,
     })
 }
 

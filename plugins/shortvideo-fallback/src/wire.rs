@@ -63,6 +63,12 @@ pub fn next_cursor(has_more: Option<Flag>, cursor: Option<Id>) -> Option<String>
     has_more.filter(|f| f.0).and(cursor).and_then(Id::non_empty)
 }
 
+/// F2's and F5's next cursor: none when it is the cursor just asked for, as
+/// the next page would repeat this one.
+pub fn advancing_cursor(has_more: Option<Flag>, cursor: Option<Id>, sent: &str) -> Option<String> {
+    next_cursor(has_more, cursor).filter(|next| next != sent)
+}
+
 fn required<T>(value: Option<T>, field: &str) -> Result<T, ProviderError> {
     value.ok_or_else(|| ProviderError::missing(field))
 }

@@ -69,8 +69,8 @@ enum Stage {
     Resume(Cursor),
     /// P1 in flight.
     User,
-    /// P2 in flight for this `sec_uid`.
-    Page { sec_uid: String },
+    /// P2 in flight for this `sec_uid`, from this `max_cursor`.
+    Page { sec_uid: String, sent: u64 },
     /// Answered or failed; any further step is out of order.
     Finished,
 }
@@ -82,6 +82,7 @@ impl Posts {
             .posts(&cursor.sec_uid, self.count, cursor.max_cursor);
         self.stage = Stage::Page {
             sec_uid: cursor.sec_uid,
+            sent: cursor.max_cursor,
         };
         Next::Fetch(request)
     }
@@ -109,9 +110,11 @@ impl Attempt for Posts {
                     sec_uid,
                 }))
             }
-            (Stage::Page { sec_uid }, Some(response)) => {
+            (Stage::Page { sec_uid, sent }, Some(response)) => {
                 let page = response.json::<PostsBody>()?.into_page()?;
-                let next_cursor = page.next.map(|max_cursor| {
+                // The `max_cursor` just asked for, again, would repeat this page.
+                let next = page.next.filter(|&next| next != sent);
+                let next_cursor = next.map(|max_cursor| {
                     Cursor {
                         max_cursor,
                         sec_uid,
