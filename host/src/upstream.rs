@@ -3,7 +3,9 @@
 //!
 //! The client never follows redirects (a redirect would carry the upstream
 //! key to wherever it points) and uses a proxy only when the config names
-//! one, never from the environment. Bodies are read up to a cap.
+//! one, never from the environment. Bodies are read up to a cap. A plugin
+//! may only ask for `GET`s within its provider's [`Origin`]: one that
+//! followed an upstream-supplied link would otherwise send the key anywhere.
 
 use std::time::Duration;
 
@@ -23,6 +25,38 @@ pub fn proxy_from_raw(raw: &RawServer, cx: &Context) -> Result<Option<Secret>, C
             Ok(Some(Secret::new(proxy.clone())))
         }
         Some(_) => Err(cx.invalid("[server] upstream_proxy", "not an http:// or https:// URL")),
+    }
+}
+
+/// Where a provider's requests may go: its `base_url`'s scheme, host and
+/// port, compared as the HTTP client will resolve them. Holds no userinfo
+/// or path, so it prints without credentials.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin(url::Origin);
+
+impl Origin {
+    /// The origin of an `http://` or `https://` base URL; `None` for
+    /// anything else.
+    pub fn of(base_url: &str) -> Option<Origin> {
+        let url = reqwest::Url::parse(base_url).ok()?;
+        (matches!(url.scheme(), "http" | "https") && url.has_host()).then(|| Origin(url.origin()))
+    }
+
+    /// Refuses a request the provider may not make: any method but `GET`, or
+    /// a URL outside this origin. The message quotes neither, since a URL may
+    /// carry the key.
+    pub fn admit(&self, method: &str, url: &str) -> Result<(), ProviderError> {
+        if method != "GET" {
+            return Err(ProviderError::bad_response(
+                "plugin asked for a request that is not a GET; refused",
+            ));
+        }
+        match reqwest::Url::parse(url) {
+            Ok(url) if url.origin() == self.0 => Ok(()),
+            _ => Err(ProviderError::bad_response(
+                "plugin asked for a URL outside its provider's base_url origin; refused",
+            )),
+        }
     }
 }
 
@@ -121,4 +155,40 @@ impl UpstreamClient {
 
 fn too_large(cap: usize) -> ProviderError {
     ProviderError::bad_response(format!("body larger than {cap} bytes"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_provider_may_only_get_within_its_base_url_origin() {
+        let origin = Origin::of("https://api.example.test/v1/").unwrap();
+        for url in [
+            "https://api.example.test/v1/user?x=1",
+            "https://api.example.test:443/other/path",
+            "https://API.example.test/v1/",
+        ] {
+            assert!(origin.admit("GET", url).is_ok(), "{url}");
+        }
+        for url in [
+            "http://api.example.test/v1/",
+            "https://api.example.test:8443/v1/",
+            "https://evil.test/v1/",
+            "https://api.example.test.evil.test/v1/",
+            "https://api.example.test@evil.test/v1/",
+            "https://evil.test\\@api.example.test/",
+            "not a url",
+            "/relative",
+        ] {
+            assert!(origin.admit("GET", url).is_err(), "{url}");
+        }
+        for method in ["POST", "get", "DELETE", ""] {
+            assert!(origin
+                .admit(method, "https://api.example.test/v1/")
+                .is_err());
+        }
+        assert_eq!(Origin::of("ftp://x/"), None);
+        assert_eq!(Origin::of("http://"), None);
+    }
 }

@@ -48,6 +48,7 @@ pub struct StackBuilder {
     primary_url: Option<String>,
     chaos_mode: Option<String>,
     chaos_url: Option<String>,
+    chaos_target: Option<String>,
     timeouts: Vec<(String, u64)>,
     breaker_failures: Option<u32>,
     provider_lines: Vec<(String, String)>,
@@ -66,6 +67,7 @@ impl Default for StackBuilder {
             primary_url: None,
             chaos_mode: None,
             chaos_url: None,
+            chaos_target: None,
             timeouts: Vec::new(),
             breaker_failures: None,
             provider_lines: Vec::new(),
@@ -108,6 +110,12 @@ impl StackBuilder {
     /// listens), for the modes that make a request.
     pub fn chaos_url(mut self, url: &str) -> StackBuilder {
         self.chaos_url = Some(url.into());
+        self
+    }
+
+    /// The URL the `chaos` provider fetches in mode `fetch_target`.
+    pub fn chaos_target(mut self, url: &str) -> StackBuilder {
+        self.chaos_target = Some(url.into());
         self
     }
 
@@ -182,9 +190,13 @@ impl StackBuilder {
         if let Some(mode) = &self.chaos_mode {
             paths::require_plugin("chaos_plugin");
             let url = self.chaos_url.as_deref().unwrap_or(NOWHERE);
+            let mut settings = format!("mode = {}", config::toml_str(mode));
+            if let Some(target) = &self.chaos_target {
+                settings += &format!("\ntarget = {}", config::toml_str(target));
+            }
             b = b
                 .provider(CHAOS, "chaos_plugin", url, CHAOS_KEY_ENV)
-                .settings(CHAOS, &format!("mode = {}", config::toml_str(mode)));
+                .settings(CHAOS, &settings);
         }
         for (provider, ms) in &self.timeouts {
             b = b.timeout_ms(provider, *ms);

@@ -241,3 +241,54 @@ async fn a_plugin_stuck_in_step_stops_being_used_and_others_are_answered() {
     );
     stuck.abort();
 }
+
+/// Audit finding 7: a plugin that follows an upstream-supplied link would
+/// send its provider's key wherever the link points. The host refuses any
+/// request outside the provider's `base_url` origin: a failed attempt of
+/// kind `bad_response`, logged, and the next provider answers.
+#[tokio::test]
+async fn the_host_trusts_no_plugin_request_outside_its_base_url_origin() {
+    let home = FallbackMock::start().await;
+    let elsewhere = FallbackMock::start().await;
+    elsewhere.serve_fixtures().await;
+    let stack = Stack::builder()
+        .providers(&[CHAOS, FALLBACK])
+        .search_order(None)
+        .chaos("fetch_target")
+        .chaos_url(&home.base_url())
+        // Same host, another port: another origin.
+        .chaos_target(&format!(
+            "{}/user/info?unique_id=lunabakes",
+            elsewhere.base_url()
+        ))
+        .breaker_failures(1000)
+        .start()
+        .await;
+    stack.fallback.serve_fixtures().await;
+
+    for _ in 0..3 {
+        let a = stack.get(PATHS[0]).await;
+        assert_eq!(
+            a.data()["followers"],
+            5500000,
+            "the fallback answers: {a:?}"
+        );
+    }
+    assert_eq!(
+        elsewhere.request_count().await,
+        0,
+        "nothing left the origin"
+    );
+    assert_eq!(home.request_count().await, 0);
+    let line = log_line_within(
+        &stack.server,
+        &["outside its provider's base_url origin"],
+        Duration::from_secs(5),
+    )
+    .await;
+    assert!(line.contains("bad_response"), "{line}");
+    assert!(
+        !line.contains(&elsewhere.base_url()),
+        "the URL is not quoted: {line}"
+    );
+}

@@ -322,6 +322,7 @@ async fn attempt(
                         url = %crate::config::redacted_url(request.url()),
                         "upstream request"
                     );
+                    provider.origin.admit(request.method(), request.url())?;
                     requests += 1;
                     last = Some(client.fetch(&request, provider.max_body_bytes).await?);
                 }

@@ -12,6 +12,7 @@ use serde::Deserialize;
 
 use crate::config::{redacted_url, ConfigError, Context, Secret};
 use crate::resilience::breaker::BreakerConfig;
+use crate::upstream::Origin;
 
 /// Default `timeout_ms` of a provider.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(4000);
@@ -44,6 +45,8 @@ pub struct ProviderConfig {
     /// The plugin library file.
     pub library: PathBuf,
     pub base_url: String,
+    /// Where the plugin's requests may go: `base_url`'s origin.
+    pub origin: Origin,
     pub api_key: Secret,
     /// Bounds the provider's whole attempt, all its steps together.
     pub timeout: Duration,
@@ -161,9 +164,9 @@ impl ProviderConfig {
             ));
         }
         // Not echoed: a base URL may carry credentials.
-        if !(raw.base_url.starts_with("http://") || raw.base_url.starts_with("https://")) {
+        let Some(origin) = Origin::of(&raw.base_url) else {
             return Err(cx.invalid(&at("base_url"), "not an http:// or https:// URL"));
-        }
+        };
         let api_key = cx.secret(&at("api_key_env"), &raw.api_key_env)?;
         let timeout = cx.millis(&at("timeout_ms"), raw.timeout_ms, DEFAULT_TIMEOUT)?;
         let settings = match raw.settings {
@@ -175,6 +178,7 @@ impl ProviderConfig {
         Ok(ProviderConfig {
             library: crate::plugins::library_path(&raw.library, plugin_dir, cx.base()),
             base_url: raw.base_url,
+            origin,
             api_key,
             timeout,
             settings,

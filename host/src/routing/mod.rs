@@ -23,6 +23,7 @@ use crate::error::ApiError;
 use crate::plugins::{self, ContentHash, Loader, PluginError};
 use crate::resilience::breaker::Breaker;
 use crate::resilience::runaway::StepRunner;
+use crate::upstream::Origin;
 
 /// A configured provider, ready to serve.
 pub struct Provider {
@@ -33,6 +34,8 @@ pub struct Provider {
     pub timeout: Duration,
     /// Larger upstream bodies are bad responses.
     pub max_body_bytes: usize,
+    /// Where its plugin's requests may go.
+    pub origin: Origin,
     pub breaker: Arc<Breaker>,
     /// Runs its plugin's calls; keeps a runaway plugin off request threads.
     pub runner: Arc<StepRunner>,
@@ -282,6 +285,7 @@ fn reuse_or_create(
             handle,
             timeout: config.timeout,
             max_body_bytes: config.max_body_bytes,
+            origin: config.origin.clone(),
             breaker,
             runner,
         }),

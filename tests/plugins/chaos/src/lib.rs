@@ -16,6 +16,9 @@
 //! - `unsupported`: the first step says the call is unsupported.
 //! - `hang_in_step`: the first step never returns (it sleeps in a loop, so
 //!   a stuck plugin costs the test machine a thread but no CPU).
+//! - `fetch_target`: the first step fetches the setting `target`, a URL
+//!   anywhere (as a plugin following an upstream-supplied link would), the
+//!   second refuses the input.
 
 use plugin_api::{Attempt, Call, Endpoint, ErrorKind, Manifest, Next, Provider, ProviderConfig};
 use plugin_api::{ProviderError, UpstreamRequest, UpstreamResponse};
@@ -33,6 +36,7 @@ enum Mode {
     InvalidAfterFetch,
     Unsupported,
     HangInStep,
+    FetchTarget,
 }
 
 #[derive(Deserialize, Default)]
@@ -40,11 +44,14 @@ enum Mode {
 struct Settings {
     #[serde(default)]
     mode: Mode,
+    /// The URL `fetch_target` fetches.
+    target: Option<String>,
 }
 
 pub struct Chaos {
     mode: Mode,
     base_url: String,
+    target: String,
 }
 
 impl Provider for Chaos {
@@ -64,6 +71,7 @@ impl Provider for Chaos {
             Mode::FailSetup => Err("chaos refuses to set up (mode fail_setup)".into()),
             mode => Ok(Chaos {
                 mode,
+                target: settings.target.unwrap_or_else(|| config.base_url.clone()),
                 base_url: config.base_url,
             }),
         }
@@ -80,6 +88,9 @@ impl Provider for Chaos {
             Mode::InvalidInput => Box::new(Refuses { fetch: None }),
             Mode::InvalidAfterFetch => Box::new(Refuses {
                 fetch: Some(UpstreamRequest::get(&self.base_url, "/anything")),
+            }),
+            Mode::FetchTarget => Box::new(Refuses {
+                fetch: Some(UpstreamRequest::get(&self.target, "")),
             }),
             Mode::Unsupported => Box::new(Unsupported),
             Mode::HangInStep => Box::new(HangInStep),
