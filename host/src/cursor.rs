@@ -1,45 +1,124 @@
 //! Pagination cursors: the upstream cursor of the provider that answered,
 //! sealed into an opaque token the caller passes back as `cursor`.
 //!
-//! Tokens are encrypted and authenticated (ChaCha20-Poly1305), so a caller
+//! Tokens are encrypted and authenticated (XChaCha20-Poly1305), so a caller
 //! can neither read which provider answered nor forge or alter a token. The
 //! platform, endpoint and subject (username, post ID or query) are bound in
 //! as associated data: a token only continues the listing it came from.
+//!
+//! Built for a key that lives for years: nonces are 192 random bits (no
+//! birthday collision in any realistic number of tokens), the cipher key is
+//! derived from the secret with HKDF under a label, and each token carries
+//! its issue time (it expires after `cursor_ttl_s`) and its key's ID (so
+//! the previous secret, `cursor_key_previous_env`, still opens tokens after
+//! a rotation). The sealed text is padded to a multiple of 256 bytes, so a
+//! token's length does not tell which provider issued it.
 //!
 //! The key comes from the variable named by `[server] cursor_key_env`;
 //! without it each process draws a random key, and tokens do not survive a
 //! restart.
 
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
-use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
-use sha2::{Digest, Sha256};
+use chacha20poly1305::{Key, XChaCha20Poly1305, XNonce};
+use hkdf::Hkdf;
+use sha2::Sha256;
 
 use crate::config::{ConfigError, Context, RawServer, Secret};
 
 /// The shortest cursor secret `cursor_key_env` may hold.
 const MIN_SECRET_LEN: usize = 32;
+/// `[server] cursor_ttl_s` when unset: a day.
+const DEFAULT_TTL: Duration = Duration::from_secs(86_400);
+/// The longest `cursor_ttl_s`: a year.
+const MAX_TTL_S: u64 = 365 * 86_400;
 
-/// `[server] cursor_key_env`: the secret it names, or `None` for a random
-/// key per process.
-pub fn key_from_raw(raw: &RawServer, cx: &Context) -> Result<Option<Secret>, ConfigError> {
-    const KEY: &str = "[server] cursor_key_env";
-    let Some(var) = &raw.cursor_key_env else {
-        return Ok(None);
-    };
-    let secret = cx.secret(KEY, var)?;
-    if secret.expose().len() < MIN_SECRET_LEN {
-        return Err(cx.invalid(
-            KEY,
-            format!("`{var}` must hold at least {MIN_SECRET_LEN} characters"),
-        ));
-    }
-    Ok(Some(secret))
+/// `[server] cursor_key_env`, `cursor_key_previous_env` and `cursor_ttl_s`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CursorConfig {
+    /// The secret new tokens are sealed with; `None`: a random key per
+    /// process.
+    pub key: Option<Secret>,
+    /// A secret whose tokens are still opened, after a rotation.
+    pub previous_key: Option<Secret>,
+    /// How long a token stays valid after it was issued.
+    pub ttl: Duration,
 }
 
-const NONCE_LEN: usize = 12;
-/// Longer tokens are refused before any work: no honest token comes close.
+impl CursorConfig {
+    pub fn from_raw(raw: &RawServer, cx: &Context) -> Result<CursorConfig, ConfigError> {
+        let secret = |key: &str, var: &Option<String>| -> Result<Option<Secret>, ConfigError> {
+            let Some(var) = var else {
+                return Ok(None);
+            };
+            let secret = cx.secret(key, var)?;
+            if secret.expose().len() < MIN_SECRET_LEN {
+                return Err(cx.invalid(
+                    key,
+                    format!("`{var}` must hold at least {MIN_SECRET_LEN} characters"),
+                ));
+            }
+            Ok(Some(secret))
+        };
+        let key = secret("[server] cursor_key_env", &raw.cursor_key_env)?;
+        let previous_key = secret(
+            "[server] cursor_key_previous_env",
+            &raw.cursor_key_previous_env,
+        )?;
+        if previous_key.is_some() && key.is_none() {
+            return Err(cx.invalid(
+                "[server] cursor_key_previous_env",
+                "needs `cursor_key_env` too: it names the key that replaced it",
+            ));
+        }
+        let ttl = match raw.cursor_ttl_s {
+            None => DEFAULT_TTL,
+            Some(s) if (1..=MAX_TTL_S).contains(&s) => Duration::from_secs(s),
+            Some(_) => {
+                return Err(cx.invalid(
+                    "[server] cursor_ttl_s",
+                    format!("must be 1-{MAX_TTL_S} (a year)"),
+                ))
+            }
+        };
+        Ok(CursorConfig {
+            key,
+            previous_key,
+            ttl,
+        })
+    }
+
+    /// The settings (as written in the file) whose values differ in `new`.
+    pub fn changed_settings(&self, new: &CursorConfig) -> Vec<&'static str> {
+        let CursorConfig {
+            key,
+            previous_key,
+            ttl,
+        } = self;
+        [
+            ("[server] cursor_key_env", *key != new.key),
+            (
+                "[server] cursor_key_previous_env",
+                *previous_key != new.previous_key,
+            ),
+            ("[server] cursor_ttl_s", *ttl != new.ttl),
+        ]
+        .into_iter()
+        .filter_map(|(name, changed)| changed.then_some(name))
+        .collect()
+    }
+}
+
+const KEY_ID_LEN: usize = 4;
+const NONCE_LEN: usize = 24;
+const TAG_LEN: usize = 16;
+/// The sealed text's length is rounded up to a multiple of this.
+const PAD_TO: usize = 256;
+/// Longer tokens are refused before any work: no honest token comes close
+/// (a 1 KiB upstream cursor makes about 1.8 KB).
 const MAX_TOKEN_LEN: usize = 2048;
 
 /// What a token carries.
@@ -67,83 +146,183 @@ impl Listing<'_> {
     }
 }
 
-/// The token does not open for this listing.
+/// Why a token does not open.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("not a cursor this listing issued")]
-pub struct InvalidCursor;
+pub enum CursorError {
+    /// Tampered, made up, from another listing, or sealed with a key this
+    /// process does not hold.
+    #[error("not a cursor this listing issued")]
+    Invalid,
+    /// Genuine, but older than `cursor_ttl_s`.
+    #[error("the cursor has expired")]
+    Expired,
+}
 
-/// Seals and opens tokens with one key.
+/// One derived key and its ID.
+struct SealingKey {
+    id: [u8; KEY_ID_LEN],
+    cipher: XChaCha20Poly1305,
+}
+
+impl SealingKey {
+    /// Derives the cipher key and the key ID from `secret` with HKDF, under
+    /// labels that no other use of the secret shares.
+    fn derive(secret: &[u8]) -> SealingKey {
+        let hkdf = Hkdf::<Sha256>::new(None, secret);
+        let mut key = [0u8; 32];
+        let mut id = [0u8; KEY_ID_LEN];
+        // Both lengths are far below HKDF-SHA256's limit of 8160 bytes.
+        hkdf.expand(b"socialgate cursor key v2", &mut key)
+            .expect("32 bytes is a valid HKDF length");
+        hkdf.expand(b"socialgate cursor key id v2", &mut id)
+            .expect("4 bytes is a valid HKDF length");
+        SealingKey {
+            id,
+            cipher: XChaCha20Poly1305::new(Key::from_slice(&key)),
+        }
+    }
+}
+
+/// Seals and opens tokens: new ones with the current key, old ones with
+/// the current or the previous key.
 pub struct CursorSealer {
-    cipher: ChaCha20Poly1305,
+    current: SealingKey,
+    previous: Option<SealingKey>,
+    ttl: Duration,
 }
 
 impl CursorSealer {
-    /// From the configured secret, or a random key when there is none.
-    pub fn new(secret: Option<&Secret>) -> Result<CursorSealer, getrandom::Error> {
-        let key: [u8; 32] = match secret {
-            Some(secret) => Sha256::digest(secret.expose().as_bytes()).into(),
+    /// From the configured secrets, or a random key when there is none.
+    pub fn new(config: &CursorConfig) -> Result<CursorSealer, getrandom::Error> {
+        let current = match &config.key {
+            Some(secret) => SealingKey::derive(secret.expose().as_bytes()),
             None => {
-                let mut key = [0u8; 32];
-                getrandom::getrandom(&mut key)?;
-                key
+                let mut random = [0u8; 32];
+                getrandom::getrandom(&mut random)?;
+                SealingKey::derive(&random)
             }
         };
         Ok(CursorSealer {
-            cipher: ChaCha20Poly1305::new(Key::from_slice(&key)),
+            current,
+            previous: config
+                .previous_key
+                .as_ref()
+                .map(|secret| SealingKey::derive(secret.expose().as_bytes())),
+            ttl: config.ttl,
         })
     }
 
     pub fn seal(&self, listing: Listing<'_>, position: &Position) -> String {
+        self.seal_at(listing, position, unix_now())
+    }
+
+    pub fn open(&self, listing: Listing<'_>, token: &str) -> Result<Position, CursorError> {
+        self.open_at(listing, token, unix_now())
+    }
+
+    fn seal_at(&self, listing: Listing<'_>, position: &Position, now: u64) -> String {
         let mut nonce = [0u8; NONCE_LEN];
         // A failing OS random source is not survivable for a server anyway.
         getrandom::getrandom(&mut nonce).expect("OS randomness");
-        let mut plain = Vec::with_capacity(position.provider.len() + 1 + position.upstream.len());
-        plain.extend_from_slice(position.provider.as_bytes());
-        plain.push(0);
-        plain.extend_from_slice(position.upstream.as_bytes());
+        let plain = encode(position, now);
         let aad = listing.associated_data();
         let sealed = self
+            .current
             .cipher
             .encrypt(
-                Nonce::from_slice(&nonce),
+                XNonce::from_slice(&nonce),
                 Payload {
                     msg: &plain,
                     aad: &aad,
                 },
             )
             .expect("in-memory encryption cannot fail");
-        let mut token = nonce.to_vec();
+        let mut token = Vec::with_capacity(KEY_ID_LEN + NONCE_LEN + sealed.len());
+        token.extend_from_slice(&self.current.id);
+        token.extend_from_slice(&nonce);
         token.extend_from_slice(&sealed);
         URL_SAFE_NO_PAD.encode(token)
     }
 
-    pub fn open(&self, listing: Listing<'_>, token: &str) -> Result<Position, InvalidCursor> {
+    fn open_at(
+        &self,
+        listing: Listing<'_>,
+        token: &str,
+        now: u64,
+    ) -> Result<Position, CursorError> {
         if token.len() > MAX_TOKEN_LEN {
-            return Err(InvalidCursor);
+            return Err(CursorError::Invalid);
         }
-        let bytes = URL_SAFE_NO_PAD.decode(token).map_err(|_| InvalidCursor)?;
-        if bytes.len() < NONCE_LEN {
-            return Err(InvalidCursor);
+        let bytes = URL_SAFE_NO_PAD
+            .decode(token)
+            .map_err(|_| CursorError::Invalid)?;
+        if bytes.len() < KEY_ID_LEN + NONCE_LEN + TAG_LEN {
+            return Err(CursorError::Invalid);
         }
-        let (nonce, sealed) = bytes.split_at(NONCE_LEN);
+        let (id, rest) = bytes.split_at(KEY_ID_LEN);
+        let (nonce, sealed) = rest.split_at(NONCE_LEN);
+        let key = [Some(&self.current), self.previous.as_ref()]
+            .into_iter()
+            .flatten()
+            .find(|key| key.id == id)
+            .ok_or(CursorError::Invalid)?;
         let aad = listing.associated_data();
-        let plain = self
+        let plain = key
             .cipher
             .decrypt(
-                Nonce::from_slice(nonce),
+                XNonce::from_slice(nonce),
                 Payload {
                     msg: sealed,
                     aad: &aad,
                 },
             )
-            .map_err(|_| InvalidCursor)?;
-        let text = String::from_utf8(plain).map_err(|_| InvalidCursor)?;
-        let (provider, upstream) = text.split_once('\0').ok_or(InvalidCursor)?;
-        Ok(Position {
-            provider: provider.to_owned(),
-            upstream: upstream.to_owned(),
-        })
+            .map_err(|_| CursorError::Invalid)?;
+        let (issued, position) = decode(&plain).ok_or(CursorError::Invalid)?;
+        if now.saturating_sub(issued) > self.ttl.as_secs() {
+            return Err(CursorError::Expired);
+        }
+        Ok(position)
     }
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// `issued (u64 BE) | provider length (u8) | provider | upstream length
+/// (u16 BE) | upstream | zeros`, padded to a multiple of [`PAD_TO`].
+fn encode(position: &Position, issued: u64) -> Vec<u8> {
+    // Provider names are at most 64 bytes (config) and upstream cursors at
+    // most 1 KiB (the plugin boundary), far inside both length fields.
+    let provider_len = u8::try_from(position.provider.len()).expect("a provider name fits");
+    let upstream_len = u16::try_from(position.upstream.len()).expect("an upstream cursor fits");
+    let len = 8 + 1 + position.provider.len() + 2 + position.upstream.len();
+    let mut plain = Vec::with_capacity(len.next_multiple_of(PAD_TO));
+    plain.extend_from_slice(&issued.to_be_bytes());
+    plain.push(provider_len);
+    plain.extend_from_slice(position.provider.as_bytes());
+    plain.extend_from_slice(&upstream_len.to_be_bytes());
+    plain.extend_from_slice(position.upstream.as_bytes());
+    plain.resize(len.next_multiple_of(PAD_TO), 0);
+    plain
+}
+
+fn decode(plain: &[u8]) -> Option<(u64, Position)> {
+    let (issued, rest) = plain.split_first_chunk::<8>()?;
+    let (&provider_len, rest) = rest.split_first()?;
+    let (provider, rest) = rest.split_at_checked(usize::from(provider_len))?;
+    let (upstream_len, rest) = rest.split_first_chunk::<2>()?;
+    let (upstream, _padding) =
+        rest.split_at_checked(usize::from(u16::from_be_bytes(*upstream_len)))?;
+    Some((
+        u64::from_be_bytes(*issued),
+        Position {
+            provider: String::from_utf8(provider.to_vec()).ok()?,
+            upstream: String::from_utf8(upstream.to_vec()).ok()?,
+        },
+    ))
 }
 
 #[cfg(test)]
@@ -163,9 +342,21 @@ mod tests {
         }
     }
 
+    fn config(key: Option<&str>, previous: Option<&str>) -> CursorConfig {
+        CursorConfig {
+            key: key.map(|k| Secret::new(k.repeat(40))),
+            previous_key: previous.map(|k| Secret::new(k.repeat(40))),
+            ttl: DEFAULT_TTL,
+        }
+    }
+
+    fn random() -> CursorSealer {
+        CursorSealer::new(&config(None, None)).unwrap()
+    }
+
     #[test]
     fn round_trips_and_hides_the_provider() {
-        let sealer = CursorSealer::new(None).unwrap();
+        let sealer = random();
         let token = sealer.seal(LISTING, &position());
         assert!(!token.contains("primary"));
         assert_eq!(sealer.open(LISTING, &token), Ok(position()));
@@ -178,39 +369,88 @@ mod tests {
 
     #[test]
     fn refuses_tampering_other_listings_and_other_keys() {
-        let sealer = CursorSealer::new(None).unwrap();
+        let sealer = random();
         let token = sealer.seal(LISTING, &position());
         let mut tampered = token.clone().into_bytes();
         let last = tampered.len() - 5;
         tampered[last] = if tampered[last] == b'A' { b'B' } else { b'A' };
         let tampered = String::from_utf8(tampered).unwrap();
-        assert_eq!(sealer.open(LISTING, &tampered), Err(InvalidCursor));
+        assert_eq!(sealer.open(LISTING, &tampered), Err(CursorError::Invalid));
         let other = Listing {
             subject: "1",
             ..LISTING
         };
-        assert_eq!(sealer.open(other, &token), Err(InvalidCursor));
+        assert_eq!(sealer.open(other, &token), Err(CursorError::Invalid));
         let other = Listing {
             endpoint: "posts",
             ..LISTING
         };
-        assert_eq!(sealer.open(other, &token), Err(InvalidCursor));
-        assert_eq!(
-            CursorSealer::new(None).unwrap().open(LISTING, &token),
-            Err(InvalidCursor)
-        );
-        for junk in ["", "!!!", "AAAA", &"A".repeat(5000)] {
-            assert_eq!(sealer.open(LISTING, junk), Err(InvalidCursor));
+        assert_eq!(sealer.open(other, &token), Err(CursorError::Invalid));
+        assert_eq!(random().open(LISTING, &token), Err(CursorError::Invalid));
+        for junk in ["", "!!!", "AAAA", &"A".repeat(60), &"A".repeat(5000)] {
+            assert_eq!(sealer.open(LISTING, junk), Err(CursorError::Invalid));
         }
     }
 
     #[test]
     fn a_configured_key_survives_restarts() {
-        let secret = Secret::new("k".repeat(40));
-        let token = CursorSealer::new(Some(&secret))
+        let token = CursorSealer::new(&config(Some("k"), None))
             .unwrap()
             .seal(LISTING, &position());
-        let reopened = CursorSealer::new(Some(&secret)).unwrap();
+        let reopened = CursorSealer::new(&config(Some("k"), None)).unwrap();
         assert_eq!(reopened.open(LISTING, &token), Ok(position()));
+    }
+
+    #[test]
+    fn tokens_expire_after_the_ttl() {
+        let sealer = CursorSealer::new(&config(Some("k"), None)).unwrap();
+        let issued = 1_800_000_000;
+        let token = sealer.seal_at(LISTING, &position(), issued);
+        let ttl = DEFAULT_TTL.as_secs();
+        assert_eq!(
+            sealer.open_at(LISTING, &token, issued + ttl),
+            Ok(position())
+        );
+        assert_eq!(
+            sealer.open_at(LISTING, &token, issued + ttl + 1),
+            Err(CursorError::Expired)
+        );
+    }
+
+    #[test]
+    fn the_previous_key_still_opens_after_a_rotation() {
+        let old = CursorSealer::new(&config(Some("a"), None)).unwrap();
+        let token = old.seal(LISTING, &position());
+        let rotated = CursorSealer::new(&config(Some("b"), Some("a"))).unwrap();
+        assert_eq!(rotated.open(LISTING, &token), Ok(position()));
+        let fresh = rotated.seal(LISTING, &position());
+        assert_eq!(old.open(LISTING, &fresh), Err(CursorError::Invalid));
+        let forgotten = CursorSealer::new(&config(Some("b"), None)).unwrap();
+        assert_eq!(forgotten.open(LISTING, &token), Err(CursorError::Invalid));
+    }
+
+    #[test]
+    fn tokens_of_either_provider_have_one_length() {
+        let sealer = random();
+        let primary = Position {
+            provider: "shortvideo-primary".into(),
+            upstream: "1762500000000:MS4wLjABAAAAv7iSuuXDJGDvJkmH_vz1qkDZYo1apxgzaxdBSeIuPiM"
+                .into(),
+        };
+        let fallback = Position {
+            provider: "shortvideo-fallback".into(),
+            upstream: "1762500000000".into(),
+        };
+        assert_eq!(
+            sealer.seal(LISTING, &primary).len(),
+            sealer.seal(LISTING, &fallback).len()
+        );
+        let longest = Position {
+            provider: "p".repeat(64),
+            upstream: "9".repeat(plugin_api::ffi::MAX_CURSOR_LEN),
+        };
+        let token = sealer.seal(LISTING, &longest);
+        assert!(token.len() <= MAX_TOKEN_LEN, "{}", token.len());
+        assert_eq!(sealer.open(LISTING, &token), Ok(longest));
     }
 }

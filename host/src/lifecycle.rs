@@ -180,8 +180,8 @@ pub async fn serve(
 /// Step 3's process-wide parts, around the loaded snapshot.
 fn build_app(config: Config, snapshot: Snapshot, loader: Loader) -> Result<App, RunError> {
     let process = config.process;
-    let cursors = CursorSealer::new(process.cursor_key.as_ref())
-        .map_err(|e| RunError::Random(e.to_string()))?;
+    let cursors =
+        CursorSealer::new(&process.cursor).map_err(|e| RunError::Random(e.to_string()))?;
     let upstream = UpstreamClient::new(process.upstream_proxy.as_ref())?;
     let ledger = Ledger::open(&process.ledger.path, LEDGER_FLUSH_EVERY)?;
     let billing = Billing::open(ledger)?;
@@ -217,7 +217,7 @@ fn announce(app: &App, public: SocketAddr, admin: Option<&TcpListener>) -> std::
         keys = snapshot.keys.len(),
         "configuration loaded"
     );
-    if app.process.cursor_key.is_none() {
+    if app.process.cursor.key.is_none() {
         tracing::info!(
             "no cursor_key_env: cursors are sealed with a per-process key and end with the process"
         );

@@ -473,3 +473,78 @@ async fn unchecked_upstream_data_a_cursor_that_does_not_advance_ends_the_listing
     a.assert_success(true);
     assert_eq!(a.next_cursor(), None, "fallback search: {a:?}");
 }
+
+// Audit finding 6: cursor crypto fit for a key that lives for years.
+
+const CURSOR_KEY_A: &str = "the-first-cursor-secret-of-32-chars-or-more";
+const CURSOR_KEY_B: &str = "the-second-cursor-secret-of-32-chars-or-more";
+
+#[tokio::test]
+async fn cursor_crypto_for_long_lived_keys_tokens_expire_after_cursor_ttl_s() {
+    let stack = Stack::builder()
+        .server_line("cursor_ttl_s = 1")
+        .start()
+        .await;
+    serve_primary_posts(&stack).await;
+    let cursor = stack.get(POSTS).await.next_cursor().expect("has_more 1");
+    tokio::time::sleep(std::time::Duration::from_millis(2100)).await;
+    let a = stack.get(&with_cursor(POSTS, &cursor)).await;
+    a.assert_invalid("cursor");
+    assert!(a.error_message().contains("has expired"), "{a:?}");
+}
+
+#[tokio::test]
+async fn cursor_crypto_for_long_lived_keys_the_previous_key_still_opens_after_a_rotation() {
+    let mut stack = Stack::builder()
+        .server_line("cursor_key_env = \"SG_CURSOR_KEY_A\"")
+        .env("SG_CURSOR_KEY_A", CURSOR_KEY_A)
+        .env("SG_CURSOR_KEY_B", CURSOR_KEY_B)
+        .start()
+        .await;
+    serve_primary_posts(&stack).await;
+    let cursor = stack.get(POSTS).await.next_cursor().expect("has_more 1");
+
+    // Rotate: B seals from now on, A still opens.
+    let text = stack.config.text();
+    let rotated = text.replace(
+        "cursor_key_env = \"SG_CURSOR_KEY_A\"",
+        "cursor_key_env = \"SG_CURSOR_KEY_B\"\ncursor_key_previous_env = \"SG_CURSOR_KEY_A\"",
+    );
+    assert_ne!(text, rotated);
+    std::fs::write(stack.config.path(), &rotated).unwrap();
+    stack.restart();
+    let a = stack.get(&with_cursor(POSTS, &cursor)).await;
+    a.assert_success(true);
+    assert_eq!(a.data()[0]["id"], "7312345678901220000", "{a:?}");
+    let fresh = stack.get(POSTS).await.next_cursor().expect("has_more 1");
+
+    // A retired: its tokens are refused, B's still open.
+    let retired = text.replace("SG_CURSOR_KEY_A", "SG_CURSOR_KEY_B");
+    std::fs::write(stack.config.path(), retired).unwrap();
+    stack.restart();
+    stack
+        .get(&with_cursor(POSTS, &cursor))
+        .await
+        .assert_invalid("cursor");
+    stack
+        .get(&with_cursor(POSTS, &fresh))
+        .await
+        .assert_success(true);
+}
+
+#[tokio::test]
+async fn cursor_crypto_for_long_lived_keys_tokens_of_either_provider_have_one_length() {
+    let stack = Stack::start().await;
+    serve_primary_posts(&stack).await;
+    serve_fallback_posts(&stack).await;
+    let primary = stack.get(POSTS).await.next_cursor().expect("has_more 1");
+    stack.primary.reset().await;
+    stack.primary.fail_all(500).await;
+    let fallback = stack.get(POSTS).await.next_cursor().expect("hasMore true");
+    assert_eq!(stack.fallback.requests_to("/user/posts").await.len(), 1);
+    assert_eq!(
+        primary.len(),
+        fallback.len(),
+        "the length says nothing of the issuer: {primary} {fallback}"
+    );
+}

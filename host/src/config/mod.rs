@@ -39,6 +39,7 @@ use serde::Deserialize;
 
 use crate::billing::{BillingConfig, RawBilling};
 use crate::cache::{CacheConfig, RawCache};
+use crate::cursor::CursorConfig;
 use crate::http::server::ListenerConfig;
 use crate::ledger::{LedgerConfig, RawLedger};
 use crate::logging::LogFormat;
@@ -102,8 +103,8 @@ pub struct ProcessConfig {
     pub max_concurrent_requests: usize,
     /// `state_dir`: where private copies of plugin libraries are kept.
     pub state_dir: PathBuf,
-    /// `cursor_key_env`; `None`: a random key per process.
-    pub cursor_key: Option<Secret>,
+    /// `cursor_key_env`, `cursor_key_previous_env`, `cursor_ttl_s`.
+    pub cursor: CursorConfig,
     /// `upstream_proxy`: the only proxy upstream requests may use. A secret:
     /// it may carry credentials.
     pub upstream_proxy: Option<Secret>,
@@ -138,7 +139,7 @@ impl ProcessConfig {
             listener,
             max_concurrent_requests,
             state_dir,
-            cursor_key,
+            cursor,
             upstream_proxy,
             log_format,
             ledger,
@@ -151,7 +152,6 @@ impl ProcessConfig {
                 *max_concurrent_requests != new.max_concurrent_requests,
             ),
             ("[server] state_dir", *state_dir != new.state_dir),
-            ("[server] cursor_key_env", *cursor_key != new.cursor_key),
             (
                 "[server] upstream_proxy",
                 *upstream_proxy != new.upstream_proxy,
@@ -161,6 +161,7 @@ impl ProcessConfig {
             ("[cache] max_bytes", *cache_max_bytes != new.cache_max_bytes),
         ];
         changed.extend(others.into_iter().filter(|(_, c)| *c).map(|(key, _)| key));
+        changed.extend(cursor.changed_settings(&new.cursor));
         changed
     }
 }
@@ -213,6 +214,8 @@ pub struct RawServer {
     pub plugin_dir: Option<PathBuf>,
     pub state_dir: Option<PathBuf>,
     pub cursor_key_env: Option<String>,
+    pub cursor_key_previous_env: Option<String>,
+    pub cursor_ttl_s: Option<u64>,
     pub upstream_proxy: Option<String>,
     pub log_format: Option<LogFormat>,
 }
@@ -344,7 +347,7 @@ impl Config {
             listener: ListenerConfig::from_raw(server, &cx)?,
             max_concurrent_requests: crate::resilience::concurrency::max_from_raw(server, &cx)?,
             state_dir: crate::plugins::state_dir_from_raw(server, &cx),
-            cursor_key: crate::cursor::key_from_raw(server, &cx)?,
+            cursor: CursorConfig::from_raw(server, &cx)?,
             upstream_proxy: crate::upstream::proxy_from_raw(server, &cx)?,
             log_format: server.log_format.unwrap_or_default(),
             ledger: LedgerConfig::from_raw(&raw.ledger, &cx),

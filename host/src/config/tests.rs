@@ -36,6 +36,7 @@ fn env(name: &str) -> Option<String> {
     match name {
         "KEY_A" | "KEY_B" => Some(format!("secret-{name}")),
         "KEY_CURSOR" => Some("secret-cursor-key-of-at-least-32-chars".into()),
+        "KEY_CURSOR_OLD" => Some("the-previous-cursor-key-of-32-chars".into()),
         _ => None,
     }
 }
@@ -96,6 +97,18 @@ fn errors_are_one_line_naming_file_and_reason() {
         (GOOD.replace("127.0.0.1:0", "localhost"), "listen"),
         (GOOD.replace("http://127.0.0.1:1", "ftp://x"), "base_url"),
         ("[server\n".to_string(), "platforms.toml:1:"),
+        (
+            with_server_line("cursor_ttl_s = 0"),
+            "cursor_ttl_s: must be 1-",
+        ),
+        (
+            with_server_line("cursor_key_previous_env = \"KEY_CURSOR_OLD\""),
+            "cursor_key_previous_env: needs `cursor_key_env` too",
+        ),
+        (
+            with_server_line("cursor_key_env = \"KEY_A\""),
+            "`KEY_A` must hold at least 32 characters",
+        ),
     ];
     for (text, needle) in cases {
         let message = parse(&text).unwrap_err().to_string();
@@ -170,6 +183,10 @@ fn every_process_setting_needs_a_restart() {
             with_server_line("cursor_key_env = \"KEY_CURSOR\""),
         ),
         (
+            "[server] cursor_ttl_s",
+            with_server_line("cursor_ttl_s = 60"),
+        ),
+        (
             "[server] upstream_proxy",
             with_server_line("upstream_proxy = \"http://proxy.example:3128\""),
         ),
@@ -192,6 +209,16 @@ fn every_process_setting_needs_a_restart() {
         assert_eq!(base.changed_settings(&changed), [*key], "{key}");
         assert_eq!(changed.changed_settings(&base), [*key], "{key}, back");
     }
+    // The previous cursor key only exists beside a current one.
+    let current = parse(&with_server_line("cursor_key_env = \"KEY_CURSOR\"")).unwrap();
+    let both = parse(&with_server_line(
+        "cursor_key_env = \"KEY_CURSOR\"\ncursor_key_previous_env = \"KEY_CURSOR_OLD\"",
+    ))
+    .unwrap();
+    assert_eq!(
+        current.process.changed_settings(&both.process),
+        ["[server] cursor_key_previous_env"]
+    );
 }
 
 #[test]

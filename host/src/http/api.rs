@@ -25,7 +25,7 @@ use super::response::{self, Body};
 use crate::cache::freshness::Directives;
 use crate::cache::status::CacheStatus;
 use crate::chain::{ChainError, Journal};
-use crate::cursor::{Listing, Position};
+use crate::cursor::{CursorError, Listing, Position};
 use crate::error::ApiError;
 use crate::metrics::{self, RouteLabels};
 use crate::resilience::deadline::Deadline;
@@ -274,7 +274,10 @@ fn resume<'c>(
     let Position { provider, upstream } = app
         .cursors
         .open(listing_of(platform, call), token)
-        .map_err(|_| ApiError::bad_cursor())?;
+        .map_err(|e| match e {
+            CursorError::Invalid => ApiError::bad_cursor(),
+            CursorError::Expired => ApiError::expired_cursor(),
+        })?;
     // If the operator has since removed the issuer from this chain, the
     // token is dead.
     let issuer = chain
