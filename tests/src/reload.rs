@@ -187,3 +187,17 @@ pub fn mapped_files(pid: u32) -> Vec<PathBuf> {
     files.dedup();
     files
 }
+
+/// How many threads the process has, from `/proc/<pid>/task`.
+pub fn thread_count(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("can read the task folder")
+        .count()
+}
+
+/// How many file descriptors the process has open, from `/proc/<pid>/fd`.
+pub fn open_fd_count(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("can read the fd folder")
+        .count()
+}

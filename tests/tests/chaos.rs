@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use socialgate_tests::config::{CHAOS, FALLBACK};
 use socialgate_tests::operator::{admin_addr, log_line_within, scrape, signal, wait_exit};
+use socialgate_tests::reload::thread_count;
 use socialgate_tests::{FallbackMock, PrimaryMock, Server, Stack};
 
 /// The library file a set-up failure names.
@@ -240,6 +241,57 @@ async fn a_plugin_stuck_in_step_stops_being_used_and_others_are_answered() {
         "SIGTERM ended the process despite the stuck plugin call"
     );
     stuck.abort();
+}
+
+/// Audit finding 5: a plugin stuck in a step must not make the host leak a
+/// thread per request. Once its first call is seen stuck, its calls run at
+/// most `MAX_POOLED` (2) at a time off the request threads, and each waits
+/// for a slot within its attempt's timeout; so however many requests ask
+/// it, the threads its code holds stay bounded, and every request is still
+/// answered by the fallback.
+#[tokio::test]
+async fn a_plugin_stuck_in_a_step_holds_a_bounded_number_of_threads() {
+    let stack = Stack::builder()
+        .providers(&[CHAOS, FALLBACK])
+        .chaos("hang_in_step")
+        .timeout_ms(CHAOS, 200)
+        // Never skipped by its breaker: every request asks the stuck plugin.
+        .breaker_failures(1000)
+        .start()
+        .await;
+    stack.fallback.serve_fixtures().await;
+    let search = PATHS[4];
+    for _ in 0..3 {
+        assert_eq!(stack.get(search).await.status, 200);
+    }
+    // The first call runs inline and never returns: that request is lost,
+    // and the watchdog quarantines the provider a budget (1 s) later.
+    let first = {
+        let api = stack.api.clone();
+        tokio::spawn(async move { api.get(PATHS[0]).await })
+    };
+    log_line_within(
+        &stack.server,
+        &["ran past its budget", CHAOS],
+        Duration::from_secs(5),
+    )
+    .await;
+    let pid = stack.server.pid();
+    let baseline = thread_count(pid);
+
+    for round in 0..15 {
+        let a = stack.get(PATHS[0]).await;
+        assert_eq!(a.status, 200, "round {round}: {a:?}");
+        assert_eq!(a.data()["followers"], 5500000, "the fallback's: {a:?}");
+    }
+    // Two in the quarantine pool, and a little room for the runtime's own
+    // idle blocking threads.
+    let after = thread_count(pid);
+    assert!(
+        after <= baseline + 2 + 2,
+        "15 calls into a stuck plugin grew the threads from {baseline} to {after}"
+    );
+    first.abort();
 }
 
 /// Audit finding 7: a plugin that follows an upstream-supplied link would
