@@ -34,7 +34,11 @@ pub fn drive<P: Provider>(provider: &P, call: Call, data: &[u8]) {
         match step {
             Err(_) => return,
             Ok(Next::Done(done)) => {
-                assert_eq!(done.output.endpoint(), endpoint, "an answer of another endpoint");
+                assert_eq!(
+                    done.output.endpoint(),
+                    endpoint,
+                    "an answer of another endpoint"
+                );
                 return;
             }
             Ok(Next::Fetch(request)) => {
