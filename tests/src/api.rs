@@ -32,6 +32,11 @@ impl Api {
         }
     }
 
+    /// The key this client sends, if any.
+    pub fn key(&self) -> Option<&str> {
+        self.key.as_deref()
+    }
+
     /// The same server with another key (or none).
     pub fn with_key(&self, key: Option<&str>) -> Api {
         Api {

@@ -4,13 +4,15 @@
 //! length. [`closed_port`] gives an address where nothing listens.
 //!
 //! It reads each request head, records it (so a test can check it was the
-//! contract's request and count it), then misbehaves as told. Every answer
+//! contract's request and count it), then misbehaves as told. It also
+//! counts the requests it holds at once, and the most it ever held. Every answer
 //! carries `Connection: close`, so no client reuses a connection and every
 //! request is one connection. It runs on a thread of its own with its own
 //! runtime, whatever the test's runtime; dropping it stops it and ends every
 //! connection it holds.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -37,6 +39,9 @@ pub enum Behaviour {
     /// The head with the full `Content-Length` of `body`, then the body one
     /// byte every `every`, until it is sent or the client leaves.
     Trickle { body: Vec<u8>, every: Duration },
+    /// A complete `200` with `body`, sent `after` the head arrived: a slow
+    /// but healthy upstream.
+    Slow { body: Vec<u8>, after: Duration },
 }
 
 /// One request head as received.
@@ -60,6 +65,7 @@ impl RawRequest {
 pub struct RawUpstream {
     addr: SocketAddr,
     requests: Arc<Mutex<Vec<RawRequest>>>,
+    load: Arc<Load>,
     stop: watch::Sender<bool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -75,20 +81,23 @@ impl RawUpstream {
             .local_addr()
             .expect("a bound listener has an address");
         let requests = Arc::new(Mutex::new(Vec::new()));
+        let load = Arc::new(Load::default());
         let (stop, stopped) = watch::channel(false);
         let recorded = Arc::clone(&requests);
+        let counted = Arc::clone(&load);
         let behaviour = Arc::new(behaviour);
         let thread = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .expect("can build the double's runtime");
-            runtime.block_on(accept_loop(listener, behaviour, recorded, stopped));
+            runtime.block_on(accept_loop(listener, behaviour, recorded, counted, stopped));
             // Dropping the runtime ends every connection task still running.
         });
         RawUpstream {
             addr,
             requests,
+            load,
             stop,
             thread: Some(thread),
         }
@@ -110,6 +119,40 @@ impl RawUpstream {
 
     pub fn request_count(&self) -> usize {
         self.requests.lock().expect("not poisoned").len()
+    }
+
+    /// Requests read and not yet finished with, now.
+    pub fn in_flight(&self) -> usize {
+        self.load.now.load(Ordering::SeqCst)
+    }
+
+    /// The most requests it ever held at once.
+    pub fn peak_in_flight(&self) -> usize {
+        self.load.peak.load(Ordering::SeqCst)
+    }
+}
+
+/// Requests held at once: now and at most.
+#[derive(Default)]
+struct Load {
+    now: AtomicUsize,
+    peak: AtomicUsize,
+}
+
+/// Counts one request as held until dropped.
+struct Held<'a>(&'a Load);
+
+impl<'a> Held<'a> {
+    fn new(load: &'a Load) -> Held<'a> {
+        let now = load.now.fetch_add(1, Ordering::SeqCst) + 1;
+        load.peak.fetch_max(now, Ordering::SeqCst);
+        Held(load)
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.0.now.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -135,6 +178,7 @@ async fn accept_loop(
     listener: std::net::TcpListener,
     behaviour: Arc<Behaviour>,
     requests: Arc<Mutex<Vec<RawRequest>>>,
+    load: Arc<Load>,
     mut stopped: watch::Receiver<bool>,
 ) {
     let listener = TcpListener::from_std(listener).expect("can hand the listener to tokio");
@@ -148,10 +192,11 @@ async fn accept_loop(
         };
         let behaviour = Arc::clone(&behaviour);
         let requests = Arc::clone(&requests);
+        let load = Arc::clone(&load);
         let mut stopped = stopped.clone();
         tokio::spawn(async move {
             tokio::select! {
-                () = serve(stream, &behaviour, &requests) => {}
+                () = serve(stream, &behaviour, &requests, &load) => {}
                 _ = stopped.changed() => {}
             }
         });
@@ -159,13 +204,30 @@ async fn accept_loop(
 }
 
 /// One connection: one request, treated with `behaviour`.
-async fn serve(mut stream: TcpStream, behaviour: &Behaviour, requests: &Mutex<Vec<RawRequest>>) {
+async fn serve(
+    mut stream: TcpStream,
+    behaviour: &Behaviour,
+    requests: &Mutex<Vec<RawRequest>>,
+    load: &Load,
+) {
     let Some(request) = read_head(&mut stream).await else {
         return;
     };
     requests.lock().expect("not poisoned").push(request);
+    let _held = Held::new(load);
     // Write errors mean the client left: the fault has done its work.
     match behaviour {
+        Behaviour::Slow { body, after } => {
+            // Gone early if the client leaves: a read then returns 0.
+            let mut probe = [0u8; 1];
+            tokio::select! {
+                () = tokio::time::sleep(*after) => {}
+                _ = stream.read(&mut probe) => return,
+            }
+            let _ = stream.write_all(&head(Some(body.len()))).await;
+            let _ = stream.write_all(body).await;
+            let _ = stream.shutdown().await;
+        }
         Behaviour::Respond { body } => {
             let _ = stream.write_all(&head(Some(body.len()))).await;
             let _ = stream.write_all(body).await;
