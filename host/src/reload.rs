@@ -145,10 +145,12 @@ pub fn reload(app: &App, listening: SocketAddr) -> Result<(), ReloadError> {
     let config = match Config::load(&app.config_path) {
         Ok(config) => config,
         Err(e) => {
+            crate::files::warn_if_loose(&app.config_path, &current.serving);
             reload_keys_only(app, &current);
             return Err(e.into());
         }
     };
+    crate::files::warn_if_loose(&config.path, &config.serving);
     warn_about_restart_only_changes(app, &config, listening);
     let next = match Snapshot::build(&config.path, config.serving, &app.loader, Some(&current)) {
         Ok(next) => next,
