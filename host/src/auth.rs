@@ -2,11 +2,16 @@
 //! them on requests.
 //!
 //! The file stores only each key's SHA-256, so a leaked file grants nothing.
-//! It is replaced atomically (write, sync, rename) with mode 0600. A request's
-//! key is hashed and looked up by its hash: the same cost with ten keys or a
-//! hundred thousand, and with a made-up key.
+//! A change holds an exclusive lock on a lock file beside it (`.NAME.lock`)
+//! from reading to renaming, so concurrent commands lose no update; the file
+//! is replaced atomically (a private temporary file, synced, renamed, the
+//! folder synced) and keeps the owner, group and mode it had (0600 when new):
+//! a `keys revoke` run as root must not leave a file the server's user
+//! cannot read. A request's key is hashed and looked up by its hash: the
+//! same cost with ten keys or a hundred thousand, and with a made-up key.
 
 use std::collections::HashMap;
+use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -96,32 +101,71 @@ impl KeysFileAt<'_> {
         if !valid {
             return Err(KeysError::BadName(name.to_owned()));
         }
-        let mut records = self.records()?;
-        if records.iter().any(|r| r.name == name) {
-            return Err(KeysError::Duplicate(name.to_owned()));
-        }
         let key = new_key()?;
-        records.push(KeyRecord {
+        let record = KeyRecord {
             name: name.to_owned(),
             sha256: hex(&Sha256::digest(key.as_bytes())),
             created: now_utc(),
-        });
-        self.write(records)?;
+        };
+        self.update(|records| {
+            if records.iter().any(|r| r.name == name) {
+                return Err(KeysError::Duplicate(name.to_owned()));
+            }
+            records.push(record);
+            Ok(())
+        })?;
         Ok(key)
     }
 
     /// Revokes the key named `name`.
     pub fn revoke(&self, name: &str) -> Result<(), KeysError> {
+        self.update(|records| {
+            let before = records.len();
+            records.retain(|r| r.name != name);
+            if records.len() == before {
+                return Err(KeysError::Unknown(name.to_owned()));
+            }
+            Ok(())
+        })
+    }
+
+    /// The file's folder.
+    fn dir(&self) -> &Path {
+        self.0
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."))
+    }
+
+    /// The file's name, for the names of its lock and temporary files.
+    fn name(&self) -> &str {
+        self.0
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("keys")
+    }
+
+    /// Applies `change` to the records and writes them back, holding the
+    /// lock from the read to the rename; nothing is written if `change`
+    /// fails.
+    fn update(
+        &self,
+        change: impl FnOnce(&mut Vec<KeyRecord>) -> Result<(), KeysError>,
+    ) -> Result<(), KeysError> {
+        let failed = |source| KeysError::Write {
+            path: self.0.to_owned(),
+            source,
+        };
+        crate::files::create_private_dir_all(self.dir()).map_err(failed)?;
+        let lock = self.dir().join(format!(".{}.lock", self.name()));
+        let _held = crate::files::lock_exclusive(&lock).map_err(failed)?;
         let mut records = self.records()?;
-        let before = records.len();
-        records.retain(|r| r.name != name);
-        if records.len() == before {
-            return Err(KeysError::Unknown(name.to_owned()));
-        }
+        change(&mut records)?;
         self.write(records)
     }
 
-    /// Replaces the file atomically, readable by its owner only.
+    /// Replaces the file atomically, keeping its owner, group and mode
+    /// (a new file is its creator's, mode 0600). Call with the lock held.
     fn write(&self, keys: Vec<KeyRecord>) -> Result<(), KeysError> {
         let path = self.0;
         let failed = |source| KeysError::Write {
@@ -130,32 +174,55 @@ impl KeysFileAt<'_> {
         };
         let body =
             toml::to_string(&KeysFile { keys }).map_err(|e| failed(std::io::Error::other(e)))?;
-        let dir = path
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir).map_err(failed)?;
-        let tmp = dir.join(format!(
-            ".{}.{}.tmp",
-            path.file_name().and_then(|n| n.to_str()).unwrap_or("keys"),
-            std::process::id()
-        ));
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create(true).truncate(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let kept = match std::fs::metadata(path) {
+            Ok(meta) => Some(meta),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(source) => return Err(failed(source)),
+        };
+        let dir = self.dir();
+        let tmp = dir.join(format!(".{}.{}.tmp", self.name(), std::process::id()));
         let result = (|| {
-            let mut file = options.open(&tmp)?;
+            let mut file = crate::files::create_private(&tmp)?;
             file.write_all(b"# socialgate API keys: names and SHA-256 hashes only.\n")?;
             file.write_all(body.as_bytes())?;
+            if let Some(meta) = &kept {
+                keep_owner_and_mode(&file, meta)?;
+            }
             file.sync_all()?;
-            std::fs::rename(&tmp, path)
+            std::fs::rename(&tmp, path)?;
+            crate::files::sync_dir(dir)
         })();
         if result.is_err() {
             let _ = std::fs::remove_file(&tmp);
         }
         result.map_err(failed)
     }
+}
+
+/// Gives `file` the owner, group and permission bits of `meta`. Failing to
+/// is an error: a file the server's user cannot read turns it not ready.
+fn keep_owner_and_mode(file: &File, meta: &std::fs::Metadata) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let ours = file.metadata()?;
+        if (ours.uid(), ours.gid()) != (meta.uid(), meta.gid()) {
+            std::os::unix::fs::fchown(file, Some(meta.uid()), Some(meta.gid())).map_err(|e| {
+                std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "cannot keep the file's owner {} and group {}: {e}",
+                        meta.uid(),
+                        meta.gid()
+                    ),
+                )
+            })?;
+        }
+        crate::files::set_mode(file, meta.permissions().mode() & 0o777)?;
+    }
+    #[cfg(not(unix))]
+    let _ = (file, meta);
+    Ok(())
 }
 
 /// The keys a server accepts, loaded from the keys file.

@@ -34,7 +34,9 @@
 //! when the config, the keys or a library changes, [`lifecycle`] starts the
 //! process and shuts it down in one documented order, [`logging`] sets up
 //! the log lines, [`cli`] is the command line, and [`demo`] runs everything
-//! against built-in sandbox upstreams.
+//! against built-in sandbox upstreams. [`files`] creates the files the
+//! process writes for itself (private, exclusive, never through a link) and
+//! warns about trusted files others could change.
 
 pub mod auth;
 pub mod billing;
@@ -45,6 +47,7 @@ pub mod config;
 pub mod cursor;
 pub mod demo;
 pub mod error;
+pub mod files;
 pub mod http;
 pub mod ledger;
 pub mod lifecycle;

@@ -5,8 +5,10 @@
 //!
 //! `check` runs the first step only; `serve` and `demo` run them all.
 //!
-//! 1. [`load`]: plugins loaded and providers set up, chains assembled, keys
-//!    read. Touches nothing a running server owns (no ledger, no pruning).
+//! 1. [`load`]: a warning for each trusted file others could change (see
+//!    [`crate::files`]), plugins loaded and providers set up, chains
+//!    assembled, keys read. Touches nothing a running server owns (no
+//!    ledger, no pruning).
 //! 2. Signals (SIGTERM, ctrl-c, SIGHUP) are registered and file watches
 //!    set: before anything is announced, since a signal that arrives
 //!    before its handler kills the process outright, and a change made
@@ -88,6 +90,7 @@ pub struct Loaded {
 /// Step 1: everything a start loads from `config`, and nothing a running
 /// server owns. Blocking.
 pub fn load(config: &Config) -> Result<Loaded, RunError> {
+    crate::files::warn_if_loose(&config.path, &config.serving);
     let loader = Loader::new(config.process.state_dir.clone());
     let snapshot = Snapshot::build(&config.path, config.serving.clone(), &loader, None)?;
     Ok(Loaded { snapshot, loader })

@@ -214,7 +214,9 @@ impl Loader {
 
     /// Writes `bytes` to `<state_dir>/plugins/<stem>-<hash>.so` unless that
     /// file already exists, via a temporary file and a rename, so a
-    /// half-written copy is never loaded.
+    /// half-written copy is never loaded. The folder is created 0700 and
+    /// the copy 0600, exclusively; a symbolic link at either name is never
+    /// followed (one at the copy's name is replaced by the copy).
     fn private_copy(
         &self,
         path: &Path,
@@ -229,9 +231,14 @@ impl Loader {
         let short: String = hash[..8].iter().map(|b| format!("{b:02x}")).collect();
         let extension = path.extension().and_then(|e| e.to_str()).unwrap_or("so");
         let copy = dir.join(format!("{stem}-{short}.{extension}"));
-        // A copy left by an earlier run is used only if it is whole.
-        let intact =
-            std::fs::read(&copy).is_ok_and(|existing| Sha256::digest(&existing)[..] == hash[..]);
+        // A copy left by an earlier run is used only if it is a whole
+        // regular file, not a link to somewhere else.
+        let intact = crate::files::open_no_follow(&copy).is_ok_and(|mut file| {
+            let mut existing = Vec::new();
+            file.metadata().is_ok_and(|m| m.is_file())
+                && file.read_to_end(&mut existing).is_ok()
+                && Sha256::digest(&existing)[..] == hash[..]
+        });
         if intact {
             return Ok(copy);
         }
@@ -240,15 +247,16 @@ impl Loader {
             state_dir: self.state_dir.clone(),
             source,
         };
-        std::fs::create_dir_all(&dir).map_err(failed)?;
+        crate::files::create_private_dir_all(&dir).map_err(failed)?;
         let tmp = dir.join(format!(".{stem}-{short}.{}.tmp", std::process::id()));
         let write_synced = |tmp: &Path| -> std::io::Result<()> {
-            let mut file = std::fs::File::create(tmp)?;
+            let mut file = crate::files::create_private(tmp)?;
             std::io::Write::write_all(&mut file, bytes)?;
             file.sync_all()
         };
         write_synced(&tmp)
             .and_then(|()| std::fs::rename(&tmp, &copy))
+            .and_then(|()| crate::files::sync_dir(&dir))
             .map_err(|e| {
                 let _ = std::fs::remove_file(&tmp);
                 failed(e)

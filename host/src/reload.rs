@@ -26,7 +26,6 @@ use notify::{Event, EventKind, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::auth::KeyStore;
 use crate::config::{Config, ConfigError, ServingConfig};
 use crate::state::{App, Snapshot, SnapshotError};
 
@@ -136,15 +135,22 @@ impl Reloader {
 /// Rebuilds the snapshot from the files. On error nothing changes, except
 /// that the keys file is still re-read: a broken config must not keep a
 /// revoked key alive.
+///
+/// A keys file that exists but cannot be read or parsed does not stop the
+/// rest of a reload: the last good keys keep answering, the instance turns
+/// not ready (so a load balancer sends traffic elsewhere), and every reload
+/// logs the error until the file is fixed.
 pub fn reload(app: &App, listening: SocketAddr) -> Result<(), ReloadError> {
     let current = app.snapshot();
     let config = match Config::load(&app.config_path) {
         Ok(config) => config,
         Err(e) => {
+            crate::files::warn_if_loose(&app.config_path, &current.serving);
             reload_keys_only(app, &current);
             return Err(e.into());
         }
     };
+    crate::files::warn_if_loose(&config.path, &config.serving);
     warn_about_restart_only_changes(app, &config, listening);
     let next = match Snapshot::build(&config.path, config.serving, &app.loader, Some(&current)) {
         Ok(next) => next,
@@ -153,6 +159,7 @@ pub fn reload(app: &App, listening: SocketAddr) -> Result<(), ReloadError> {
             return Err(e.into());
         }
     };
+    log_keys_fault(&next);
     let changes = next.routes.changes_since(&current.routes);
     tracing::info!(keys = next.keys.len(), "reload applied: {changes}");
     app.replace(next);
@@ -160,13 +167,25 @@ pub fn reload(app: &App, listening: SocketAddr) -> Result<(), ReloadError> {
 }
 
 fn reload_keys_only(app: &App, current: &Snapshot) {
-    match KeyStore::load(&current.serving.keys_file) {
-        Ok(keys) if keys != *current.keys => {
-            tracing::info!(keys = keys.len(), "keys reloaded");
-            app.replace(current.with_keys(keys));
+    let next = current.with_keys_reread();
+    log_keys_fault(&next);
+    let changed = !Arc::ptr_eq(&next.keys, &current.keys) && *next.keys != *current.keys;
+    if changed || next.keys_are_current() != current.keys_are_current() {
+        if changed {
+            tracing::info!(keys = next.keys.len(), "keys reloaded");
         }
-        Ok(_) => {}
-        Err(e) => tracing::error!("keys not reloaded: {e}"),
+        app.replace(next);
+    }
+}
+
+/// The error line of a keys file that cannot be used, at every reload
+/// until it is fixed.
+fn log_keys_fault(snapshot: &Snapshot) {
+    if let Some(e) = &snapshot.keys_fault {
+        tracing::error!(
+            keys = snapshot.keys.len(),
+            "keys file unusable, not ready until it is fixed; the last good keys still answer: {e}"
+        );
     }
 }
 

@@ -4,7 +4,7 @@
 //! request finishes on the table it started with even if a reload swaps in
 //! another.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -35,6 +35,10 @@ pub struct Snapshot {
     pub serving: Arc<ServingConfig>,
     pub routes: Arc<Routes>,
     pub keys: Arc<KeyStore>,
+    /// Why `keys` is not what the keys file holds: the file exists but
+    /// cannot be read or parsed, so `keys` is the last good set and the
+    /// instance is not ready. `None` when `keys` is the file's.
+    pub keys_fault: Option<Arc<KeysError>>,
     pub rate_limiter: Option<Arc<RateLimiter>>,
 }
 
@@ -48,7 +52,7 @@ impl Snapshot {
         previous: Option<&Snapshot>,
     ) -> Result<Snapshot, SnapshotError> {
         let routes = Routes::build(config_path, &serving, loader, previous.map(|p| &*p.routes))?;
-        let keys = KeyStore::load(&serving.keys_file)?;
+        let (keys, keys_fault) = Snapshot::keys(&serving.keys_file, previous)?;
         // Buckets survive a reload unless the limits changed.
         let rate_limiter = match (
             serving.rate_limit,
@@ -61,19 +65,50 @@ impl Snapshot {
         Ok(Snapshot {
             serving: Arc::new(serving),
             routes: Arc::new(routes),
-            keys: Arc::new(keys),
+            keys,
+            keys_fault,
             rate_limiter,
         })
     }
 
-    /// This snapshot with another key set.
-    pub fn with_keys(&self, keys: KeyStore) -> Snapshot {
+    /// This snapshot with the keys file read again, by the same rule as
+    /// [`Snapshot::build`].
+    pub fn with_keys_reread(&self) -> Snapshot {
+        let (keys, keys_fault) = match Snapshot::keys(&self.serving.keys_file, Some(self)) {
+            Ok(read) => read,
+            // Unreachable with a previous snapshot; keep what serves.
+            Err(e) => (self.keys.clone(), Some(Arc::new(e))),
+        };
         Snapshot {
             serving: self.serving.clone(),
             routes: self.routes.clone(),
-            keys: Arc::new(keys),
+            keys,
+            keys_fault,
             rate_limiter: self.rate_limiter.clone(),
         }
+    }
+
+    /// The keys at `path`, and why they are not the file's if they are not.
+    ///
+    /// A keys file that exists but cannot be read or parsed fails a start
+    /// (there is no good set yet). On a running server, `previous`'s keys
+    /// keep answering, with the fault (which makes the instance not ready):
+    /// refusing every key would turn an operator's typo into an outage,
+    /// and serving on silently would keep a revoked key alive unnoticed.
+    fn keys(
+        path: &Path,
+        previous: Option<&Snapshot>,
+    ) -> Result<(Arc<KeyStore>, Option<Arc<KeysError>>), KeysError> {
+        match (KeyStore::load(path), previous) {
+            (Ok(keys), _) => Ok((Arc::new(keys), None)),
+            (Err(e), Some(previous)) => Ok((previous.keys.clone(), Some(Arc::new(e)))),
+            (Err(e), None) => Err(e),
+        }
+    }
+
+    /// Whether the keys answering are the keys file's.
+    pub fn keys_are_current(&self) -> bool {
+        self.keys_fault.is_none()
     }
 }
 

@@ -10,7 +10,9 @@
 //!   folders beside them (not `/tmp`, which may forbid loading a library).
 //! - [`config`]: a builder that writes `platforms.toml` into a scratch folder.
 //! - [`process`]: running the binary: `serve` as a [`Server`] killed on drop,
-//!   one-shot commands (`keys`, `check`) with a bounded wait.
+//!   one-shot commands (`keys`, `check`) with a bounded wait, either one
+//!   after a shell prelude in the same process (a umask, a file planted at a
+//!   name holding its PID).
 //! - [`api`]: an HTTP client for the service and [`Answer`], a response read
 //!   with its JSON, its headers and the order of its keys.
 //! - [`upstream`]: [`PrimaryMock`] and [`FallbackMock`], contract-shaped
@@ -45,7 +47,7 @@ pub mod upstream;
 
 pub use api::{Answer, Api};
 pub use config::{Config, ConfigBuilder};
-pub use process::{issue_key, run_cli, CliOutput, Server};
+pub use process::{issue_key, run_cli, run_cli_after, CliOutput, Server};
 pub use stack::{eventually, Stack, StackBuilder};
 pub use upstream::{FallbackMock, PrimaryMock};
 

@@ -36,8 +36,25 @@ fn output_file(config: &Config, label: &str) -> PathBuf {
     config.dir().join(format!("{label}-{n}.log"))
 }
 
-fn base_command(config: &Config, env: &[(String, String)], args: &[&str]) -> Command {
-    let mut cmd = Command::new(paths::socialgate_bin());
+/// `socialgate ARGS --config PATH`, or with a `prelude`, a shell that runs
+/// the prelude and then `exec`s the binary: the same process, so `$$` in
+/// the prelude is the binary's PID, and what it sets (`umask 000`) holds.
+fn base_command(
+    config: &Config,
+    env: &[(String, String)],
+    args: &[&str],
+    prelude: Option<&str>,
+) -> Command {
+    let mut cmd = match prelude {
+        None => Command::new(paths::socialgate_bin()),
+        Some(prelude) => {
+            let mut sh = Command::new("sh");
+            sh.arg("-c")
+                .arg(format!("{prelude}\nexec \"$0\" \"$@\""))
+                .arg(paths::socialgate_bin());
+            sh
+        }
+    };
     cmd.args(args)
         .arg("--config")
         .arg(config.path())
@@ -125,9 +142,20 @@ fn wait_bounded(child: &mut Child, what: &str) -> ExitStatus {
 
 /// Runs `socialgate ARGS --config PATH` with `env` and waits for it.
 pub fn run_cli(config: &Config, env: &[(String, String)], args: &[&str]) -> CliOutput {
+    run_cli_after(config, env, None, args)
+}
+
+/// [`run_cli`], with a shell `prelude` run first in the same process (see
+/// [`Server::start_after`]).
+pub fn run_cli_after(
+    config: &Config,
+    env: &[(String, String)],
+    prelude: Option<&str>,
+    args: &[&str],
+) -> CliOutput {
     let out_path = output_file(config, "cli-stdout");
     let err_path = output_file(config, "cli-stderr");
-    let mut child = base_command(config, env, args)
+    let mut child = base_command(config, env, args, prelude)
         .stdout(File::create(&out_path).expect("can create the stdout file"))
         .stderr(File::create(&err_path).expect("can create the stderr file"))
         .spawn()
@@ -196,6 +224,19 @@ impl Server {
         }
     }
 
+    /// Starts `serve` with `env` after a shell `prelude` run in the same
+    /// process: `$$` in it is the server's PID (to plant a file where the
+    /// server will write), and what it sets (`umask 000`) is the server's.
+    /// Panics if the server does not come up.
+    pub fn start_after(config: &Config, env: &[(String, String)], prelude: &str) -> Server {
+        Server::spawn(config, env, &[], Some(prelude)).unwrap_or_else(|out| {
+            panic!(
+                "the server exited instead of listening: {}\nstderr: {}",
+                out.status, out.stderr
+            )
+        })
+    }
+
     /// Starts `serve`; `Err` with its output when it exits instead of
     /// printing the `listening on` line. Panics if it does neither within
     /// [`PROCESS_TIMEOUT`] or prints something else first.
@@ -204,10 +245,19 @@ impl Server {
         env: &[(String, String)],
         extra: &[&str],
     ) -> Result<Server, CliOutput> {
+        Server::spawn(config, env, extra, None)
+    }
+
+    fn spawn(
+        config: &Config,
+        env: &[(String, String)],
+        extra: &[&str],
+        prelude: Option<&str>,
+    ) -> Result<Server, CliOutput> {
         let stderr_path = output_file(config, "serve-stderr");
         let mut args = vec!["serve"];
         args.extend_from_slice(extra);
-        let mut child = base_command(config, env, &args)
+        let mut child = base_command(config, env, &args, prelude)
             .stdout(Stdio::piped())
             .stderr(File::create(&stderr_path).expect("can create the stderr file"))
             .spawn()

@@ -1,4 +1,6 @@
-//! The command line: `keys issue/list/revoke`; `check`, which touches
+//! The command line: `keys issue/list/revoke` (concurrent runs lose no
+//! update; the keys file keeps its owner, group and mode; its temporary
+//! file is never written through a planted link); `check`, which touches
 //! nothing a running server owns (no ledger, no pruning of plugin copies);
 //! and `serve` refusing a bad config, a failing plugin or a busy port with
 //! one stderr line that says which file and why.
@@ -9,7 +11,9 @@ use std::time::Duration;
 use socialgate_tests::config::{
     standard_env, ConfigBuilder, FALLBACK, FALLBACK_KEY, PRIMARY, PRIMARY_KEY, PRIMARY_KEY_ENV,
 };
-use socialgate_tests::{eventually, issue_key, paths, run_cli, Api, CliOutput, Config, Server};
+use socialgate_tests::{
+    eventually, issue_key, paths, run_cli, run_cli_after, Api, CliOutput, Config, Server,
+};
 
 /// A valid config whose upstreams are never reached by these tests.
 fn plain() -> ConfigBuilder {
@@ -129,6 +133,134 @@ async fn without_a_keys_file_no_key_is_valid() {
     assert_key_refused(&server, "sg_anything").await;
     let a = Api::new(&server.base_url(), None).get(AUTH_PROBE).await;
     a.assert_error(401, "MISSING_API_KEY");
+}
+
+/// The names in the keys file, sorted.
+fn key_names(config: &Config) -> Vec<String> {
+    let list = keys(config, &["list", "--json"]);
+    assert!(list.success(), "{list:?}");
+    let json: serde_json::Value =
+        serde_json::from_str(&list.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {list:?}"));
+    let mut names: Vec<String> = json
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|k| k["name"].as_str().expect("a name").to_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Audit finding 4: `keys issue` and `keys revoke` run at the same time
+/// lose no update (each holds the keys file's lock from its read to its
+/// rename). Three rounds of ten issues and five revokes at once.
+#[test]
+fn revocation_fails_closed_concurrent_issues_and_revokes_lose_no_update() {
+    let config = plain().write();
+    let mut expected = Vec::new();
+    for round in 0..3 {
+        let doomed: Vec<String> = (0..5).map(|i| format!("old-{round}-{i}")).collect();
+        for name in &doomed {
+            issue_key(&config, name);
+        }
+        let fresh: Vec<String> = (0..10).map(|i| format!("new-{round}-{i}")).collect();
+        std::thread::scope(|scope| {
+            let mut runs = Vec::new();
+            for name in &fresh {
+                let config = &config;
+                runs.push(scope.spawn(move || keys(config, &["issue", "--name", name])));
+            }
+            for name in &doomed {
+                let config = &config;
+                runs.push(scope.spawn(move || keys(config, &["revoke", name])));
+            }
+            for run in runs {
+                let out = run.join().expect("the command thread ends");
+                assert!(out.success(), "{out:?}");
+            }
+        });
+        expected.extend(fresh);
+        expected.sort();
+        assert_eq!(
+            key_names(&config),
+            expected,
+            "round {round}: no update lost"
+        );
+    }
+}
+
+/// Audit finding 4: the keys commands keep the keys file's owner, group and
+/// mode (a `keys revoke` run as root must not leave a file the server's user
+/// cannot read). The owner part needs root, which these tests run as.
+#[tokio::test]
+async fn revocation_fails_closed_keys_commands_keep_the_files_owner_group_and_mode() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let config = plain().write();
+    let alice = issue_key(&config, "alice");
+    let path = config.keys_file();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
+    // `nobody`: any owner but the one running the commands.
+    let owner = std::os::unix::fs::chown(&path, Some(65534), Some(65534))
+        .map(|()| (65534, 65534))
+        .map_err(|e| eprintln!("not root ({e}): the owner is not checked"))
+        .ok();
+    let kept = |what: &str| {
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!(meta.mode() & 0o7777, 0o640, "{what} keeps the mode");
+        if let Some(owner) = owner {
+            assert_eq!(
+                (meta.uid(), meta.gid()),
+                owner,
+                "{what} keeps owner and group"
+            );
+        }
+    };
+    let bob = issue_key(&config, "bob");
+    kept("keys issue");
+    let revoke = keys(&config, &["revoke", "alice"]);
+    assert!(revoke.success(), "{revoke:?}");
+    kept("keys revoke");
+
+    let server = Server::start(&config);
+    assert_key_accepted(&server, &bob).await;
+    assert_key_refused(&server, &alice).await;
+}
+
+/// Audit finding 8: the keys file's temporary file is created exclusively
+/// and not through a link: one planted at its name (which holds the
+/// command's PID) is removed, not written through, and the keys file is a
+/// file of mode 0600 whatever the umask, not the planted link.
+#[test]
+fn trusted_files_the_keys_temp_file_is_never_written_through_a_planted_link() {
+    use std::os::unix::fs::PermissionsExt;
+    let config = plain().write();
+    let victim = config.dir().join("victim.txt");
+    std::fs::write(&victim, "not the keys file\n").unwrap();
+    let planted = config.dir().join(".keys.toml.$$.tmp");
+    let prelude = format!(
+        "umask 000\nln -s '{}' \"{}\"",
+        paths::display(&victim),
+        paths::display(&planted)
+    );
+    let out = run_cli_after(
+        &config,
+        &standard_env(),
+        Some(&prelude),
+        &["keys", "issue", "--name", "alice"],
+    );
+    assert!(out.success(), "{out:?}");
+    assert_eq!(
+        std::fs::read_to_string(&victim).unwrap(),
+        "not the keys file\n",
+        "the link's target is untouched"
+    );
+    let meta = std::fs::symlink_metadata(config.keys_file()).unwrap();
+    assert!(
+        meta.file_type().is_file(),
+        "the keys file is a file, not the planted link"
+    );
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    assert_eq!(key_names(&config), ["alice"]);
 }
 
 #[test]

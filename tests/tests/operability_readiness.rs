@@ -1,5 +1,7 @@
 //! Readiness, request IDs and log lines: `/readyz` is 200 once loaded and
-//! 503 `draining` after SIGTERM while a slow request finishes; a sane
+//! 503 `draining` after SIGTERM while a slow request finishes, 503
+//! `not_ready` while the keys file cannot be read or parsed (the last good
+//! keys answering meanwhile); a sane
 //! `X-Request-Id` is echoed in the header and `meta.request_id` of every
 //! answer (errors and public paths too) and an insane one replaced by a fresh
 //! UUID v4; the ID is on every log line of its request, in the human format
@@ -20,11 +22,19 @@ use socialgate_tests::openapi::Contract;
 use socialgate_tests::operator::{
     admin_addr, finish_get_on, log_line_within, send, signal, start_get_on, wait_exit,
 };
+use socialgate_tests::reload::{await_watching, log_lines, replace_file, wait_for_log, wait_until};
 use socialgate_tests::upstream::{fixtures, json_response, LUNA};
 use socialgate_tests::{issue_key, Answer, FallbackMock, PrimaryMock, Server, Stack};
 use tokio::net::TcpStream;
 
 const PROFILE: &str = "/v1/shortvideo/profile?username=lunabakes";
+
+/// A request that passes the key check and then fails on its parameters, so
+/// it tells an accepted key (400) from a refused one (401) with no upstream.
+const AUTH_PROBE: &str = "/v1/shortvideo/profile";
+
+/// What the server logs, at every reload, while its keys file is unusable.
+const KEYS_UNUSABLE: &str = "keys file unusable";
 
 fn is_uuid_v4(id: &str) -> bool {
     let parts: Vec<&str> = id.split('-').collect();
@@ -359,4 +369,83 @@ async fn json_logs_by_config_are_one_object_per_line_with_the_request_fields() {
 #[tokio::test]
 async fn json_logs_by_flag_are_one_object_per_line_with_the_request_fields() {
     json_logs(true).await;
+}
+
+/// `/readyz`'s status and `status` field, checked against the contract.
+async fn readiness(stack: &Stack, contract: &Contract) -> (u16, String) {
+    let a = stack.api.with_key(None).get("/readyz").await;
+    contract.check("GET", "/readyz", &a);
+    (a.status, a.json["status"].as_str().unwrap_or("").to_owned())
+}
+
+/// Audit finding 4 (revocation failed open): a keys file that exists but
+/// cannot be read or parsed turns the instance not ready and is logged as
+/// an error at every reload until fixed, while the last good keys keep
+/// answering (refusing every key would turn a typo into an outage). A
+/// folder standing at the keys file's path is the unreadable case: its read
+/// fails as a root-owned 0600 file's does for the server's user (these
+/// tests run as root, which reads any file).
+#[tokio::test]
+async fn revocation_fails_closed_an_unusable_keys_file_turns_not_ready_while_the_last_good_keys_answer(
+) {
+    let stack = Stack::start().await;
+    await_watching(&stack.server, &stack.config).await;
+    let contract = Contract::load();
+    let keys_file = stack.config.keys_file();
+    let good = std::fs::read(&keys_file).expect("the stack issued a key");
+    assert_eq!(readiness(&stack, &contract).await, (200, "ready".into()));
+
+    // Unparseable: a syntax error.
+    replace_file(&keys_file, b"[[key]\nname = \"e2e\"\nsha256 = ");
+    wait_until("not ready with an unparseable keys file", || async {
+        readiness(&stack, &contract).await == (503, "not_ready".into())
+    })
+    .await;
+    let line = wait_for_log(&stack.server, KEYS_UNUSABLE, 1).await;
+    assert!(
+        line.contains("ERROR") && line.contains(&keys_file.display().to_string()),
+        "an error naming the file: {line}"
+    );
+    stack.get(AUTH_PROBE).await.assert_invalid("username");
+    // Every reload says it again.
+    let seen = log_lines(&stack.server, KEYS_UNUSABLE).len();
+    signal(&stack.server, "HUP");
+    wait_for_log(&stack.server, KEYS_UNUSABLE, seen + 1).await;
+    assert_eq!(readiness(&stack, &contract).await.0, 503);
+
+    // Fixed: ready again.
+    replace_file(&keys_file, &good);
+    wait_until("ready once the keys file is fixed", || async {
+        readiness(&stack, &contract).await == (200, "ready".into())
+    })
+    .await;
+    stack.get(AUTH_PROBE).await.assert_invalid("username");
+
+    // Unreadable: a folder where the file should be.
+    std::fs::remove_file(&keys_file).expect("can remove the keys file");
+    std::fs::create_dir(&keys_file).expect("can put a folder in its place");
+    wait_until("not ready with an unreadable keys file", || async {
+        readiness(&stack, &contract).await == (503, "not_ready".into())
+    })
+    .await;
+    log_line(&stack.server, &[KEYS_UNUSABLE, "cannot read"]).await;
+    stack.get(AUTH_PROBE).await.assert_invalid("username");
+    std::fs::remove_dir(&keys_file).expect("can remove the folder");
+    replace_file(&keys_file, &good);
+    wait_until("ready once the keys file is back", || async {
+        readiness(&stack, &contract).await == (200, "ready".into())
+    })
+    .await;
+
+    // A missing keys file is no error: ready, and no key is valid.
+    std::fs::remove_file(&keys_file).expect("can remove the keys file");
+    wait_until("the key refused once the keys file is gone", || async {
+        stack.get(AUTH_PROBE).await.status == 401
+    })
+    .await;
+    assert_eq!(readiness(&stack, &contract).await, (200, "ready".into()));
+    assert!(
+        !stack.server.stderr().contains(&stack.key),
+        "no key in the log"
+    );
 }

@@ -300,7 +300,9 @@ fn listing_of<'a>(platform: &'a str, call: &'a Call) -> Listing<'a> {
 }
 
 /// Ready when serving from a valid configuration in which every live
-/// platform has a provider for at least one endpoint; not while draining.
+/// platform has a provider for at least one endpoint, with the keys the
+/// keys file holds (not while it cannot be read or parsed); not while
+/// draining.
 fn readiness(app: &App, snapshot: &Snapshot) -> Response<Body> {
     if app.is_draining() {
         return response::plain_json(StatusCode::SERVICE_UNAVAILABLE, r#"{"status":"draining"}"#);
@@ -309,7 +311,7 @@ fn readiness(app: &App, snapshot: &Snapshot) -> Response<Body> {
         .routes
         .live_platforms()
         .all(|platform| snapshot.routes.serves_anything(platform));
-    if every_live_platform_served {
+    if every_live_platform_served && snapshot.keys_are_current() {
         response::plain_json(StatusCode::OK, r#"{"status":"ready"}"#)
     } else {
         response::plain_json(StatusCode::SERVICE_UNAVAILABLE, r#"{"status":"not_ready"}"#)

@@ -1,0 +1,214 @@
+//! Files the server writes and files it trusts.
+//!
+//! What the process writes for itself (private copies of plugin libraries,
+//! the keys file's temporary file, their folders) is created exclusively,
+//! never through a symbolic link, with mode 0600 (folders 0700) whatever the
+//! umask: a link or a file planted at that name by someone else is removed,
+//! never written through. What it only reads but trusts (the config file,
+//! the keys file, the plugin libraries and their folders) is checked at
+//! start and at every reload, and one warning names each that someone other
+//! than its owner could change.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::config::ServingConfig;
+
+/// Mode of the files the process creates for itself.
+const PRIVATE_FILE: u32 = 0o600;
+/// Mode of the folders the process creates for itself.
+const PRIVATE_DIR: u32 = 0o700;
+
+/// Creates `path` for writing: exclusively, not through a link, mode 0600.
+///
+/// Something already there (a temporary file a crashed run with the same
+/// process ID left, or a link someone planted) is removed and the creation
+/// tried once more; removing a link removes the link, never its target.
+pub fn create_private(path: &Path) -> io::Result<File> {
+    match open_new(path) {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            std::fs::remove_file(path)?;
+            open_new(path)
+        }
+        other => other,
+    }
+}
+
+fn open_new(path: &Path) -> io::Result<File> {
+    let mut options = OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(PRIVATE_FILE).custom_flags(libc::O_NOFOLLOW);
+    }
+    let file = options.open(path)?;
+    // The umask may have taken bits away; the mode is exact either way.
+    set_mode(&file, PRIVATE_FILE)?;
+    Ok(file)
+}
+
+/// Opens `path` for reading, refusing a symbolic link at its last component.
+pub fn open_no_follow(path: &Path) -> io::Result<File> {
+    let mut options = OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NOFOLLOW);
+    }
+    options.open(path)
+}
+
+/// Opens (creating it if needed) the lock file `path` and takes an
+/// exclusive lock on it, held until the returned file is dropped. The lock
+/// file itself is never removed: removing it would let two processes lock
+/// two different files.
+pub fn lock_exclusive(path: &Path) -> io::Result<File> {
+    let mut options = OpenOptions::new();
+    options.write(true).create(true).truncate(false);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(PRIVATE_FILE).custom_flags(libc::O_NOFOLLOW);
+    }
+    let file = options.open(path)?;
+    file.lock()?;
+    Ok(file)
+}
+
+/// Creates `dir` and any missing parent, each with mode 0700.
+pub fn create_private_dir_all(dir: &Path) -> io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, PRIVATE_DIR);
+    builder.create(dir)
+}
+
+/// Makes a rename or a creation in `dir` durable: without it, a crash may
+/// bring back the folder's old entry even though the file was synced.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    #[cfg(unix)]
+    File::open(dir)?.sync_all()?;
+    #[cfg(not(unix))]
+    let _ = dir;
+    Ok(())
+}
+
+/// Sets `file`'s permission bits to exactly `mode`.
+pub fn set_mode(file: &File, mode: u32) -> io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+    }
+    #[cfg(not(unix))]
+    let _ = (file, mode);
+    Ok(())
+}
+
+/// Who other than its owner may write to something with permission bits
+/// `mode`, or `None` when nobody may.
+pub fn loose_writers(mode: u32) -> Option<&'static str> {
+    match (mode & 0o020 != 0, mode & 0o002 != 0) {
+        (true, true) => Some("group and others"),
+        (true, false) => Some("group"),
+        (false, true) => Some("others"),
+        (false, false) => None,
+    }
+}
+
+/// Logs one warning for each trusted file or folder that its group or
+/// others may write to: the config file at `config_path`, the keys file,
+/// and each plugin library of `serving` with its folder. Missing ones are
+/// skipped (the load says what is missing).
+pub fn warn_if_loose(config_path: &Path, serving: &ServingConfig) {
+    let mut paths: Vec<(PathBuf, &str)> = vec![
+        (config_path.to_owned(), "config file"),
+        (serving.keys_file.clone(), "keys file"),
+    ];
+    for provider in serving.providers.values() {
+        let library = &provider.library;
+        if let Some(folder) = library.parent().filter(|p| !p.as_os_str().is_empty()) {
+            paths.push((folder.to_owned(), "plugin folder"));
+        }
+        paths.push((library.clone(), "plugin library"));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for (path, what) in paths {
+        if !seen.insert(path.clone()) {
+            continue;
+        }
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let Ok(meta) = std::fs::metadata(&path) else {
+                continue;
+            };
+            let mode = meta.permissions().mode() & 0o7777;
+            if let Some(writers) = loose_writers(mode) {
+                tracing::warn!(
+                    path = %path.display(),
+                    "{what} is writable by {writers} (mode {mode:04o}): whoever can change it controls the server; make it writable by its owner only"
+                );
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = what;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn who_may_write_besides_the_owner() {
+        for (mode, expected) in [
+            (0o600, None),
+            (0o644, None),
+            (0o755, None),
+            (0o640, None),
+            (0o660, Some("group")),
+            (0o620, Some("group")),
+            (0o775, Some("group")),
+            (0o646, Some("others")),
+            (0o602, Some("others")),
+            (0o666, Some("group and others")),
+            (0o1777, Some("group and others")),
+        ] {
+            assert_eq!(loose_writers(mode), expected, "mode {mode:o}");
+        }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn private_files_are_exclusive_0600_and_never_follow_links() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("sg-files-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        create_private_dir_all(&dir.join("sub")).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode(&dir.join("sub")), 0o700);
+
+        let victim = dir.join("victim");
+        std::fs::write(&victim, b"keep me").unwrap();
+        let planted = dir.join("sub/file.tmp");
+        std::os::unix::fs::symlink(&victim, &planted).unwrap();
+        std::io::Write::write_all(&mut create_private(&planted).unwrap(), b"new").unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"keep me");
+        assert!(!std::fs::symlink_metadata(&planted)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(mode(&planted), 0o600);
+        assert_eq!(std::fs::read(&planted).unwrap(), b"new");
+
+        let link = dir.join("link");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        assert!(open_no_follow(&link).is_err());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}
