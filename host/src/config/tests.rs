@@ -162,6 +162,14 @@ fn every_process_setting_needs_a_restart() {
             with_server_line("max_concurrent_requests = 5"),
         ),
         (
+            "[server] max_connections",
+            with_server_line("max_connections = 5"),
+        ),
+        (
+            "[server] write_timeout_ms",
+            with_server_line("write_timeout_ms = 500"),
+        ),
+        (
             "[server] state_dir",
             with_server_line("state_dir = \"elsewhere\""),
         ),
