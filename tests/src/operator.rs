@@ -189,6 +189,29 @@ pub async fn get_kept_alive(stream: &mut TcpStream, path: &str) -> Answer {
     parse_http_answer(&raw)
 }
 
+/// Sends `GET path` with `headers` on a new connection to `addr`, then
+/// hangs up (a TCP reset) after `after` without reading anything.
+pub async fn hang_up_after(
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+    after: Duration,
+) {
+    let mut stream = TcpStream::connect(addr).await.expect("can connect");
+    let mut head = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n");
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream
+        .write_all(head.as_bytes())
+        .await
+        .expect("can send the request");
+    tokio::time::sleep(after).await;
+    stream.set_zero_linger().expect("can set SO_LINGER");
+    drop(stream);
+}
+
 /// An HTTP/1.1 answer with a `Content-Length` body, as bytes received.
 fn parse_http_answer(raw: &[u8]) -> Answer {
     let text = String::from_utf8_lossy(raw).into_owned();

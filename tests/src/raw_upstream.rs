@@ -4,13 +4,15 @@
 //! length. [`closed_port`] gives an address where nothing listens.
 //!
 //! It reads each request head, records it (so a test can check it was the
-//! contract's request and count it), then misbehaves as told. Every answer
+//! contract's request and count it, and how many were in flight at once),
+//! then misbehaves as told. Every answer
 //! carries `Connection: close`, so no client reuses a connection and every
 //! request is one connection. It runs on a thread of its own with its own
 //! runtime, whatever the test's runtime; dropping it stops it and ends every
 //! connection it holds.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -26,6 +28,8 @@ const MAX_HEAD: usize = 64 * 1024;
 pub enum Behaviour {
     /// A complete `200` with `body` and its `Content-Length`.
     Respond { body: Vec<u8> },
+    /// The same, after a pause of `after`: a slow upstream.
+    Delayed { body: Vec<u8>, after: Duration },
     /// A `200` with `body` in chunked encoding, no `Content-Length`.
     Chunked { body: Vec<u8> },
     /// The head with the full `Content-Length` of `body`, the first half of
@@ -37,6 +41,30 @@ pub enum Behaviour {
     /// The head with the full `Content-Length` of `body`, then the body one
     /// byte every `every`, until it is sent or the client leaves.
     Trickle { body: Vec<u8>, every: Duration },
+}
+
+/// Requests received and not yet answered (or given up on): now and at most.
+#[derive(Debug, Default)]
+struct InFlight {
+    now: AtomicUsize,
+    max: AtomicUsize,
+}
+
+/// Counts one request in flight while it lives.
+struct Counted<'a>(&'a InFlight);
+
+impl<'a> Counted<'a> {
+    fn new(in_flight: &'a InFlight) -> Counted<'a> {
+        let now = in_flight.now.fetch_add(1, Ordering::SeqCst) + 1;
+        in_flight.max.fetch_max(now, Ordering::SeqCst);
+        Counted(in_flight)
+    }
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.0.now.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// One request head as received.
@@ -60,6 +88,7 @@ impl RawRequest {
 pub struct RawUpstream {
     addr: SocketAddr,
     requests: Arc<Mutex<Vec<RawRequest>>>,
+    in_flight: Arc<InFlight>,
     stop: watch::Sender<bool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -75,23 +104,36 @@ impl RawUpstream {
             .local_addr()
             .expect("a bound listener has an address");
         let requests = Arc::new(Mutex::new(Vec::new()));
+        let in_flight = Arc::new(InFlight::default());
         let (stop, stopped) = watch::channel(false);
         let recorded = Arc::clone(&requests);
+        let counted = Arc::clone(&in_flight);
         let behaviour = Arc::new(behaviour);
         let thread = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .expect("can build the double's runtime");
-            runtime.block_on(accept_loop(listener, behaviour, recorded, stopped));
+            runtime.block_on(accept_loop(listener, behaviour, recorded, counted, stopped));
             // Dropping the runtime ends every connection task still running.
         });
         RawUpstream {
             addr,
             requests,
+            in_flight,
             stop,
             thread: Some(thread),
         }
+    }
+
+    /// A slow primary: every request answered with the primary's profile
+    /// fixture after `after`.
+    pub fn slow_primary_profile(after: Duration) -> RawUpstream {
+        let body = crate::upstream::render(&crate::upstream::fixtures::primary_user_profile());
+        RawUpstream::start(Behaviour::Delayed {
+            body: body.into_bytes(),
+            after,
+        })
     }
 
     /// `http://127.0.0.1:PORT`, a provider's `base_url`.
@@ -110,6 +152,16 @@ impl RawUpstream {
 
     pub fn request_count(&self) -> usize {
         self.requests.lock().expect("not poisoned").len()
+    }
+
+    /// Requests received and not yet answered (or given up on).
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.now.load(Ordering::SeqCst)
+    }
+
+    /// The most requests that were ever in flight at once.
+    pub fn max_in_flight(&self) -> usize {
+        self.in_flight.max.load(Ordering::SeqCst)
     }
 }
 
@@ -135,6 +187,7 @@ async fn accept_loop(
     listener: std::net::TcpListener,
     behaviour: Arc<Behaviour>,
     requests: Arc<Mutex<Vec<RawRequest>>>,
+    in_flight: Arc<InFlight>,
     mut stopped: watch::Receiver<bool>,
 ) {
     let listener = TcpListener::from_std(listener).expect("can hand the listener to tokio");
@@ -148,10 +201,11 @@ async fn accept_loop(
         };
         let behaviour = Arc::clone(&behaviour);
         let requests = Arc::clone(&requests);
+        let in_flight = Arc::clone(&in_flight);
         let mut stopped = stopped.clone();
         tokio::spawn(async move {
             tokio::select! {
-                () = serve(stream, &behaviour, &requests) => {}
+                () = serve(stream, &behaviour, &requests, &in_flight) => {}
                 _ = stopped.changed() => {}
             }
         });
@@ -159,14 +213,26 @@ async fn accept_loop(
 }
 
 /// One connection: one request, treated with `behaviour`.
-async fn serve(mut stream: TcpStream, behaviour: &Behaviour, requests: &Mutex<Vec<RawRequest>>) {
+async fn serve(
+    mut stream: TcpStream,
+    behaviour: &Behaviour,
+    requests: &Mutex<Vec<RawRequest>>,
+    in_flight: &InFlight,
+) {
     let Some(request) = read_head(&mut stream).await else {
         return;
     };
+    let _counted = Counted::new(in_flight);
     requests.lock().expect("not poisoned").push(request);
     // Write errors mean the client left: the fault has done its work.
     match behaviour {
         Behaviour::Respond { body } => {
+            let _ = stream.write_all(&head(Some(body.len()))).await;
+            let _ = stream.write_all(body).await;
+            let _ = stream.shutdown().await;
+        }
+        Behaviour::Delayed { body, after } => {
+            tokio::time::sleep(*after).await;
             let _ = stream.write_all(&head(Some(body.len()))).await;
             let _ = stream.write_all(body).await;
             let _ = stream.shutdown().await;

@@ -22,6 +22,7 @@ use crate::config::ServingConfig;
 use crate::error::ApiError;
 use crate::plugins::{self, ContentHash, Loader, PluginError};
 use crate::resilience::breaker::Breaker;
+use crate::resilience::concurrency::ConcurrencyLimit;
 use crate::resilience::runaway::StepRunner;
 
 /// A configured provider, ready to serve.
@@ -34,6 +35,8 @@ pub struct Provider {
     /// Larger upstream bodies are bad responses.
     pub max_body_bytes: usize,
     pub breaker: Arc<Breaker>,
+    /// Its attempts in flight, at most `max_in_flight`.
+    pub in_flight: ConcurrencyLimit,
     /// Runs its plugin's calls; keeps a runaway plugin off request threads.
     pub runner: Arc<StepRunner>,
 }
@@ -275,6 +278,14 @@ fn reuse_or_create(
         }
         _ => Arc::new(Breaker::new(config.breaker)),
     };
+    // Kept like the breaker, so attempts still running on the previous
+    // table count against the same limit.
+    let in_flight = match same_instance {
+        Some(before) if before.provider.in_flight.max() == config.max_in_flight => {
+            before.provider.in_flight.clone()
+        }
+        _ => ConcurrencyLimit::new(config.max_in_flight),
+    };
     Ok(Slot {
         identity,
         provider: Arc::new(Provider {
@@ -283,6 +294,7 @@ fn reuse_or_create(
             timeout: config.timeout,
             max_body_bytes: config.max_body_bytes,
             breaker,
+            in_flight,
             runner,
         }),
     })
