@@ -221,6 +221,7 @@ fn no_serving_setting_needs_a_restart() {
             "timeout_ms = 1500\nbreaker_cooldown_ms = 7",
         ),
         GOOD.replace("timeout_ms = 1500", "timeout_ms = 1500\nmax_body_bytes = 7"),
+        GOOD.replace("timeout_ms = 1500", "timeout_ms = 1500\nmax_in_flight = 7"),
         GOOD.replace(
             "rapidapi_host = \"x.example\"",
             "rapidapi_host = \"y.example\"",
