@@ -5,10 +5,12 @@
 //! (in the ledger). With `[billing] enforce = true`, a key's lifetime credits
 //! are capped at `free_credits`: a credit is reserved before the chain runs
 //! and refunded if the request fails, so concurrent requests cannot
-//! overspend and a failure costs nothing.
+//! overspend and a failure costs nothing. A reservation is owned, not
+//! borrowed: the upstream work of a request whose caller hung up keeps it
+//! until that work ends, then refunds it (nothing was delivered).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use plugin_api::Endpoint;
 use serde::Deserialize;
@@ -80,8 +82,8 @@ pub struct OutOfCredits;
 /// Credits held for a request: [`commit`](Reservation::commit) them when
 /// the answer is delivered; dropping the reservation refunds them.
 #[must_use]
-pub struct Reservation<'a> {
-    billing: &'a Billing,
+pub struct Reservation {
+    billing: Arc<Billing>,
     key: String,
     amount: u32,
     settled: bool,
@@ -113,11 +115,11 @@ impl Billing {
     /// Holds `amount` credits of `key`. Under `enforce`, refuses when spent
     /// and held credits plus `amount` would pass `free_credits`.
     pub fn reserve(
-        &self,
+        self: &Arc<Self>,
         key: &str,
         amount: u32,
         config: BillingConfig,
-    ) -> Result<Reservation<'_>, OutOfCredits> {
+    ) -> Result<Reservation, OutOfCredits> {
         let mut accounts = self.lock();
         let account = accounts.entry(key.to_owned()).or_default();
         let held = account.spent + account.reserved;
@@ -126,7 +128,7 @@ impl Billing {
         }
         account.reserved += u64::from(amount);
         Ok(Reservation {
-            billing: self,
+            billing: self.clone(),
             key: key.to_owned(),
             amount,
             settled: false,
@@ -140,7 +142,7 @@ impl Billing {
     }
 }
 
-impl Reservation<'_> {
+impl Reservation {
     /// The answer was delivered: its credits are spent, in the account, the
     /// ledger and the metric alike. Returns the amount, for the answer's
     /// `meta.credits_used`.
@@ -165,7 +167,7 @@ impl Reservation<'_> {
     }
 }
 
-impl Drop for Reservation<'_> {
+impl Drop for Reservation {
     fn drop(&mut self) {
         self.settle(false);
     }
@@ -182,12 +184,12 @@ mod tests {
     };
 
     /// A billing on a fresh ledger in a scratch folder of the target dir.
-    fn billing(name: &str) -> (Billing, std::path::PathBuf) {
+    fn billing(name: &str) -> (Arc<Billing>, std::path::PathBuf) {
         let dir =
             std::env::temp_dir().join(format!("socialgate-billing-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let ledger = Ledger::open(&dir.join("usage.db"), Duration::from_secs(3600)).unwrap();
-        (Billing::open(ledger).unwrap(), dir)
+        (Arc::new(Billing::open(ledger).unwrap()), dir)
     }
 
     #[test]

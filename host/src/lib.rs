@@ -21,7 +21,9 @@
 //!   plugin's steps and performs its requests through [`upstream`];
 //!   [`chain::decision`] says what a failed attempt means.
 //! - [`resilience`] holds the small decisions that keep it fast when things
-//!   fail: breakers, the request deadline, the concurrency gate, rate limits.
+//!   fail: breakers, the request deadline, the concurrency gates (server and
+//!   provider), rate limits, and what keeps an abandoned request's upstream
+//!   work inside them.
 //! - [`cursor`] seals a provider's upstream cursor into the opaque token
 //!   callers page with.
 //! - [`error`] is the catalogue of every error a caller can see.

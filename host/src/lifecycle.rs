@@ -187,7 +187,7 @@ fn build_app(config: Config, snapshot: Snapshot, loader: Loader) -> Result<App, 
         CursorSealer::new(&process.cursor).map_err(|e| RunError::Random(e.to_string()))?;
     let upstream = UpstreamClient::new(process.upstream_proxy.as_ref())?;
     let ledger = Ledger::open(&process.ledger.path, LEDGER_FLUSH_EVERY)?;
-    let billing = Billing::open(ledger)?;
+    let billing = Arc::new(Billing::open(ledger)?);
     // Only a server prunes: `check` must not delete copies a running
     // server still maps.
     loader.prune();

@@ -24,6 +24,7 @@ const RELOADS: &str = "socialgate_reloads_total";
 const CREDITS: &str = "socialgate_credits_total";
 const CACHE_REQUESTS: &str = "socialgate_cache_requests_total";
 const CACHE_BYTES: &str = "socialgate_cache_bytes";
+const ABANDONED: &str = "socialgate_requests_abandoned_total";
 
 /// Latency buckets, in seconds: from a cached-fast answer to a timeout.
 const BUCKETS: &[f64] = &[
@@ -114,4 +115,9 @@ pub fn credits(n: u64) {
 /// failure) or `bypass` (off for the endpoint).
 pub fn cache(endpoint: Endpoint, result: &'static str) {
     counter!(CACHE_REQUESTS, "endpoint" => endpoint.as_str(), "result" => result).increment(1);
+}
+
+/// A caller hung up while upstream work it started was running.
+pub fn abandoned() {
+    counter!(ABANDONED).increment(1);
 }

@@ -125,7 +125,7 @@ pub struct App {
     pub loader: Loader,
     pub in_flight: ConcurrencyLimit,
     /// Credits: reservations, and the ledger they are booked in.
-    pub billing: Billing,
+    pub billing: Arc<Billing>,
     /// Answers kept for their time to live; survives reloads.
     pub cache: Arc<Cache>,
     draining: AtomicBool,
@@ -139,7 +139,7 @@ pub struct Parts {
     pub cursors: CursorSealer,
     pub upstream: UpstreamClient,
     pub loader: Loader,
-    pub billing: Billing,
+    pub billing: Arc<Billing>,
     pub cache: Arc<Cache>,
 }
 

@@ -141,12 +141,75 @@ pub async fn finish_get_on(stream: &mut TcpStream, headers: &[(&str, &str)]) -> 
         .write_all(rest.as_bytes())
         .await
         .expect("can send the rest of the request");
+    read_to_end(stream).await
+}
+
+/// Reads an answer sent with `Connection: close` to the end of the
+/// connection, within 10 s.
+pub async fn read_to_end(stream: &mut TcpStream) -> Answer {
     let mut raw = Vec::new();
     tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut raw))
         .await
         .expect("the answer ends within 10 s")
         .expect("can read the answer");
     parse_http_answer(&raw)
+}
+
+/// Sends `GET path` on a connection kept alive and reads exactly its
+/// answer (by its `Content-Length`), leaving the connection open.
+pub async fn get_kept_alive(stream: &mut TcpStream, path: &str) -> Answer {
+    let head = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+    stream
+        .write_all(head.as_bytes())
+        .await
+        .expect("can send the request");
+    let read = async {
+        let mut raw = Vec::new();
+        let mut chunk = [0u8; 8192];
+        loop {
+            if let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
+                let length: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or_else(|| panic!("no content-length in {head:?}"));
+                if raw.len() >= end + 4 + length {
+                    return raw;
+                }
+            }
+            let n = stream.read(&mut chunk).await.expect("can read the answer");
+            assert!(n > 0, "the connection closed mid-answer");
+            raw.extend_from_slice(&chunk[..n]);
+        }
+    };
+    let raw = tokio::time::timeout(Duration::from_secs(10), read)
+        .await
+        .expect("the answer comes within 10 s");
+    parse_http_answer(&raw)
+}
+
+/// Sends `GET path` with `headers` on a new connection to `addr`, then
+/// hangs up (a TCP reset) after `after` without reading anything.
+pub async fn hang_up_after(
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+    after: Duration,
+) {
+    let mut stream = TcpStream::connect(addr).await.expect("can connect");
+    let mut head = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n");
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream
+        .write_all(head.as_bytes())
+        .await
+        .expect("can send the request");
+    tokio::time::sleep(after).await;
+    stream.set_zero_linger().expect("can set SO_LINGER");
+    drop(stream);
 }
 
 /// An HTTP/1.1 answer with a `Content-Length` body, as bytes received.

@@ -4,8 +4,8 @@
 //! length. [`closed_port`] gives an address where nothing listens.
 //!
 //! It reads each request head, records it (so a test can check it was the
-//! contract's request and count it), then misbehaves as told. It also
-//! counts the requests it holds at once, and the most it ever held. Every answer
+//! contract's request and count it, and how many were in flight at once),
+//! then misbehaves as told. Every answer
 //! carries `Connection: close`, so no client reuses a connection and every
 //! request is one connection. It runs on a thread of its own with its own
 //! runtime, whatever the test's runtime; dropping it stops it and ends every
@@ -28,6 +28,8 @@ const MAX_HEAD: usize = 64 * 1024;
 pub enum Behaviour {
     /// A complete `200` with `body` and its `Content-Length`.
     Respond { body: Vec<u8> },
+    /// The same, after a pause of `after`: a slow upstream.
+    Delayed { body: Vec<u8>, after: Duration },
     /// A `200` with `body` in chunked encoding, no `Content-Length`.
     Chunked { body: Vec<u8> },
     /// The head with the full `Content-Length` of `body`, the first half of
@@ -39,9 +41,30 @@ pub enum Behaviour {
     /// The head with the full `Content-Length` of `body`, then the body one
     /// byte every `every`, until it is sent or the client leaves.
     Trickle { body: Vec<u8>, every: Duration },
-    /// A complete `200` with `body`, sent `after` the head arrived: a slow
-    /// but healthy upstream.
-    Slow { body: Vec<u8>, after: Duration },
+}
+
+/// Requests received and not yet answered (or given up on): now and at most.
+#[derive(Debug, Default)]
+struct InFlight {
+    now: AtomicUsize,
+    max: AtomicUsize,
+}
+
+/// Counts one request in flight while it lives.
+struct Counted<'a>(&'a InFlight);
+
+impl<'a> Counted<'a> {
+    fn new(in_flight: &'a InFlight) -> Counted<'a> {
+        let now = in_flight.now.fetch_add(1, Ordering::SeqCst) + 1;
+        in_flight.max.fetch_max(now, Ordering::SeqCst);
+        Counted(in_flight)
+    }
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.0.now.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// One request head as received.
@@ -65,7 +88,7 @@ impl RawRequest {
 pub struct RawUpstream {
     addr: SocketAddr,
     requests: Arc<Mutex<Vec<RawRequest>>>,
-    load: Arc<Load>,
+    in_flight: Arc<InFlight>,
     stop: watch::Sender<bool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -81,10 +104,10 @@ impl RawUpstream {
             .local_addr()
             .expect("a bound listener has an address");
         let requests = Arc::new(Mutex::new(Vec::new()));
-        let load = Arc::new(Load::default());
+        let in_flight = Arc::new(InFlight::default());
         let (stop, stopped) = watch::channel(false);
         let recorded = Arc::clone(&requests);
-        let counted = Arc::clone(&load);
+        let counted = Arc::clone(&in_flight);
         let behaviour = Arc::new(behaviour);
         let thread = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
@@ -97,10 +120,20 @@ impl RawUpstream {
         RawUpstream {
             addr,
             requests,
-            load,
+            in_flight,
             stop,
             thread: Some(thread),
         }
+    }
+
+    /// A slow primary: every request answered with the primary's profile
+    /// fixture after `after`.
+    pub fn slow_primary_profile(after: Duration) -> RawUpstream {
+        let body = crate::upstream::render(&crate::upstream::fixtures::primary_user_profile());
+        RawUpstream::start(Behaviour::Delayed {
+            body: body.into_bytes(),
+            after,
+        })
     }
 
     /// `http://127.0.0.1:PORT`, a provider's `base_url`.
@@ -121,38 +154,14 @@ impl RawUpstream {
         self.requests.lock().expect("not poisoned").len()
     }
 
-    /// Requests read and not yet finished with, now.
+    /// Requests received and not yet answered (or given up on).
     pub fn in_flight(&self) -> usize {
-        self.load.now.load(Ordering::SeqCst)
+        self.in_flight.now.load(Ordering::SeqCst)
     }
 
-    /// The most requests it ever held at once.
-    pub fn peak_in_flight(&self) -> usize {
-        self.load.peak.load(Ordering::SeqCst)
-    }
-}
-
-/// Requests held at once: now and at most.
-#[derive(Default)]
-struct Load {
-    now: AtomicUsize,
-    peak: AtomicUsize,
-}
-
-/// Counts one request as held until dropped.
-struct Held<'a>(&'a Load);
-
-impl<'a> Held<'a> {
-    fn new(load: &'a Load) -> Held<'a> {
-        let now = load.now.fetch_add(1, Ordering::SeqCst) + 1;
-        load.peak.fetch_max(now, Ordering::SeqCst);
-        Held(load)
-    }
-}
-
-impl Drop for Held<'_> {
-    fn drop(&mut self) {
-        self.0.now.fetch_sub(1, Ordering::SeqCst);
+    /// The most requests that were ever in flight at once.
+    pub fn max_in_flight(&self) -> usize {
+        self.in_flight.max.load(Ordering::SeqCst)
     }
 }
 
@@ -178,7 +187,7 @@ async fn accept_loop(
     listener: std::net::TcpListener,
     behaviour: Arc<Behaviour>,
     requests: Arc<Mutex<Vec<RawRequest>>>,
-    load: Arc<Load>,
+    in_flight: Arc<InFlight>,
     mut stopped: watch::Receiver<bool>,
 ) {
     let listener = TcpListener::from_std(listener).expect("can hand the listener to tokio");
@@ -192,11 +201,11 @@ async fn accept_loop(
         };
         let behaviour = Arc::clone(&behaviour);
         let requests = Arc::clone(&requests);
-        let load = Arc::clone(&load);
+        let in_flight = Arc::clone(&in_flight);
         let mut stopped = stopped.clone();
         tokio::spawn(async move {
             tokio::select! {
-                () = serve(stream, &behaviour, &requests, &load) => {}
+                () = serve(stream, &behaviour, &requests, &in_flight) => {}
                 _ = stopped.changed() => {}
             }
         });
@@ -208,27 +217,22 @@ async fn serve(
     mut stream: TcpStream,
     behaviour: &Behaviour,
     requests: &Mutex<Vec<RawRequest>>,
-    load: &Load,
+    in_flight: &InFlight,
 ) {
     let Some(request) = read_head(&mut stream).await else {
         return;
     };
+    let _counted = Counted::new(in_flight);
     requests.lock().expect("not poisoned").push(request);
-    let _held = Held::new(load);
     // Write errors mean the client left: the fault has done its work.
     match behaviour {
-        Behaviour::Slow { body, after } => {
-            // Gone early if the client leaves: a read then returns 0.
-            let mut probe = [0u8; 1];
-            tokio::select! {
-                () = tokio::time::sleep(*after) => {}
-                _ = stream.read(&mut probe) => return,
-            }
+        Behaviour::Respond { body } => {
             let _ = stream.write_all(&head(Some(body.len()))).await;
             let _ = stream.write_all(body).await;
             let _ = stream.shutdown().await;
         }
-        Behaviour::Respond { body } => {
+        Behaviour::Delayed { body, after } => {
+            tokio::time::sleep(*after).await;
             let _ = stream.write_all(&head(Some(body.len()))).await;
             let _ = stream.write_all(body).await;
             let _ = stream.shutdown().await;

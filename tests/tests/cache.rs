@@ -5,15 +5,17 @@
 //! at all, `Cache-Control` is honoured, an expired answer stands in when the
 //! providers fail (within its window only), the cache can be turned off per
 //! endpoint or whole, a reload keeps what is stored, and memory stays within
-//! `max_bytes`.
+//! `max_bytes`. A caller that hangs up keeps its slot while the shared fetch
+//! it waits on runs, so fetches stay within `max_concurrent_requests`.
 
 use std::time::{Duration, Instant};
 
 use socialgate_tests::config::PRIMARY;
-use socialgate_tests::operator::{admin_addr, log_line_within, scrape, send};
+use socialgate_tests::operator::{admin_addr, hang_up_after, log_line_within, scrape, send};
+use socialgate_tests::raw_upstream::RawUpstream;
 use socialgate_tests::reload::{await_watching, replace_file, wait_for_log, Memory, APPLIED};
 use socialgate_tests::upstream::{fixtures, json_response, POST_ID, PRIMARY_FOLLOWERS};
-use socialgate_tests::{Answer, Stack};
+use socialgate_tests::{eventually, Answer, Stack};
 
 const PROFILE: &str = "/v1/shortvideo/profile?username=lunabakes";
 const POST: &str = "/v1/shortvideo/post?id=7312345678901234567";
@@ -391,4 +393,41 @@ async fn a_flood_of_distinct_keys_stays_within_max_bytes() {
         started.elapsed()
     );
     assert_eq!(stack.primary.request_count().await, 4200);
+}
+
+#[tokio::test]
+async fn an_abandoned_request_keeps_its_slot_while_its_shared_fetch_runs() {
+    let upstream = RawUpstream::slow_primary_profile(Duration::from_secs(2));
+    let stack = Stack::builder()
+        .providers(&[PRIMARY])
+        .search_order(None)
+        .primary_url(&upstream.base_url())
+        .timeout_ms(PRIMARY, 5000)
+        .server_line("max_concurrent_requests = 2")
+        .cache("enabled = true")
+        .start()
+        .await;
+    let addr = stack.server.addr();
+    // Distinct usernames: each request starts a fetch of its own, then its
+    // caller hangs up.
+    for n in 0..6 {
+        let path = format!("/v1/shortvideo/profile?username=gone{n}");
+        let headers = [("X-API-Key", stack.key.as_str())];
+        hang_up_after(addr, &path, &headers, Duration::from_millis(50)).await;
+    }
+    stack.get(PROFILE).await.assert_error(503, "OVERLOADED");
+    assert_eq!(upstream.in_flight(), 2, "the abandoned fetches still run");
+    assert_eq!(upstream.request_count(), 2, "no more fetches than slots");
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            upstream.in_flight() == 0
+        })
+        .await,
+        "the fetches ended"
+    );
+    // Stored, though their callers left: answered without a fetch.
+    let a = stack.get("/v1/shortvideo/profile?username=gone0").await;
+    a.assert_success(false);
+    assert!(cached(&a), "{a:?}");
+    assert_eq!(upstream.request_count(), 2);
 }

@@ -1,13 +1,21 @@
 //! The HTTP surface: every error code of the table in docs/api.md
 //! ("Errors") but `INTERNAL_ERROR` with its status, the order of the checks
 //! (method, key, platform, endpoint, parameters, chain), the parameter rules
-//! (a parameter an endpoint does not read is ignored, even repeated), and
-//! `/healthz`.
+//! (a parameter an endpoint does not read is ignored, even repeated),
+//! `/healthz`, and connection handling: each listener holds at most
+//! `max_connections` open (past it a new one waits until one closes), and a
+//! client that does not read its answers is closed after `write_timeout_ms`.
 
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use socialgate_tests::operator::{admin_addr, get_kept_alive, read_to_end};
 use socialgate_tests::upstream::{
     assert_answered_by, fixtures, LUNA_SEC_UID, POST_ID, PRIMARY_FOLLOWERS,
 };
 use socialgate_tests::{Answer, Stack};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
 
 const PROFILE: &str = "/v1/shortvideo/profile?username=lunabakes";
 
@@ -391,4 +399,136 @@ async fn the_server_prints_one_stdout_line_and_serves_on_it() {
             .all(|l| l.starts_with("admin listening on http://127.0.0.1:")),
         "stdout holds only the listening lines: {extra:?}"
     );
+}
+
+/// Holds `max` connections to `addr` open (each served `path` once, then
+/// idle), checks that one more client is not served while they are, and is
+/// served once one of them closes.
+async fn assert_connections_capped(addr: SocketAddr, path: &str, max: usize) {
+    let mut held = Vec::new();
+    for n in 0..max {
+        let mut stream = TcpStream::connect(addr).await.expect("can connect");
+        let a = get_kept_alive(&mut stream, path).await;
+        assert_eq!(a.status, 200, "held connection {n}: {a:?}");
+        held.push(stream);
+    }
+    // The kernel's backlog takes the connection; the server must not.
+    let mut extra = TcpStream::connect(addr).await.expect("can connect");
+    let head = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    extra
+        .write_all(head.as_bytes())
+        .await
+        .expect("can send the request");
+    let mut byte = [0u8; 1];
+    let early = tokio::time::timeout(Duration::from_secs(1), extra.read(&mut byte)).await;
+    assert!(
+        early.is_err(),
+        "served (or closed) while {max} connections were open: {early:?}"
+    );
+    drop(held.pop());
+    let started = Instant::now();
+    let a = read_to_end(&mut extra).await;
+    assert_eq!(a.status, 200, "served once a connection closed: {a:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "promptly: {:?}",
+        started.elapsed()
+    );
+    // The others are still open and served.
+    for stream in &mut held {
+        assert_eq!(get_kept_alive(stream, path).await.status, 200);
+    }
+}
+
+#[tokio::test]
+async fn past_max_connections_a_new_connection_waits_until_one_closes() {
+    let stack = Stack::builder()
+        .server_line("max_connections = 4")
+        // Idle connections stay open for the whole test.
+        .server_line("header_timeout_ms = 60000")
+        .start()
+        .await;
+    assert_connections_capped(stack.server.addr(), "/healthz", 4).await;
+}
+
+#[tokio::test]
+async fn the_admin_listener_has_the_same_connection_cap() {
+    let stack = Stack::builder()
+        .server_line("max_connections = 2")
+        .server_line("header_timeout_ms = 60000")
+        .start()
+        .await;
+    assert_connections_capped(admin_addr(&stack.server), "/metrics", 2).await;
+    // Each listener counts its own: the public one is not full.
+    let a = stack.api.with_key(None).get("/healthz").await;
+    assert_eq!(a.status, 200, "{a:?}");
+}
+
+#[tokio::test]
+async fn slow_readers_are_closed_after_write_timeout_while_others_are_served() {
+    const PIPELINED: usize = 200;
+    const OPENAPI: &str = "/v1/openapi.json";
+    let stack = Stack::builder()
+        .server_line("write_timeout_ms = 500")
+        .start()
+        .await;
+    stack.primary.serve_fixtures().await;
+    let answer_bytes = stack.api.with_key(None).get(OPENAPI).await.text.len();
+    let addr = stack.server.addr();
+
+    // Clients with a small receive buffer that pipeline large answers and
+    // never read.
+    let mut slow = Vec::new();
+    for _ in 0..3 {
+        let socket = TcpSocket::new_v4().expect("a socket");
+        socket
+            .set_recv_buffer_size(4096)
+            .expect("can shrink the receive buffer");
+        let mut stream = socket.connect(addr).await.expect("can connect");
+        let head = format!("GET {OPENAPI} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").repeat(PIPELINED);
+        stream
+            .write_all(head.as_bytes())
+            .await
+            .expect("can send the requests");
+        slow.push(stream);
+    }
+
+    // Meanwhile (past the write timeout) others are served promptly.
+    let until = Instant::now() + Duration::from_millis(2000);
+    let mut served = 0;
+    while Instant::now() < until {
+        let started = Instant::now();
+        let health = stack.api.with_key(None).get("/healthz").await;
+        assert_eq!(health.status, 200, "{health:?}");
+        stack.get(PROFILE).await.assert_success(false);
+        let took = started.elapsed();
+        assert!(took < Duration::from_millis(500), "promptly: {took:?}");
+        served += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(served >= 3, "{served}");
+
+    // Each slow reader's connection was closed: what was sent before runs
+    // out (EOF or a reset) well short of every answer it asked for.
+    for (n, mut stream) in slow.into_iter().enumerate() {
+        let mut received = 0;
+        let mut chunk = vec![0u8; 64 * 1024];
+        let drained = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                match stream.read(&mut chunk).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(k) => received += k,
+                }
+            }
+        })
+        .await;
+        assert!(
+            drained.is_ok(),
+            "slow reader {n}: still open after {received} bytes"
+        );
+        assert!(
+            received < PIPELINED * answer_bytes,
+            "slow reader {n}: closed before all its answers ({received} bytes)"
+        );
+    }
 }

@@ -4,16 +4,22 @@
 //! JSON, `--since` a day). With `[billing] enforce = true`, a fresh key's
 //! 151st paid request answers 402 `INSUFFICIENT_CREDITS` without any
 //! upstream call, a request every provider failed cost nothing, concurrent
-//! requests cannot overspend, and spent credits survive a restart.
+//! requests cannot overspend, and spent credits survive a restart. A key
+//! cannot get more upstream work than its credits by hanging up: the
+//! abandoned request keeps its credit until its work ends, and is charged
+//! nothing.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime};
 
 use socialgate_tests::config::{standard_env, Config};
+use socialgate_tests::config::{FALLBACK, PRIMARY};
 use socialgate_tests::operator::{
-    admin_addr, credits_per_key, scrape, signal, usage_json, utc_day, wait_exit, UsageRow,
+    admin_addr, credits_per_key, hang_up_after, scrape, signal, usage_json, utc_day, wait_exit,
+    UsageRow,
 };
-use socialgate_tests::StackBuilder;
+use socialgate_tests::raw_upstream::RawUpstream;
+use socialgate_tests::{eventually, StackBuilder};
 use socialgate_tests::{issue_key, run_cli, Api, FallbackMock, PrimaryMock, Server, Stack};
 use wiremock::matchers::{path, query_param};
 use wiremock::{Mock, ResponseTemplate};
@@ -267,6 +273,9 @@ async fn enforced_billing_refuses_the_151st_paid_request_and_failures_cost_nothi
     let mut s = Setup::start(
         Stack::builder()
             .breaker_failures(1000)
+            // 160 requests at once: no provider may be busy.
+            .provider_line(PRIMARY, "max_in_flight = 1000")
+            .provider_line(FALLBACK, "max_in_flight = 1000")
             .raw("[billing]\nenforce = true"),
         &["fresh", "racer"],
     )
@@ -335,6 +344,59 @@ async fn enforced_billing_refuses_the_151st_paid_request_and_failures_cost_nothi
         .await
         .assert_error(402, "INSUFFICIENT_CREDITS");
     assert_eq!(s.upstream_calls().await, calls);
+}
+
+#[tokio::test]
+async fn an_abandoned_request_keeps_its_credit_reservation_and_is_not_charged() {
+    let upstream = RawUpstream::slow_primary_profile(Duration::from_millis(1500));
+    let stack = Stack::builder()
+        .providers(&[PRIMARY])
+        .search_order(None)
+        .primary_url(&upstream.base_url())
+        .timeout_ms(PRIMARY, 5000)
+        .raw("[billing]\nenforce = true\nfree_credits = 1")
+        .start()
+        .await;
+    let addr = stack.server.addr();
+
+    // A key with one credit sends several requests, hanging up on each.
+    for _ in 0..5 {
+        let headers = [("X-API-Key", stack.key.as_str())];
+        hang_up_after(addr, PROFILE, &headers, Duration::from_millis(50)).await;
+    }
+    // The first one's work still holds the credit.
+    stack
+        .get(PROFILE)
+        .await
+        .assert_error(402, "INSUFFICIENT_CREDITS");
+    assert_eq!(upstream.in_flight(), 1, "the abandoned work still runs");
+    assert_eq!(
+        upstream.request_count(),
+        1,
+        "one upstream call for one credit"
+    );
+
+    // Once it ends the credit is refunded, not spent: it buys one answer.
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            upstream.in_flight() == 0
+        })
+        .await,
+        "the abandoned work ended"
+    );
+    // The double counts its answer sent a moment before the server reads it.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    stack.get(PROFILE).await.assert_success(false);
+    stack
+        .get(PROFILE)
+        .await
+        .assert_error(402, "INSUFFICIENT_CREDITS");
+    assert!(
+        upstream.max_in_flight() <= 1,
+        "never more upstream calls at once than credits: {}",
+        upstream.max_in_flight()
+    );
+    wait_for_usage(&stack.config, &[("e2e", 1)]).await;
 }
 
 /// Awaits every future of `futures` concurrently, in order.

@@ -3,12 +3,16 @@
 //! attempt, breaker, reload, latency and credit series; caller input is
 //! never a label (an unknown path segment is `unknown`), and no secret and
 //! no username appears anywhere in the text. The public listener never
-//! serves them.
+//! serves them. A request whose caller hangs up while its upstream work
+//! runs is logged once with its request ID and counted.
 
 use std::time::{Duration, Instant};
 
 use socialgate_tests::config::{FALLBACK, FALLBACK_KEY, PRIMARY, PRIMARY_KEY};
-use socialgate_tests::operator::{admin_addr, admin_get, scrape, signal, Metrics};
+use socialgate_tests::operator::{
+    admin_addr, admin_get, hang_up_after, log_line_within, scrape, signal, Metrics,
+};
+use socialgate_tests::upstream::{fixtures, json_response, LUNA};
 use socialgate_tests::Stack;
 
 const PROFILE: &str = "/v1/shortvideo/profile?username=lunabakes";
@@ -268,4 +272,46 @@ async fn metrics_are_served_only_on_the_admin_listener() {
     assert_eq!(status, 405);
     let (status, _) = admin_get(admin, "GET", "/v1/shortvideo/profile").await;
     assert_eq!(status, 404, "the admin listener serves no API");
+}
+
+#[tokio::test]
+async fn an_abandoned_request_is_logged_with_its_request_id_and_counted() {
+    const ID: &str = "gone-7f3a9c";
+    let stack = Stack::builder()
+        .search_order(None)
+        .timeout_ms(PRIMARY, 5000)
+        .start()
+        .await;
+    let slow = json_response(&fixtures::primary_user_profile()).set_delay(Duration::from_secs(1));
+    let route = stack
+        .primary
+        .route("/v1/user/profile", &[("unique_id", LUNA)]);
+    stack.primary.respond(route, slow).await;
+    let admin = admin_addr(&stack.server);
+    // A caller that waits for its answer is not abandoned.
+    stack.get(PROFILE).await.assert_success(false);
+
+    let headers = [("X-API-Key", stack.key.as_str()), ("X-Request-Id", ID)];
+    hang_up_after(
+        stack.server.addr(),
+        PROFILE,
+        &headers,
+        Duration::from_millis(50),
+    )
+    .await;
+    let line = log_line_within(&stack.server, &[ID, "hung up"], Duration::from_secs(5)).await;
+    assert!(!line.contains(&stack.key), "no key in the log: {line}");
+    let m = scrape(admin).await;
+    assert_eq!(
+        m.sum("socialgate_requests_abandoned_total", &[]),
+        Some(1.0),
+        "{}",
+        m.text
+    );
+    assert_eq!(
+        stack.server.stderr().matches(ID).count(),
+        1,
+        "one line: {}",
+        stack.server.stderr()
+    );
 }

@@ -4,14 +4,21 @@
 //! `max_header_bytes` is refused; past `max_concurrent_requests` a request
 //! is answered 503 `OVERLOADED` at once; a key over its `[rate_limit]` gets
 //! 429 `RATE_LIMITED` with no upstream call; SIGTERM lets the request in
-//! flight finish, refuses new connections and exits 0.
+//! flight finish, refuses new connections and exits 0. A request whose
+//! caller hangs up keeps its slot until its upstream work ends, so hanging
+//! up buys no upstream work past `max_concurrent_requests`; a provider with
+//! `max_in_flight` attempts running is busy and the next one answers.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use socialgate_tests::config::PRIMARY;
-use socialgate_tests::upstream::{fixtures, json_response, LUNA, PRIMARY_FOLLOWERS};
+use socialgate_tests::operator::hang_up_after;
+use socialgate_tests::raw_upstream::RawUpstream;
+use socialgate_tests::upstream::{
+    assert_answered_by, fixtures, json_response, FALLBACK_FOLLOWERS, LUNA, PRIMARY_FOLLOWERS,
+};
 use socialgate_tests::{eventually, Answer, Api, Stack};
 
 const PROFILE: &str = "/v1/shortvideo/profile?username=lunabakes";
@@ -378,4 +385,93 @@ async fn sigterm_stops_waiting_for_a_request_after_the_grace_period() {
         !answered,
         "the request outliving the grace period was cut off"
     );
+}
+
+#[tokio::test]
+async fn an_abandoned_request_keeps_its_slot_until_its_upstream_work_ends() {
+    let upstream = RawUpstream::slow_primary_profile(Duration::from_secs(2));
+    let stack = Stack::builder()
+        .providers(&[PRIMARY])
+        .search_order(None)
+        .primary_url(&upstream.base_url())
+        .timeout_ms(PRIMARY, 5000)
+        .server_line("max_concurrent_requests = 2")
+        .start()
+        .await;
+    let addr = stack.server.addr();
+
+    // Six clients in a row, each hanging up after 50 ms.
+    for n in 0..6 {
+        let id = format!("gone-{n}");
+        let headers = [("X-API-Key", stack.key.as_str()), ("X-Request-Id", &id)];
+        hang_up_after(addr, PROFILE, &headers, Duration::from_millis(50)).await;
+    }
+    // Their upstream work is still running (2 s): it holds both slots.
+    stack.get(PROFILE).await.assert_error(503, "OVERLOADED");
+    assert_eq!(upstream.in_flight(), 2, "the abandoned work still runs");
+    assert_eq!(
+        upstream.request_count(),
+        2,
+        "no more upstream requests than slots"
+    );
+
+    // Once it ends, the slots are free again.
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            upstream.in_flight() == 0
+        })
+        .await,
+        "the abandoned work ended"
+    );
+    let a = stack.get(PROFILE).await;
+    a.assert_success(false);
+    assert_eq!(a.data()["followers"], PRIMARY_FOLLOWERS, "{a:?}");
+    assert!(
+        upstream.max_in_flight() <= 2,
+        "at most max_concurrent_requests upstream requests at once: {}",
+        upstream.max_in_flight()
+    );
+}
+
+#[tokio::test]
+async fn past_max_in_flight_a_busy_provider_hands_the_request_to_the_next() {
+    let stack = Stack::builder()
+        .search_order(None)
+        .timeout_ms(PRIMARY, 5000)
+        .provider_line(PRIMARY, "max_in_flight = 1")
+        // One failure would open it: being busy is none.
+        .breaker(PRIMARY, 1, 60_000)
+        .start()
+        .await;
+    stack.fallback.serve_fixtures().await;
+    let slow = json_response(&fixtures::primary_user_profile()).set_delay(Duration::from_secs(1));
+    let route = stack
+        .primary
+        .route("/v1/user/profile", &[("unique_id", LUNA)]);
+    stack.primary.respond(route, slow).await;
+
+    let api = stack.api.clone();
+    let first = tokio::spawn(async move { api.get(PROFILE).await });
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            stack.primary.request_count().await == 1
+        })
+        .await,
+        "the first request reached the primary"
+    );
+    let (second, took) = stack.timed_get(PROFILE).await;
+    assert_answered_by(&second, FALLBACK_FOLLOWERS, "the primary is busy");
+    assert!(
+        took < Duration::from_millis(500),
+        "without waiting for the primary: {took:?}"
+    );
+    let first = first.await.expect("the first request finished");
+    assert_answered_by(&first, PRIMARY_FOLLOWERS, "the first request");
+    assert_eq!(stack.primary.request_count().await, 1);
+
+    // Busy was no failure: the primary's breaker is still closed.
+    let third = stack.get(PROFILE).await;
+    assert_answered_by(&third, PRIMARY_FOLLOWERS, "after the busy spell");
+    assert_eq!(stack.primary.request_count().await, 2);
+    assert_eq!(stack.fallback.request_count().await, 1);
 }

@@ -13,7 +13,11 @@
 //! - **Coalescing**: the first caller to miss starts a fetch that belongs to
 //!   no caller (a task of its own); everyone who misses the same key
 //!   meanwhile waits for it. A caller that hangs up cancels nothing: the
-//!   others still get the answer, and it is still stored.
+//!   others still get the answer, and it is still stored. Every caller's
+//!   wait keeps what the caller holds (its overload slot and credits) until
+//!   the fetch lands, even if the caller hangs up: so the fetch always runs
+//!   inside the limits of the caller that started it, and a caller never
+//!   frees its slot early by hanging up (see [`crate::resilience::abandon`]).
 //! - **Freshness** is [`freshness`]'s: the caller's `Cache-Control` may ask
 //!   for a fresh answer (`no-cache`) or a young one (`max-age`); an answer
 //!   whose time is up may still stand in, for `stale_if_error_s`, when the
@@ -37,6 +41,7 @@ use tokio::sync::watch;
 
 use crate::chain::{ChainError, Journal};
 use crate::config::{ConfigError, Context};
+use crate::resilience::abandon::Detached;
 
 /// Default `[cache] max_bytes`.
 pub const DEFAULT_MAX_BYTES: u64 = 64 * 1024 * 1024;
@@ -280,17 +285,21 @@ impl Cache {
     /// The answer for `key` from one fetch shared by every caller that asks
     /// meanwhile. The first caller's `fetch` runs as a task of its own;
     /// its answer is stored for `ttl` ("not found" for `not_found_ttl`;
-    /// nothing else). Returns the landing and whether this caller joined a
-    /// fetch another had started.
-    pub async fn fetch_shared<F>(
+    /// nothing else). `held` (what the caller holds) is kept until the
+    /// fetch lands, even if the caller hangs up, and handed back. Returns
+    /// the landing and whether this caller joined a fetch another had
+    /// started.
+    pub async fn fetch_shared<F, H>(
         self: &Arc<Self>,
         key: Key,
         ttl: Duration,
         not_found_ttl: Duration,
         fetch: F,
-    ) -> (Landing, bool)
+        held: H,
+    ) -> (Landing, bool, H)
     where
         F: Future<Output = Fetched> + Send + 'static,
+        H: Send + 'static,
     {
         let (mut landed, collapsed) = {
             let mut flights = lock(&self.flights);
@@ -323,16 +332,20 @@ impl Cache {
                 }
             }
         };
-        let landing = match landed.wait_for(Option::is_some).await {
-            Ok(landing) => landing.clone(),
-            Err(_) => None,
+        let wait = async move {
+            let landing = match landed.wait_for(Option::is_some).await {
+                Ok(landing) => landing.clone(),
+                Err(_) => None,
+            };
+            (landing, held)
         };
+        let (landing, held) = Detached::new(wait).await;
         // The fetch task ended without landing (a bug: it panicked).
         let landing = landing.unwrap_or_else(|| Landing {
             outcome: Err(ChainError::Exhausted),
             journal: Arc::default(),
         });
-        (landing, collapsed)
+        (landing, collapsed, held)
     }
 }
 
@@ -402,6 +415,7 @@ mod tests {
                         Duration::from_secs(60),
                         Duration::ZERO,
                         fetch,
+                        (),
                     )
                     .await
             }));
@@ -412,7 +426,7 @@ mod tests {
         release.send(()).unwrap();
         let mut collapsed = 0;
         for caller in callers {
-            let (landing, joined) = caller.await.unwrap();
+            let (landing, joined, ()) = caller.await.unwrap();
             assert!(landing.outcome.is_ok());
             collapsed += usize::from(joined);
         }
@@ -431,12 +445,13 @@ mod tests {
                 journal: Journal::default(),
             }
         };
-        let (landing, _) = cache
+        let (landing, _, ()) = cache
             .fetch_shared(
                 profile("a"),
                 Duration::from_secs(60),
                 Duration::from_secs(60),
                 failing,
+                (),
             )
             .await;
         assert_eq!(landing.outcome.err(), Some(ChainError::Exhausted));
@@ -454,6 +469,7 @@ mod tests {
                 Duration::from_secs(60),
                 Duration::ZERO,
                 missing,
+                (),
             )
             .await;
         assert!(

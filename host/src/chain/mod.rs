@@ -9,28 +9,31 @@
 //! bounded by its provider's timeout and by the request's deadline; when
 //! the deadline passes the chain stops.
 //!
+//! A provider with `max_in_flight` attempts running is busy: it is passed
+//! over like an open one, without counting as a failure.
+//!
 //! Each attempt runs on the request's own task, its plugin calls inline
 //! (see [`crate::resilience::runaway`] for what keeps a runaway plugin from
 //! holding request threads). If the caller hangs up meanwhile, the attempt
 //! goes on as a task of its own and still records its outcome on the
 //! breaker: a breaker that never hears how a probe ended cannot protect
-//! anyone.
+//! anyone. It also keeps what the request holds (`held`: its overload slot
+//! and credits; see [`crate::resilience::abandon`]) and its provider's
+//! in-flight slot until it ends; the chain asks nobody after it.
 
 pub mod decision;
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use plugin_api::ffi::AttemptHandle;
 use plugin_api::{Call, Done, ErrorKind, Next, ProviderError};
 use tokio::time::{timeout, Instant};
-use tracing::Instrument;
 
 use self::decision::{Failure, Then};
+use crate::resilience::abandon::Detached;
 use crate::resilience::breaker::{Outcome, Permit};
+use crate::resilience::concurrency::InFlight;
 use crate::resilience::deadline::Deadline;
 use crate::resilience::runaway::NotRun;
 use crate::routing::Provider;
@@ -84,6 +87,9 @@ pub enum ChainError {
     /// No provider may be asked now (their breakers are open); one may be
     /// in `retry_after`.
     Unavailable { retry_after: Duration },
+    /// No provider was asked: those that could be had `max_in_flight`
+    /// attempts running.
+    Busy,
     /// The request's deadline passed.
     DeadlineExceeded,
 }
@@ -98,21 +104,36 @@ enum Verdict {
 }
 
 /// Asks `providers` in order, within `deadline`, noting each attempt in
-/// `journal`.
-pub async fn serve(
+/// `journal`. `held` is what the request holds while upstream work runs
+/// for it: an attempt its caller abandons keeps it to its end. It is handed
+/// back with the outcome.
+pub async fn serve<H: Send + 'static>(
     providers: &[Arc<Provider>],
     call: &Call,
     client: &UpstreamClient,
     deadline: Deadline,
     journal: &mut Journal,
-) -> Result<Served, ChainError> {
+    held: H,
+) -> (Result<Served, ChainError>, H) {
+    let mut held = held;
     let mut open = Vec::new();
+    let mut busy = false;
     for provider in providers {
+        let Some(slot) = provider.in_flight.try_enter() else {
+            tracing::debug!(provider = %provider.name, "skipped: busy");
+            busy = true;
+            continue;
+        };
         match provider.breaker.try_acquire(Instant::now()) {
             Ok(permit) => {
-                match attempt_through(provider, permit, call, client, deadline, journal).await {
-                    Verdict::Answered(done) => return Ok(served(done, provider)),
-                    Verdict::Stop(stop) => return Err(stop),
+                let (verdict, back) = attempt_through(
+                    provider, permit, slot, call, client, deadline, journal, held,
+                )
+                .await;
+                held = back;
+                match verdict {
+                    Verdict::Answered(done) => return (Ok(served(done, provider)), held),
+                    Verdict::Stop(stop) => return (Err(stop), held),
                     Verdict::Failed => {}
                 }
             }
@@ -123,38 +144,51 @@ pub async fn serve(
         }
     }
     if journal.attempts.is_empty() {
-        // Every provider is open: probe the one whose cooldown ends first,
-        // unless its breaker says no (a probe already out, one forced less
-        // than a second ago, or a 429's Retry-After still running).
+        // Every provider is open (or busy): probe the open one whose
+        // cooldown ends first, unless it is busy or its breaker says no (a
+        // probe already out, one forced less than a second ago, or a 429's
+        // Retry-After still running).
         open.sort_by_key(|(_, until)| *until);
         let now = Instant::now();
         let forced = open.iter().find_map(|(provider, _)| {
+            let slot = provider.in_flight.try_enter()?;
             provider
                 .breaker
                 .force_acquire(now)
-                .map(|permit| (*provider, permit))
+                .map(|permit| (*provider, permit, slot))
         });
-        let Some((provider, permit)) = forced else {
+        let Some((provider, permit, slot)) = forced else {
+            if busy {
+                return (Err(ChainError::Busy), held);
+            }
             // Nobody may be asked: say when someone may.
             let soonest = open
                 .iter()
                 .map(|(provider, _)| provider.breaker.next_chance(now))
                 .min()
                 .unwrap_or(now);
-            return Err(ChainError::Unavailable {
-                retry_after: soonest.saturating_duration_since(now),
-            });
+            return (
+                Err(ChainError::Unavailable {
+                    retry_after: soonest.saturating_duration_since(now),
+                }),
+                held,
+            );
         };
-        match attempt_through(provider, permit, call, client, deadline, journal).await {
-            Verdict::Answered(done) => return Ok(served(done, provider)),
-            Verdict::Stop(stop) => return Err(stop),
+        let (verdict, back) = attempt_through(
+            provider, permit, slot, call, client, deadline, journal, held,
+        )
+        .await;
+        held = back;
+        match verdict {
+            Verdict::Answered(done) => return (Ok(served(done, provider)), held),
+            Verdict::Stop(stop) => return (Err(stop), held),
             Verdict::Failed => {}
         }
     }
     if deadline.expired() {
-        return Err(ChainError::DeadlineExceeded);
+        return (Err(ChainError::DeadlineExceeded), held);
     }
-    Err(ChainError::Exhausted)
+    (Err(ChainError::Exhausted), held)
 }
 
 fn served(done: Done, provider: &Arc<Provider>) -> Served {
@@ -164,74 +198,40 @@ fn served(done: Done, provider: &Arc<Provider>) -> Served {
     }
 }
 
-/// One attempt under a breaker permit. It runs on the request's own task;
-/// if the request is dropped (its caller hung up), the attempt goes on as a
-/// task of its own, so its outcome is still recorded on the breaker.
-async fn attempt_through(
+/// One attempt under a breaker permit and a slot of its provider. It runs
+/// on the request's own task; if the request is dropped (its caller hung
+/// up), the attempt goes on as a task of its own, so its outcome is still
+/// recorded on the breaker, and the slot and `held` are released only when
+/// it ends.
+#[allow(clippy::too_many_arguments)]
+async fn attempt_through<H: Send + 'static>(
     provider: &Arc<Provider>,
     permit: Permit,
+    slot: InFlight,
     call: &Call,
     client: &UpstreamClient,
     deadline: Deadline,
     journal: &mut Journal,
-) -> Verdict {
+    held: H,
+) -> (Verdict, H) {
     let attempt = {
         let (provider, call, client) = (provider.clone(), call.clone(), client.clone());
         async move {
             let started = Instant::now();
             let outcome = attempt(&provider, &call, &client, deadline).await;
             let elapsed = started.elapsed();
+            drop(slot);
             let (verdict, outcome) = judge(&provider, permit, &call, outcome, deadline);
-            (verdict, outcome, elapsed)
+            (verdict, outcome, elapsed, held)
         }
-        // The request's span (and its ID) goes with the attempt.
-        .instrument(tracing::Span::current())
     };
-    let (verdict, outcome, elapsed) = DetachOnDrop::new(attempt).await;
+    let (verdict, outcome, elapsed, held) = Detached::new(attempt).await;
     journal.attempts.push(AttemptRecord {
         provider: provider.name.clone(),
         outcome,
         elapsed,
     });
-    verdict
-}
-
-/// A future that, dropped before it ends, goes on as a task of its own.
-/// Cheaper than a task per attempt: the spawn happens only when a caller
-/// hangs up.
-struct DetachOnDrop<F: Future<Output: Send> + Send + 'static> {
-    inner: Option<Pin<Box<F>>>,
-}
-
-impl<F: Future<Output: Send> + Send + 'static> DetachOnDrop<F> {
-    fn new(future: F) -> Self {
-        DetachOnDrop {
-            inner: Some(Box::pin(future)),
-        }
-    }
-}
-
-impl<F: Future<Output: Send> + Send + 'static> Future for DetachOnDrop<F> {
-    type Output = F::Output;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let Some(inner) = self.inner.as_mut() else {
-            return Poll::Pending;
-        };
-        let output = std::task::ready!(inner.as_mut().poll(cx));
-        self.inner = None;
-        Poll::Ready(output)
-    }
-}
-
-impl<F: Future<Output: Send> + Send + 'static> Drop for DetachOnDrop<F> {
-    fn drop(&mut self) {
-        if let (Some(unfinished), Ok(runtime)) =
-            (self.inner.take(), tokio::runtime::Handle::try_current())
-        {
-            runtime.spawn(unfinished);
-        }
-    }
+    (verdict, held)
 }
 
 /// Records an attempt's outcome on the breaker and applies the verdict of

@@ -208,6 +208,8 @@ pub struct RawServer {
     pub header_timeout_ms: Option<u64>,
     pub max_header_bytes: Option<usize>,
     pub shutdown_grace_ms: Option<u64>,
+    pub max_connections: Option<usize>,
+    pub write_timeout_ms: Option<u64>,
     pub max_concurrent_requests: Option<usize>,
     pub request_timeout_ms: Option<u64>,
     pub keys_file: Option<PathBuf>,

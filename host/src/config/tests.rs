@@ -175,6 +175,14 @@ fn every_process_setting_needs_a_restart() {
             with_server_line("max_concurrent_requests = 5"),
         ),
         (
+            "[server] max_connections",
+            with_server_line("max_connections = 5"),
+        ),
+        (
+            "[server] write_timeout_ms",
+            with_server_line("write_timeout_ms = 500"),
+        ),
+        (
             "[server] state_dir",
             with_server_line("state_dir = \"elsewhere\""),
         ),
@@ -240,6 +248,7 @@ fn no_serving_setting_needs_a_restart() {
             "timeout_ms = 1500\nbreaker_cooldown_ms = 7",
         ),
         GOOD.replace("timeout_ms = 1500", "timeout_ms = 1500\nmax_body_bytes = 7"),
+        GOOD.replace("timeout_ms = 1500", "timeout_ms = 1500\nmax_in_flight = 7"),
         GOOD.replace(
             "rapidapi_host = \"x.example\"",
             "rapidapi_host = \"y.example\"",

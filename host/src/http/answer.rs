@@ -10,7 +10,7 @@ use tracing::Instrument;
 
 use crate::cache::freshness::{self, Directives, Verdict};
 use crate::cache::status::{seconds_left, CacheStatus, Forward};
-use crate::cache::{Data, Entry, Fetched, Key, Stored};
+use crate::cache::{CacheConfig, Data, Entry, Fetched, Key, Stored};
 use crate::chain::{self, ChainError, Journal, Served};
 use crate::metrics;
 use crate::resilience::deadline::Deadline;
@@ -56,34 +56,56 @@ pub struct Ask<'a> {
 
 /// Finds the answer to `ask`, noting in `journal` what the chain did for
 /// this request (nothing when another request's fetch answered it).
-pub async fn find(
+///
+/// `held` is what the request holds while upstream work runs for it (its
+/// overload slot and credits): the chain's attempt, or the wait for a
+/// shared fetch, keeps it to its end even if the caller hangs up. It is
+/// handed back with the answer.
+pub async fn find<H: Send + 'static>(
     app: &App,
     snapshot: &Snapshot,
     ask: Ask<'_>,
     journal: &mut Journal,
-) -> Result<Found, Unanswered> {
+    held: H,
+) -> (Result<Found, Unanswered>, H) {
     let endpoint = ask.call.endpoint();
     let config = &snapshot.serving.cache;
     let Some(ttl) = config.ttl(endpoint) else {
         metrics::cache(endpoint, "bypass");
-        let served = chain::serve(
+        let (served, held) = chain::serve(
             ask.providers,
             ask.call,
             &app.upstream,
             ask.deadline,
             journal,
+            held,
         )
-        .await
-        .map_err(|error| Unanswered {
-            status: (error == ChainError::NotFound).then(CacheStatus::bypass),
-            error,
-        })?;
-        return Ok(Found {
-            entry: Arc::new(Entry::unstored(Stored::Data(data_of(&served)))),
-            cached: false,
-            status: CacheStatus::bypass(),
-        });
+        .await;
+        let found = served
+            .map(|served| Found {
+                entry: Arc::new(Entry::unstored(Stored::Data(data_of(&served)))),
+                cached: false,
+                status: CacheStatus::bypass(),
+            })
+            .map_err(|error| Unanswered {
+                status: (error == ChainError::NotFound).then(CacheStatus::bypass),
+                error,
+            });
+        return (found, held);
     };
+    find_cached(app, config, ask, journal, ttl, held).await
+}
+
+/// [`find`] for an endpoint the cache keeps.
+async fn find_cached<H: Send + 'static>(
+    app: &App,
+    config: &CacheConfig,
+    ask: Ask<'_>,
+    journal: &mut Journal,
+    ttl: std::time::Duration,
+    held: H,
+) -> (Result<Found, Unanswered>, H) {
+    let endpoint = ask.call.endpoint();
 
     let key = Key::new(ask.platform, ask.call, ask.issuer);
     let stored = app.cache.get(&key);
@@ -95,7 +117,7 @@ pub async fn find(
                 let status = CacheStatus::Hit {
                     ttl: seconds_left(entry.ttl(), entry.age()),
                 };
-                return match entry.answer {
+                let hit = match entry.answer {
                     Stored::Data(_) => Ok(Found {
                         entry: entry.clone(),
                         cached: true,
@@ -106,6 +128,7 @@ pub async fn find(
                         status: Some(status),
                     }),
                 };
+                return (hit, held);
             }
             Verdict::Stale => Forward::Stale,
             Verdict::Refused => Forward::Request,
@@ -121,20 +144,24 @@ pub async fn find(
         let deadline = ask.deadline;
         async move {
             let mut journal = Journal::default();
-            let outcome =
-                match chain::serve(&providers, &call, &client, deadline, &mut journal).await {
-                    Ok(served) => Ok(Stored::Data(data_of(&served))),
-                    Err(ChainError::NotFound) => Ok(Stored::NotFound),
-                    Err(error) => Err(error),
-                };
+            // No caller owns the fetch, so it holds nothing of its own:
+            // the wait of the caller that started it holds that caller's
+            // slot and credits until it lands.
+            let (served, ()) =
+                chain::serve(&providers, &call, &client, deadline, &mut journal, ()).await;
+            let outcome = match served {
+                Ok(served) => Ok(Stored::Data(data_of(&served))),
+                Err(ChainError::NotFound) => Ok(Stored::NotFound),
+                Err(error) => Err(error),
+            };
             Fetched { outcome, journal }
         }
         // The fetch's log lines carry the ID of the request that started it.
         .instrument(tracing::Span::current())
     };
-    let (landing, collapsed) = app
+    let (landing, collapsed, held) = app
         .cache
-        .fetch_shared(key, ttl, config.not_found_ttl, fetch)
+        .fetch_shared(key, ttl, config.not_found_ttl, fetch, held)
         .await;
     metrics::cache(endpoint, if collapsed { "collapsed" } else { "miss" });
     if !collapsed {
@@ -145,7 +172,7 @@ pub async fn find(
         stored: (!stored.is_zero()).then_some(stored.as_secs()),
         collapsed,
     };
-    match landing.outcome {
+    let result = match landing.outcome {
         Ok(entry) => match entry.answer {
             Stored::Data(_) => Ok(Found {
                 status: fetched(ttl),
@@ -160,7 +187,8 @@ pub async fn find(
         Err(
             error @ (ChainError::Exhausted
             | ChainError::DeadlineExceeded
-            | ChainError::Unavailable { .. }),
+            | ChainError::Unavailable { .. }
+            | ChainError::Busy),
         ) => {
             match stored.filter(|entry| {
                 matches!(entry.answer, Stored::Data(_))
@@ -195,7 +223,8 @@ pub async fn find(
             error,
             status: None,
         }),
-    }
+    };
+    (result, held)
 }
 
 /// What a provider's answer is stored as.

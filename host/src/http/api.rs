@@ -22,12 +22,14 @@ use tracing::Instrument;
 use super::answer::{self, Ask, Unanswered};
 use super::request_id;
 use super::response::{self, Body};
+use crate::billing::Reservation;
 use crate::cache::freshness::Directives;
 use crate::cache::status::CacheStatus;
 use crate::chain::{ChainError, Journal};
 use crate::cursor::{CursorError, Listing, Position};
 use crate::error::ApiError;
 use crate::metrics::{self, RouteLabels};
+use crate::resilience::concurrency::InFlight;
 use crate::resilience::deadline::Deadline;
 use crate::resilience::rate_limit::retry_after_secs;
 use crate::routing::{Chain, Provider};
@@ -128,8 +130,9 @@ async fn route(
             _ => response::plain_json(StatusCode::OK, OPENAPI),
         });
     }
-    // Held until the answer is built; past the limit, refuse at once.
-    let _in_flight = app.in_flight.try_enter().ok_or(ApiError::Overloaded {
+    // Held until the answer is built, or while the upstream work of an
+    // abandoned request runs; past the limit, refuse at once.
+    let slot = app.in_flight.try_enter().ok_or(ApiError::Overloaded {
         retry_after_secs: 1,
     })?;
     if *method != Method::GET {
@@ -201,7 +204,16 @@ async fn route(
         ),
         deadline: Deadline::after(snapshot.serving.request_timeout),
     };
-    let found = match answer::find(app, snapshot, ask, &mut report.journal).await {
+    // Whoever runs the upstream work holds the slot and the credits: if
+    // the caller hangs up, they are released only when that work ends, and
+    // the credits refunded (nothing was delivered).
+    let held = Held {
+        _slot: slot,
+        credits,
+    };
+    let (found, Held { _slot, credits }) =
+        answer::find(app, snapshot, ask, &mut report.journal, held).await;
+    let found = match found {
         Ok(found) => found,
         Err(Unanswered { error, status }) => {
             report.cache = status;
@@ -215,6 +227,9 @@ async fn route(
                     retry_after_secs: Some(retry_after_secs(retry_after)),
                 },
                 ChainError::DeadlineExceeded => ApiError::UpstreamTimeout,
+                ChainError::Busy => ApiError::Overloaded {
+                    retry_after_secs: 1,
+                },
             };
             let mut response = response::error(&error, id);
             if let Some(status) = status {
@@ -248,6 +263,12 @@ async fn route(
     let age = found.cached.then(|| found.entry.age());
     set_cache_headers(&mut response, &found.status, age);
     Ok(response)
+}
+
+/// What a request holds while upstream work runs for it.
+struct Held {
+    _slot: InFlight,
+    credits: Reservation,
 }
 
 /// `Cache-Status`, and `Age` for an answer from the cache.

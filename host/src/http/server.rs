@@ -4,14 +4,23 @@
 //!
 //! Connections are hardened against slow and greedy clients: the whole
 //! request head must arrive within `header_timeout_ms` and fit in
-//! `max_header_bytes`, or the connection is closed. When the shutdown token
+//! `max_header_bytes`, or the connection is closed; an answer whose writing
+//! makes no progress for `write_timeout_ms` (a client that does not read)
+//! closes its connection; and a listener holds at most `max_connections`
+//! open at once: past it, it stops accepting until one closes, so new
+//! connections wait in the kernel's backlog instead of taking descriptors
+//! the whole process needs. When the shutdown token
 //! fires, the listener stops accepting, every connection is told to finish
 //! its current request, and [`serve`] waits up to `shutdown_grace_ms` for
 //! them.
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
 use hyper::body::Incoming;
@@ -20,7 +29,10 @@ use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 
 use super::response::Body;
@@ -53,6 +65,12 @@ pub struct Hardening {
     /// `shutdown_grace_ms`: how long requests in flight may finish after
     /// the shutdown token fires.
     pub shutdown_grace: Duration,
+    /// `max_connections`: connections open at once, per listener; past it
+    /// the listener stops accepting until one closes.
+    pub max_connections: usize,
+    /// `write_timeout_ms`: a connection whose answer makes no progress
+    /// (the client does not read) for this long is closed.
+    pub write_timeout: Duration,
 }
 
 impl Default for Hardening {
@@ -61,6 +79,8 @@ impl Default for Hardening {
             header_timeout: Duration::from_secs(10),
             max_header_bytes: 16 * 1024,
             shutdown_grace: Duration::from_secs(10),
+            max_connections: 10_000,
+            write_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -116,6 +136,16 @@ impl ListenerConfig {
                     raw.shutdown_grace_ms,
                     defaults.shutdown_grace,
                 )?,
+                max_connections: cx.positive(
+                    "[server] max_connections",
+                    raw.max_connections,
+                    defaults.max_connections,
+                )?,
+                write_timeout: cx.millis(
+                    "[server] write_timeout_ms",
+                    raw.write_timeout_ms,
+                    defaults.write_timeout,
+                )?,
             },
         })
     }
@@ -131,6 +161,8 @@ impl ListenerConfig {
                     header_timeout,
                     max_header_bytes,
                     shutdown_grace,
+                    max_connections,
+                    write_timeout,
                 },
         } = self;
         [
@@ -148,6 +180,14 @@ impl ListenerConfig {
                 "[server] shutdown_grace_ms",
                 *shutdown_grace != new.hardening.shutdown_grace,
             ),
+            (
+                "[server] max_connections",
+                *max_connections != new.hardening.max_connections,
+            ),
+            (
+                "[server] write_timeout_ms",
+                *write_timeout != new.hardening.write_timeout,
+            ),
         ]
         .into_iter()
         .filter(|(_, changed)| *changed)
@@ -155,6 +195,9 @@ impl ListenerConfig {
         .collect()
     }
 }
+
+/// How often, at most, a listener at its connection cap says so.
+const FULL_WARNING_EVERY: Duration = Duration::from_secs(60);
 
 /// Serves `listener` with `handler` until `shutdown` fires, then drains:
 /// no new connections, each open one finishes its request in flight, for
@@ -175,7 +218,32 @@ pub async fn serve<H, F>(
         .header_read_timeout(hardening.header_timeout)
         .max_buf_size(hardening.max_header_bytes);
     let graceful = GracefulShutdown::new();
+    let slots = Arc::new(Semaphore::new(hardening.max_connections));
+    let mut warned_full: Option<Instant> = None;
     loop {
+        // A slot first: at the cap, stop accepting (new connections wait in
+        // the backlog) rather than accept and hold what cannot be served.
+        let slot = match slots.clone().try_acquire_owned() {
+            Ok(slot) => slot,
+            Err(_) => {
+                if warned_full.is_none_or(|at| at.elapsed() >= FULL_WARNING_EVERY) {
+                    warned_full = Some(Instant::now());
+                    tracing::warn!(
+                        listener = name,
+                        max_connections = hardening.max_connections,
+                        "connection limit reached; new connections wait until one closes"
+                    );
+                }
+                tokio::select! {
+                    slot = slots.clone().acquire_owned() => match slot {
+                        Ok(slot) => slot,
+                        // Never closed: this listener owns the semaphore.
+                        Err(_) => break,
+                    },
+                    () = shutdown.cancelled() => break,
+                }
+            }
+        };
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
@@ -193,9 +261,11 @@ pub async fn serve<H, F>(
             let response = handler(request);
             async move { Ok::<_, Infallible>(response.await) }
         });
+        let stream = WriteTimeout::new(stream, hardening.write_timeout);
         let connection = builder.serve_connection(TokioIo::new(stream), service);
         let connection = graceful.watch(connection);
         tokio::spawn(async move {
+            let _slot = slot;
             if let Err(e) = connection.await {
                 tracing::debug!(listener = name, %peer, "connection ended: {e}");
             }
@@ -219,5 +289,132 @@ pub async fn serve<H, F>(
             grace_ms = hardening.shutdown_grace.as_millis() as u64,
             "requests still in flight after the grace period; closing them"
         );
+    }
+}
+
+/// A connection's IO whose writes fail with `TimedOut` once they have made
+/// no progress for `limit`: a client that stops reading cannot hold its
+/// connection (and the answer's buffers) forever. The timer is made on the
+/// first write that has to wait and re-armed only then, so a client that
+/// reads costs nothing.
+struct WriteTimeout<T> {
+    io: T,
+    limit: Duration,
+    /// Fires when the write waiting since it was armed has waited too long.
+    timer: Option<Pin<Box<Sleep>>>,
+    armed: bool,
+}
+
+impl<T> WriteTimeout<T> {
+    fn new(io: T, limit: Duration) -> WriteTimeout<T> {
+        WriteTimeout {
+            io,
+            limit,
+            timer: None,
+            armed: false,
+        }
+    }
+
+    /// Passes a write's progress through, timing how long it waits.
+    fn timed<R>(
+        &mut self,
+        cx: &mut TaskContext<'_>,
+        poll: Poll<io::Result<R>>,
+    ) -> Poll<io::Result<R>> {
+        if poll.is_ready() {
+            self.armed = false;
+            return poll;
+        }
+        let deadline = Instant::now() + self.limit;
+        let timer = self
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        if !self.armed {
+            timer.as_mut().reset(deadline);
+            self.armed = true;
+        }
+        match timer.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("the client read nothing for {} ms", self.limit.as_millis()),
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for WriteTimeout<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for WriteTimeout<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let poll = Pin::new(&mut self.io).poll_write(cx, buf);
+        self.timed(cx, poll)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let poll = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.timed(cx, poll)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<io::Result<()>> {
+        let poll = Pin::new(&mut self.io).poll_flush(cx);
+        self.timed(cx, poll)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<io::Result<()>> {
+        let poll = Pin::new(&mut self.io).poll_shutdown(cx);
+        self.timed(cx, poll)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_that_waits_past_the_limit_fails_and_progress_resets_it() {
+        // A pipe with room for 4 bytes that nobody reads.
+        let (client, mut server) = tokio::io::duplex(4);
+        let mut io = WriteTimeout::new(client, Duration::from_millis(500));
+        io.write_all(b"abcd").await.unwrap();
+        let started = Instant::now();
+        let stalled = io.write_all(b"e").await.unwrap_err();
+        assert_eq!(stalled.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(started.elapsed(), Duration::from_millis(500));
+
+        // A reader that takes a byte every 300 ms keeps it going.
+        let mut io = WriteTimeout::new(io.io, Duration::from_millis(500));
+        let reader = tokio::spawn(async move {
+            let mut byte = [0u8; 1];
+            for _ in 0..8 {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                tokio::io::AsyncReadExt::read_exact(&mut server, &mut byte)
+                    .await
+                    .unwrap();
+            }
+        });
+        io.write_all(b"fghi").await.unwrap();
+        reader.await.unwrap();
     }
 }

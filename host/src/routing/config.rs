@@ -55,6 +55,8 @@ pub struct ProviderConfig {
     pub breaker: BreakerConfig,
     /// Larger upstream bodies are bad responses.
     pub max_body_bytes: usize,
+    /// Upstream requests in flight at once; past it the provider is busy.
+    pub max_in_flight: usize,
 }
 
 /// The base URL may carry credentials: print it redacted.
@@ -68,6 +70,7 @@ impl fmt::Debug for ProviderConfig {
             .field("settings", &self.settings)
             .field("breaker", &self.breaker)
             .field("max_body_bytes", &self.max_body_bytes)
+            .field("max_in_flight", &self.max_in_flight)
             .finish()
     }
 }
@@ -94,6 +97,7 @@ pub struct RawProvider {
     breaker_failures: Option<u32>,
     breaker_cooldown_ms: Option<u64>,
     max_body_bytes: Option<usize>,
+    max_in_flight: Option<usize>,
     #[serde(default)]
     settings: Option<toml::Table>,
 }
@@ -192,6 +196,11 @@ impl ProviderConfig {
                 &at("max_body_bytes"),
                 raw.max_body_bytes,
                 crate::upstream::DEFAULT_MAX_BODY_BYTES,
+            )?,
+            max_in_flight: cx.positive(
+                &at("max_in_flight"),
+                raw.max_in_flight,
+                crate::resilience::concurrency::DEFAULT_MAX_IN_FLIGHT,
             )?,
         })
     }

@@ -22,6 +22,7 @@ use crate::config::ServingConfig;
 use crate::error::ApiError;
 use crate::plugins::{self, ContentHash, Loader, PluginError};
 use crate::resilience::breaker::Breaker;
+use crate::resilience::concurrency::ConcurrencyLimit;
 use crate::resilience::runaway::StepRunner;
 use crate::upstream::Origin;
 
@@ -37,6 +38,8 @@ pub struct Provider {
     /// Where its plugin's requests may go.
     pub origin: Origin,
     pub breaker: Arc<Breaker>,
+    /// Its attempts in flight, at most `max_in_flight`.
+    pub in_flight: ConcurrencyLimit,
     /// Runs its plugin's calls; keeps a runaway plugin off request threads.
     pub runner: Arc<StepRunner>,
 }
@@ -278,6 +281,14 @@ fn reuse_or_create(
         }
         _ => Arc::new(Breaker::new(config.breaker)),
     };
+    // Kept like the breaker, so attempts still running on the previous
+    // table count against the same limit.
+    let in_flight = match same_instance {
+        Some(before) if before.provider.in_flight.max() == config.max_in_flight => {
+            before.provider.in_flight.clone()
+        }
+        _ => ConcurrencyLimit::new(config.max_in_flight),
+    };
     Ok(Slot {
         identity,
         provider: Arc::new(Provider {
@@ -287,6 +298,7 @@ fn reuse_or_create(
             max_body_bytes: config.max_body_bytes,
             origin: config.origin.clone(),
             breaker,
+            in_flight,
             runner,
         }),
     })
