@@ -110,15 +110,21 @@ pub enum BuildError {
         provider: String,
         serves: String,
     },
-    #[error("{config}: [platforms.{platform}.endpoints] lists provider `{provider}` for `{endpoint}`, which its library ({plugin}) does not serve; it serves: {serves}")]
-    EndpointNotServed {
-        config: String,
-        platform: String,
-        provider: String,
-        endpoint: Endpoint,
-        plugin: String,
-        serves: String,
-    },
+    #[error(transparent)]
+    EndpointNotServed(Box<NotServed>),
+}
+
+/// A provider listed by name for an endpoint its manifest does not serve
+/// (boxed: errors travel by value through every start and reload).
+#[derive(Debug, thiserror::Error)]
+#[error("{config}: [platforms.{platform}.endpoints] lists provider `{provider}` for `{endpoint}`, which its library ({plugin}) does not serve; it serves: {serves}")]
+pub struct NotServed {
+    config: String,
+    platform: String,
+    provider: String,
+    endpoint: Endpoint,
+    plugin: String,
+    serves: String,
 }
 
 pub struct Routes {
@@ -188,14 +194,14 @@ impl Routes {
                                 chain.push(providers[name].provider.clone());
                             } else if platform.endpoints.contains_key(&endpoint) {
                                 let plugin: &Provider = &providers[name].provider;
-                                return Err(BuildError::EndpointNotServed {
+                                return Err(BuildError::EndpointNotServed(Box::new(NotServed {
                                     config: config_path.display().to_string(),
                                     platform: platform_name.clone(),
                                     provider: name.clone(),
                                     endpoint,
                                     plugin: plugin.plugin.to_string(),
                                     serves: endpoint_list(&manifest.endpoints),
-                                });
+                                })));
                             }
                         }
                         if !chain.is_empty() {
