@@ -1,4 +1,5 @@
-//! The command line: `serve` (the default), `demo`, `keys` and `check`.
+//! The command line: `serve` (the default), `demo`, `keys`, `check` and
+//! `plugin` (the provider author's `new` and `inspect`).
 //!
 //! Every failure ends as one line on stderr naming the file and the reason,
 //! and a non-zero exit.
@@ -50,6 +51,32 @@ enum Command {
     Keys(KeysCommand),
     /// Validate the configuration and load every plugin.
     Check,
+    /// Write a new provider crate, or inspect a built plugin library.
+    #[command(subcommand)]
+    Plugin(PluginCommand),
+}
+
+#[derive(Subcommand)]
+enum PluginCommand {
+    /// Write a ready provider crate (one endpoint, fixtures, a conformance
+    /// test, a README) that builds and passes its tests as written.
+    New {
+        /// The provider's name (a-z, 0-9, `-`), also the crate's.
+        name: String,
+        /// Where to write it (default: ./NAME).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// The platform it serves (default: the name).
+        #[arg(long)]
+        platform: Option<String>,
+        /// The plugin-api folder of the socialgate source to depend on
+        /// (default: the one this binary was built from).
+        #[arg(long)]
+        plugin_api: Option<PathBuf>,
+    },
+    /// Print a plugin library's name, version, plugin-api version and
+    /// endpoints, or why the host cannot load it.
+    Inspect { library: PathBuf },
 }
 
 #[derive(Subcommand)]
@@ -90,6 +117,10 @@ pub fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<(), RunError> {
     let command = cli.command.unwrap_or(Command::Serve);
+    if let Command::Plugin(command) = command {
+        // Needs no config: an author's machine may have none.
+        return plugin(command);
+    }
     if let Command::Keys(command) = command {
         let _logging = crate::logging::init(cli.log_format.unwrap_or_default());
         return keys(&cli.config, command);
@@ -174,6 +205,37 @@ fn keys(config_path: &Path, command: KeysCommand) -> Result<(), RunError> {
             } else {
                 print_usage(&mut stdout, &rows)?;
             }
+        }
+    }
+    Ok(())
+}
+
+fn plugin(command: PluginCommand) -> Result<(), RunError> {
+    let mut stdout = std::io::stdout().lock();
+    match command {
+        PluginCommand::New {
+            name,
+            dir,
+            platform,
+            plugin_api,
+        } => {
+            let (dir, files) = crate::scaffold::new_plugin(crate::scaffold::NewPlugin {
+                name,
+                platform,
+                dir,
+                plugin_api,
+            })?;
+            for file in files {
+                writeln!(stdout, "created {}", file.display())?;
+            }
+            writeln!(
+                stdout,
+                "next: cd {} && cargo test && cargo build; the guide is docs/providers.md",
+                dir.display()
+            )?;
+        }
+        PluginCommand::Inspect { library } => {
+            writeln!(stdout, "{}", crate::scaffold::inspect(&library)?)?;
         }
     }
     Ok(())

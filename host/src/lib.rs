@@ -35,7 +35,8 @@
 //! [`plugins`] loads provider libraries, [`reload`] rebuilds the snapshot
 //! when the config, the keys or a library changes, [`lifecycle`] starts the
 //! process and shuts it down in one documented order, [`logging`] sets up
-//! the log lines, [`cli`] is the command line, and [`demo`] runs everything
+//! the log lines, [`cli`] is the command line (with [`scaffold`], the
+//! provider author's `plugin new` and `plugin inspect`), and [`demo`] runs everything
 //! against built-in sandbox upstreams. [`files`] creates the files the
 //! process writes for itself (private, exclusive, never through a link) and
 //! warns about trusted files others could change.
@@ -59,5 +60,6 @@ pub mod plugins;
 pub mod reload;
 pub mod resilience;
 pub mod routing;
+pub mod scaffold;
 pub mod state;
 pub mod upstream;

@@ -77,6 +77,8 @@ pub enum RunError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Plugin(#[from] crate::scaffold::ScaffoldError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
@@ -99,12 +101,25 @@ pub fn load(config: &Config) -> Result<Loaded, RunError> {
 /// `socialgate check`: [`load`], then one line saying what it found.
 pub fn check(config: &Config) -> Result<String, RunError> {
     let Loaded { snapshot, .. } = load(config)?;
-    Ok(format!(
+    let mut report = format!(
         "{}: ok: {} platforms, {} providers",
         config.path.display(),
         snapshot.routes.platform_count(),
         snapshot.routes.provider_count()
-    ))
+    );
+    // Which plugin, in which version, serves each provider: what an
+    // operator checks after building or swapping a library.
+    for provider in snapshot.routes.providers_by_name() {
+        let plugin = &provider.plugin;
+        report.push_str(&format!(
+            "\nprovider {}: {plugin} (plugin-api {}), serves {}, from {}",
+            provider.name,
+            plugin.plugin_api,
+            crate::routing::endpoint_list(&plugin.endpoints),
+            plugin.library.display()
+        ));
+    }
+    Ok(report)
 }
 
 /// Serves `config` until SIGTERM or ctrl-c, then shuts down in the order
@@ -220,6 +235,16 @@ fn announce(app: &App, public: SocketAddr, admin: Option<&TcpListener>) -> std::
         keys = snapshot.keys.len(),
         "configuration loaded"
     );
+    for provider in snapshot.routes.providers_by_name() {
+        tracing::info!(
+            provider = %provider.name,
+            plugin = %provider.plugin.name,
+            version = %provider.plugin.version,
+            plugin_api = %provider.plugin.plugin_api,
+            "provider ready: {}",
+            provider.plugin
+        );
+    }
     if app.process.cursor.key.is_none() {
         tracing::info!(
             "no cursor_key_env: cursors are sealed with a per-process key and end with the process"

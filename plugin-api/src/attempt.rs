@@ -32,6 +32,26 @@ where
     }
 }
 
+/// An attempt whose set-up may fail, e.g. on a value that cannot be a path
+/// segment ([`UpstreamRequest::segment`]): an `Err` fails the attempt at its
+/// first step, before any request.
+///
+/// ```
+/// # use plugin_api::{attempt, Attempt, Done, Output, ProviderError, UpstreamRequest};
+/// fn begin(base_url: &str, username: &str) -> Box<dyn Attempt> {
+///     attempt::start(|| {
+///         let request = UpstreamRequest::get(base_url, "/users").segment(username)?;
+///         Ok(attempt::single(request, |_| Ok(Done::last(Output::Posts(vec![])))))
+///     })
+/// }
+/// ```
+pub fn start<F>(set_up: F) -> Box<dyn Attempt>
+where
+    F: FnOnce() -> Result<Box<dyn Attempt>, ProviderError>,
+{
+    set_up().unwrap_or_else(fail)
+}
+
 /// An attempt that fails at once, e.g. on input this platform refuses.
 pub fn fail(error: ProviderError) -> Box<dyn Attempt> {
     Box::new(Failed(Some(error)))

@@ -311,6 +311,14 @@ impl<'a> Params<'a> {
                     .into(),
             });
         }
+        // `.` and `..` would be resolved away as URL path segments (and no
+        // platform has a handle of dots alone).
+        if handle.bytes().all(|b| b == b'.') {
+            return Err(ParamError {
+                name: "username",
+                reason: "must not be made of dots only".into(),
+            });
+        }
         Ok(handle.to_owned())
     }
 
@@ -381,7 +389,25 @@ mod tests {
     fn username_strips_one_at_and_checks_charset() {
         let ok = call(Endpoint::Profile, &[("username", "@luna.bakes_1")]).unwrap();
         assert_eq!(ok.subject(), "luna.bakes_1");
-        for bad in ["@@luna", "luna bakes", "lüna", "@", "", &"a".repeat(65)] {
+        for dotted in [".a", "a..", "_.", "._"] {
+            let dotted: &'static str = Box::leak(dotted.to_string().into_boxed_str());
+            assert!(
+                call(Endpoint::Profile, &[("username", dotted)]).is_ok(),
+                "{dotted}"
+            );
+        }
+        for bad in [
+            "@@luna",
+            "luna bakes",
+            "lüna",
+            "@",
+            "",
+            &"a".repeat(65),
+            ".",
+            "..",
+            "@..",
+            "....",
+        ] {
             let bad: &'static str = Box::leak(bad.to_string().into_boxed_str());
             let err = call(Endpoint::Profile, &[("username", bad)]).unwrap_err();
             assert_eq!(err.name, "username", "{bad:?}");

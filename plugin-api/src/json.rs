@@ -152,6 +152,75 @@ impl<'de> Deserialize<'de> for Flag {
     }
 }
 
+/// A duration in seconds, sent as an integer, a float (`15.379`) or a
+/// numeric string; see [`Seconds::millis`].
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+pub struct Seconds(pub f64);
+
+impl Seconds {
+    /// Whole milliseconds, rounded; `None` for a negative, infinite or
+    /// absurdly large value (so garbage becomes `null`, not a wrapped number).
+    pub fn millis(self) -> Option<u64> {
+        let ms = (self.0 * 1000.0).round();
+        // 2^53: beyond it a float no longer holds every integer.
+        (ms.is_finite() && (0.0..=9_007_199_254_740_992.0).contains(&ms)).then_some(ms as u64)
+    }
+}
+
+impl<'de> Deserialize<'de> for Seconds {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct SecondsVisitor;
+        impl Visitor<'_> for SecondsVisitor {
+            type Value = Seconds;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a number of seconds")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Seconds, E> {
+                Ok(Seconds(v as f64))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Seconds, E> {
+                Ok(Seconds(v as f64))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Seconds, E> {
+                Ok(Seconds(v))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Seconds, E> {
+                let t = v.trim();
+                let numeric = !t.is_empty()
+                    && t.bytes()
+                        .all(|b| b.is_ascii_digit() || b == b'.' || b == b'-');
+                match t.parse::<f64>() {
+                    Ok(s) if numeric => Ok(Seconds(s)),
+                    _ => Err(E::custom(
+                        "a string duration holds something other than a number",
+                    )),
+                }
+            }
+        }
+        deserializer.deserialize_any(SecondsVisitor)
+    }
+}
+
+/// Float seconds to whole milliseconds (see [`Seconds::millis`]); `None`
+/// when absent or not a sane duration.
+pub fn millis(seconds: Option<Seconds>) -> Option<u64> {
+    seconds.and_then(Seconds::millis)
+}
+
+/// Required fields with a clear error: `user.handle.required("user.handle")?`
+/// is the value, or a [`ProviderError::missing`] naming the field (a bad
+/// response: the next provider is tried).
+pub trait Required<T> {
+    /// The value, or the error naming `field`.
+    fn required(self, field: &str) -> Result<T, ProviderError>;
+}
+
+impl<T> Required<T> for Option<T> {
+    fn required(self, field: &str) -> Result<T, ProviderError> {
+        self.ok_or_else(|| ProviderError::missing(field))
+    }
+}
+
 /// Unix seconds (any [`Count`] shape) as a [`Timestamp`]; `None` when absent
 /// or not writable as a date.
 pub fn unix_time(seconds: Option<Count>) -> Option<Timestamp> {
@@ -239,6 +308,30 @@ mod tests {
         assert!(error.message().contains("unexpected shape"), "{error}");
         let error = super::parse::<Wrapper>(b"<html>sk_live_SECRET").unwrap_err();
         assert!(!error.message().contains("SECRET"), "{error}");
+    }
+
+    #[test]
+    fn seconds_become_milliseconds() {
+        #[derive(Deserialize)]
+        struct D {
+            d: Option<Seconds>,
+        }
+        let ms = |json: &str| {
+            serde_json::from_str::<D>(&format!(r#"{{"d":{json}}}"#)).map(|d| millis(d.d))
+        };
+        assert_eq!(ms("15.379").unwrap(), Some(15_379));
+        assert_eq!(ms("15").unwrap(), Some(15_000));
+        assert_eq!(ms(r#""0.5""#).unwrap(), Some(500));
+        assert_eq!(ms("null").unwrap(), None);
+        assert_eq!(ms("-1").unwrap(), None);
+        assert_eq!(ms("1e300").unwrap(), None);
+        assert!(ms(r#""15s""#).is_err());
+        let field: Option<u8> = None;
+        assert_eq!(
+            field.required("user.handle").unwrap_err(),
+            ProviderError::missing("user.handle")
+        );
+        assert_eq!(Some(3).required("x"), Ok(3));
     }
 
     #[test]

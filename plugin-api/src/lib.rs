@@ -23,6 +23,9 @@
 //! - [`log`]: logging through the host.
 //! - [`ffi`]: the `abi_stable` boundary. Plugins only use
 //!   [`export_provider!`] from it.
+//! - `testing` (cargo feature `testing`): the test kit that drives a
+//!   provider through that boundary against scripted upstream replies, and
+//!   the conformance suite of the host's rules.
 //!
 //! # Writing a provider
 //!
@@ -109,6 +112,8 @@ pub mod json;
 pub mod log;
 pub mod provider;
 pub mod schema;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod upstream;
 
 pub use call::{Call, Endpoint, ParamError};

@@ -197,6 +197,11 @@ pub enum ErrorKind {
     BadResponse,
     /// The plugin panicked; the host recorded it as a failed attempt.
     Panicked,
+    /// This upstream cannot decide the call (say, a bare HTTP 404 that may
+    /// mean "no such user" or "wrong path"): the next provider is tried, and
+    /// it does not count against this provider's breaker. Since plugin-api
+    /// 1.1; a host built against 1.0 reads it as a bad response.
+    Undecided,
 }
 
 impl ErrorKind {
@@ -211,6 +216,7 @@ impl ErrorKind {
             ErrorKind::KeyRejected => "key_rejected",
             ErrorKind::BadResponse => "bad_response",
             ErrorKind::Panicked => "panicked",
+            ErrorKind::Undecided => "undecided",
         }
     }
 
@@ -224,6 +230,7 @@ impl ErrorKind {
             ErrorKind::KeyRejected => 6,
             ErrorKind::BadResponse => 7,
             ErrorKind::Panicked => 8,
+            ErrorKind::Undecided => 9,
         }
     }
 
@@ -237,6 +244,7 @@ impl ErrorKind {
             5 => ErrorKind::RateLimited,
             6 => ErrorKind::KeyRejected,
             8 => ErrorKind::Panicked,
+            9 => ErrorKind::Undecided,
             _ => ErrorKind::BadResponse,
         }
     }
@@ -296,6 +304,12 @@ impl ProviderError {
     /// A required field is missing from the upstream's answer.
     pub fn missing(field: &str) -> ProviderError {
         ProviderError::bad_response(format!("required field `{field}` missing"))
+    }
+
+    /// This upstream cannot decide the call; ask the next provider without
+    /// counting it against this one's breaker ([`ErrorKind::Undecided`]).
+    pub fn undecided(why: impl Into<String>) -> ProviderError {
+        ProviderError::new(ErrorKind::Undecided, why)
     }
 
     pub fn kind(&self) -> ErrorKind {

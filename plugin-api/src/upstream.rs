@@ -56,6 +56,57 @@ impl UpstreamRequest {
         &self.method
     }
 
+    /// Appends one path segment, percent-encoded (everything but
+    /// `A-Z a-z 0-9 - . _ ~`, so `/`, `?`, `#` and `%` stay inside it).
+    ///
+    /// Use it for every caller-given value in a path: a raw `..` in a URL
+    /// is resolved away (`/v2/creators/..` reaches the upstream as `/v2/`),
+    /// and so is its encoded form `%2e%2e`. A segment that is empty, `.` or
+    /// `..` is refused with [`ErrorKind::InvalidInput`], before any request.
+    /// Segments go before the query: one added after [`query`](Self::query)
+    /// is still put in the path.
+    ///
+    /// ```
+    /// # use plugin_api::UpstreamRequest;
+    /// let r = UpstreamRequest::get("https://h/api", "/v2/creators")
+    ///     .segment("luna bakes/2")?
+    ///     .query("full", 1);
+    /// assert_eq!(r.url(), "https://h/api/v2/creators/luna%20bakes%2F2?full=1");
+    /// assert!(UpstreamRequest::get("https://h", "/v2").segment("..").is_err());
+    /// # Ok::<(), plugin_api::ProviderError>(())
+    /// ```
+    pub fn segment(mut self, segment: &str) -> Result<UpstreamRequest, ProviderError> {
+        if segment.is_empty() || segment == "." || segment == ".." {
+            return Err(ProviderError::new(
+                ErrorKind::InvalidInput,
+                "a value that is empty, `.` or `..` cannot name anything here",
+            ));
+        }
+        let mut encoded = String::with_capacity(segment.len() + 1);
+        encoded.push('/');
+        for byte in segment.bytes() {
+            if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+                encoded.push(byte as char);
+            } else {
+                encoded.push_str(&format!("%{byte:02X}"));
+            }
+        }
+        let path_end = self.url.find(['?', '#']).unwrap_or(self.url.len());
+        // `get` leaves a trailing `/` for an empty path; do not double it.
+        let start = if self.url[..path_end].ends_with('/') {
+            path_end - 1
+        } else {
+            path_end
+        };
+        self.url.replace_range(start..path_end, &encoded);
+        Ok(self)
+    }
+
+    /// Adds `Authorization: Bearer <token>`. The header is never logged.
+    pub fn bearer(self, token: &str) -> UpstreamRequest {
+        self.header("Authorization", format!("Bearer {token}"))
+    }
+
     /// Appends a query parameter, percent-encoded.
     pub fn query(mut self, name: &str, value: impl fmt::Display) -> UpstreamRequest {
         self.url.push(if self.has_query { '&' } else { '?' });
@@ -159,6 +210,31 @@ impl<'a> UpstreamResponse<'a> {
         }
     }
 
+    /// "Not found by status": an upstream that says "no such user" with an
+    /// HTTP status (typically 404) instead of a body. When the response has
+    /// `status`, this is [`ErrorKind::NotFound`] with `what` as the message;
+    /// otherwise the response itself, for [`json`](Self::json) and the rest:
+    ///
+    /// ```
+    /// # use plugin_api::{ErrorKind, UpstreamResponse};
+    /// let r = UpstreamResponse::new(404, &[], b"{}");
+    /// let e = r.not_found_on(404, "user").and_then(|r| r.json::<serde_json::Value>());
+    /// assert_eq!(e.unwrap_err().kind(), ErrorKind::NotFound);
+    /// ```
+    ///
+    /// Use it only for calls that name a resource (not `search`, where
+    /// nothing is ever "not found"), and only when the status cannot also
+    /// mean a wrong path or base URL: if it can, read the body first, and
+    /// answer [`ProviderError::undecided`] when it does not say. Without
+    /// this, [`check_status`](Self::check_status) calls a 404 a bad response.
+    pub fn not_found_on(&self, status: u16, what: &str) -> Result<&Self, ProviderError> {
+        if self.status == status {
+            Err(ProviderError::not_found(what))
+        } else {
+            Ok(self)
+        }
+    }
+
     /// Parses the body as JSON into `T` after [`check_status`](Self::check_status).
     ///
     /// Parse straight into typed structs: the exact-ID helpers in
@@ -195,6 +271,54 @@ mod tests {
             r.url(),
             "http://h/s?keywords=luna+%26+%22bakes%22+%F0%9F%A5%90&count=5"
         );
+    }
+
+    #[test]
+    fn segments_are_encoded_and_dot_segments_refused() {
+        let r = UpstreamRequest::get("https://h/x/", "/v2/creators")
+            .segment("luna.bakes_1")
+            .unwrap();
+        assert_eq!(r.url(), "https://h/x/v2/creators/luna.bakes_1");
+        for (raw, encoded) in [
+            ("a/b", "a%2Fb"),
+            ("%2e%2e", "%252e%252e"),
+            ("a?b#c", "a%3Fb%23c"),
+            ("...", "..."),
+            ("🥐 x", "%F0%9F%A5%90%20x"),
+        ] {
+            let r = UpstreamRequest::get("http://h", "/u").segment(raw).unwrap();
+            assert_eq!(r.url(), format!("http://h/u/{encoded}"), "{raw}");
+        }
+        for bad in ["", ".", ".."] {
+            let e = UpstreamRequest::get("http://h", "/u")
+                .segment(bad)
+                .unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidInput, "{bad:?}");
+        }
+        let r = UpstreamRequest::get("http://h", "/")
+            .query("q", 1)
+            .segment("u")
+            .unwrap()
+            .segment("7")
+            .unwrap();
+        assert_eq!(r.url(), "http://h/u/7?q=1");
+        let r = UpstreamRequest::get("http://h", "").bearer("t0k");
+        assert_eq!(r.headers(), [("Authorization".into(), "Bearer t0k".into())]);
+    }
+
+    #[test]
+    fn not_found_by_status() {
+        let missing = UpstreamResponse::new(404, &[], b"{}");
+        let e = missing.not_found_on(404, "user").unwrap_err();
+        assert_eq!((e.kind(), e.message()), (ErrorKind::NotFound, "user"));
+        let found = UpstreamResponse::new(200, &[], b"{}");
+        assert!(found.not_found_on(404, "user").is_ok());
+        let other = UpstreamResponse::new(410, &[], b"{}");
+        let e = other
+            .not_found_on(404, "user")
+            .unwrap()
+            .json::<serde_json::Value>();
+        assert_eq!(e.unwrap_err().kind(), ErrorKind::BadResponse);
     }
 
     #[test]

@@ -13,6 +13,9 @@
 //!   After a request it is an upstream failure in disguise.
 //! - "Unsupported" before any request is about the call, not the provider:
 //!   the next provider is asked, and the breaker learns nothing.
+//! - "Undecided" (the upstream answered, but cannot say; a bare 404, say)
+//!   asks the next provider, before or after a request, and the breaker
+//!   learns nothing: the plugin vouches that the upstream is not at fault.
 //! - A 429 opens the breaker at once (for its `Retry-After`); every other
 //!   failure counts towards opening it, including one cut short by the
 //!   request's deadline: a provider that cannot answer within the time a
@@ -78,6 +81,7 @@ pub fn decide(failure: Failure, endpoint: Endpoint, deadline_expired: bool) -> D
             }
         }
         ErrorKind::Unsupported if !after_a_request => (Outcome::Neutral, Then::TryNext),
+        ErrorKind::Undecided => (Outcome::Neutral, Then::TryNext),
         ErrorKind::RateLimited => (Outcome::RateLimited(retry_after), Then::TryNext),
         _ => (Outcome::Failure, Then::TryNext),
     };
@@ -120,6 +124,9 @@ mod tests {
             (KeyRejected,  true,  Endpoint::Comments,false, Outcome::Failure,  TryNext),
             (BadResponse,  true,  Endpoint::Search,  false, Outcome::Failure,  TryNext),
             (Panicked,     false, Endpoint::Post,    false, Outcome::Failure,  TryNext),
+            (Undecided,    true,  Endpoint::Profile, false, Outcome::Neutral,  TryNext),
+            (Undecided,    false, Endpoint::Search,  false, Outcome::Neutral,  TryNext),
+            (Undecided,    true,  Endpoint::Post,    true,  Outcome::Neutral,  StopDeadline),
         ];
         for (kind, after_a_request, endpoint, expired, breaker, then) in table {
             let failure = Failure {

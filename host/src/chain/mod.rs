@@ -39,12 +39,9 @@ use crate::resilience::runaway::NotRun;
 use crate::routing::Provider;
 use crate::upstream::{Fetched, UpstreamClient};
 
-/// Steps allowed in one attempt: a comment page of 200 takes 4, a first page
-/// of posts 2. A plugin that loops is cut off.
-pub const MAX_STEPS: usize = 16;
-
-/// The longest message of a plugin's "invalid input" shown to a caller.
-const MAX_INPUT_MESSAGE: usize = 200;
+/// Steps allowed in one attempt; plugin-api states it, so the test kit
+/// holds plugins to the same cap.
+pub use plugin_api::ffi::MAX_STEPS;
 
 /// An answer and who gave it (for the log and the cursor, never the caller).
 pub struct Served {
@@ -271,21 +268,12 @@ fn judge(
     let verdict = match decision.then {
         Then::TryNext => Verdict::Failed,
         Then::StopNotFound => Verdict::Stop(ChainError::NotFound),
-        Then::StopInvalidInput => {
-            Verdict::Stop(ChainError::InvalidInput(caller_message(error.message())))
-        }
+        Then::StopInvalidInput => Verdict::Stop(ChainError::InvalidInput(
+            plugin_api::ffi::caller_message(error.message()),
+        )),
         Then::StopDeadline => Verdict::Stop(ChainError::DeadlineExceeded),
     };
     (verdict, failure.kind.as_str())
-}
-
-/// A plugin's message, made fit to show a caller: one bounded line.
-fn caller_message(message: &str) -> String {
-    message
-        .chars()
-        .filter(|c| !c.is_control())
-        .take(MAX_INPUT_MESSAGE)
-        .collect()
 }
 
 /// Why an attempt failed, and whether it had reached the upstream.

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use plugin_api::ffi::ProviderHandle;
+use plugin_api::ffi::{Library, ProviderHandle};
 use plugin_api::Endpoint;
 
 use self::config::{PlatformStatus, ProviderConfig};
@@ -42,6 +42,41 @@ pub struct Provider {
     pub in_flight: ConcurrencyLimit,
     /// Runs its plugin's calls; keeps a runaway plugin off request threads.
     pub runner: Arc<StepRunner>,
+    /// Which plugin serves it, for `check` and the logs.
+    pub plugin: PluginInfo,
+}
+
+/// A provider's plugin as its library describes itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginInfo {
+    /// The manifest's name and version.
+    pub name: String,
+    pub version: String,
+    /// The plugin-api version the library was built against.
+    pub plugin_api: String,
+    pub endpoints: Vec<Endpoint>,
+    /// The library file, as configured.
+    pub library: PathBuf,
+}
+
+impl PluginInfo {
+    fn of(library: &Library, path: &Path) -> PluginInfo {
+        let manifest = library.manifest();
+        PluginInfo {
+            name: manifest.name.clone(),
+            version: manifest.version.clone(),
+            plugin_api: library.plugin_api_version().to_owned(),
+            endpoints: manifest.endpoints.clone(),
+            library: path.to_owned(),
+        }
+    }
+}
+
+/// `plugin NAME VERSION`, as logs and `check` name it.
+impl std::fmt::Display for PluginInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "plugin {} {}", self.name, self.version)
+    }
 }
 
 /// Providers for one endpoint, in failover order.
@@ -78,6 +113,21 @@ pub enum BuildError {
         provider: String,
         serves: String,
     },
+    #[error(transparent)]
+    EndpointNotServed(Box<NotServed>),
+}
+
+/// A provider listed by name for an endpoint its manifest does not serve
+/// (boxed: errors travel by value through every start and reload).
+#[derive(Debug, thiserror::Error)]
+#[error("{config}: [platforms.{platform}.endpoints] lists provider `{provider}` for `{endpoint}`, which its library ({plugin}) does not serve; it serves: {serves}")]
+pub struct NotServed {
+    config: String,
+    platform: String,
+    provider: String,
+    endpoint: Endpoint,
+    plugin: String,
+    serves: String,
 }
 
 pub struct Routes {
@@ -108,14 +158,16 @@ impl Routes {
                 settings: provider_config.settings.clone(),
             };
             let before = previous.and_then(|p| p.providers.get(name));
-            let slot = reuse_or_create(name, provider_config, identity, before, |config| {
-                let plugin_config = plugin_api::ProviderConfig {
-                    base_url: config.base_url.clone(),
-                    api_key: config.api_key.expose().to_owned(),
-                    settings: config.settings.clone(),
-                };
-                plugins::instantiate(&library, &config.library, name, &plugin_config)
-            })?;
+            let plugin = PluginInfo::of(&library, &provider_config.library);
+            let slot =
+                reuse_or_create(name, provider_config, identity, before, plugin, |config| {
+                    let plugin_config = plugin_api::ProviderConfig {
+                        base_url: config.base_url.clone(),
+                        api_key: config.api_key.expose().to_owned(),
+                        settings: config.settings.clone(),
+                    };
+                    plugins::instantiate(&library, &config.library, name, &plugin_config)
+                })?;
             manifests.insert(name.as_str(), library.manifest().clone());
             providers.insert(name.clone(), slot);
         }
@@ -139,9 +191,20 @@ impl Routes {
                                 });
                             }
                             // A provider that does not serve an endpoint is
-                            // left out here, so it is never asked.
+                            // left out here, so it is never asked; listed
+                            // for that endpoint by name, it is a mistake.
                             if manifest.endpoints.contains(&endpoint) {
                                 chain.push(providers[name].provider.clone());
+                            } else if platform.endpoints.contains_key(&endpoint) {
+                                let plugin: &Provider = &providers[name].provider;
+                                return Err(BuildError::EndpointNotServed(Box::new(NotServed {
+                                    config: config_path.display().to_string(),
+                                    platform: platform_name.clone(),
+                                    provider: name.clone(),
+                                    endpoint,
+                                    plugin: plugin.plugin.to_string(),
+                                    serves: endpoint_list(&manifest.endpoints),
+                                })));
                             }
                         }
                         if !chain.is_empty() {
@@ -186,6 +249,13 @@ impl Routes {
         self.providers.len()
     }
 
+    /// Every provider, sorted by name.
+    pub fn providers_by_name(&self) -> Vec<&Arc<Provider>> {
+        let mut all: Vec<_> = self.providers().collect();
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        all
+    }
+
     /// Every provider, by name.
     pub fn providers(&self) -> impl Iterator<Item = &Arc<Provider>> {
         self.providers.values().map(|slot| &slot.provider)
@@ -221,7 +291,14 @@ impl Routes {
             self.providers.keys().collect(),
             before.providers.keys().collect(),
         );
-        let providers_replaced =
+        // Added and replaced providers name the plugin now serving them,
+        // so an operator sees which version a swap brought in.
+        let with_plugin = |name: String| match self.providers.get(&name) {
+            Some(slot) => format!("{name} ({})", slot.provider.plugin),
+            None => name,
+        };
+        let providers_added = providers_added.into_iter().map(with_plugin).collect();
+        let mut providers_replaced: Vec<String> =
             self.providers
                 .iter()
                 .filter(|(name, slot)| {
@@ -229,8 +306,9 @@ impl Routes {
                         !Arc::ptr_eq(&old.provider.handle, &slot.provider.handle)
                     })
                 })
-                .map(|(name, _)| name.clone())
+                .map(|(name, _)| with_plugin(name.clone()))
                 .collect();
+        providers_replaced.sort();
         let libraries_changed = self
             .libraries
             .iter()
@@ -265,6 +343,7 @@ fn reuse_or_create(
     config: &ProviderConfig,
     identity: Identity,
     before: Option<&Slot>,
+    plugin: PluginInfo,
     create: impl FnOnce(&ProviderConfig) -> Result<ProviderHandle, PluginError>,
 ) -> Result<Slot, PluginError> {
     let same_instance = before.filter(|b| b.identity == identity);
@@ -300,8 +379,15 @@ fn reuse_or_create(
             breaker,
             in_flight,
             runner,
+            plugin,
         }),
     })
+}
+
+/// `profile, posts`, for messages.
+pub fn endpoint_list(endpoints: &[Endpoint]) -> String {
+    let names: Vec<&str> = endpoints.iter().map(|e| e.as_str()).collect();
+    names.join(", ")
 }
 
 impl std::fmt::Display for Changes {

@@ -82,6 +82,8 @@ impl std::error::Error for LoadError {}
 pub struct Library {
     module: PluginModuleRef,
     manifest: Manifest,
+    /// The plugin-api version the library was built against.
+    plugin_api: String,
 }
 
 impl Library {
@@ -91,17 +93,37 @@ impl Library {
     /// distinct files (private copies) for distinct libraries.
     pub fn load(path: &std::path::Path) -> Result<Library, LoadError> {
         let header = lib_header_from_path(path).map_err(LoadError::Library)?;
+        let plugin_api = header.version_strings().version.to_string();
         let module = header
             .init_root_module::<PluginModuleRef>()
             .map_err(LoadError::Library)?;
+        Library::from_module(module, plugin_api)
+    }
+
+    /// A root module already in this process (the test kit's way in: the
+    /// same adapters and checks as a loaded library, without a file).
+    pub(crate) fn from_module(
+        module: PluginModuleRef,
+        plugin_api: String,
+    ) -> Result<Library, LoadError> {
         let json = (module.manifest())();
         let manifest: Manifest =
             serde_json::from_str(json.as_str()).map_err(|e| LoadError::Manifest(e.to_string()))?;
-        Ok(Library { module, manifest })
+        Ok(Library {
+            module,
+            manifest,
+            plugin_api,
+        })
     }
 
+    /// Who the plugin says it is and what it serves.
     pub fn manifest(&self) -> &Manifest {
         &self.manifest
+    }
+
+    /// The plugin-api version the library was built against (`1.1.0`).
+    pub fn plugin_api_version(&self) -> &str {
+        &self.plugin_api
     }
 
     /// Sets up one provider. The error is the plugin's reason, for the operator.
@@ -139,6 +161,25 @@ impl ProviderHandle {
 /// The longest upstream cursor a provider may hand out: the host seals it
 /// into the token callers carry in a URL.
 pub const MAX_CURSOR_LEN: usize = 1024;
+
+/// Steps the host allows one attempt (a comment page of 200 takes 4, a
+/// first page of posts 2): an attempt still fetching at the last one fails
+/// as a bad response, so a plugin that loops is cut off.
+pub const MAX_STEPS: usize = 16;
+
+/// The most characters of an [`ErrorKind::InvalidInput`] message a caller
+/// is shown; see [`caller_message`].
+pub const MAX_CALLER_MESSAGE: usize = 200;
+
+/// A plugin's "invalid input" message as a caller sees it: control
+/// characters dropped, cut at [`MAX_CALLER_MESSAGE`] characters.
+pub fn caller_message(message: &str) -> String {
+    message
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(MAX_CALLER_MESSAGE)
+        .collect()
+}
 
 /// One attempt in progress; see [`Attempt`](crate::Attempt).
 pub struct AttemptHandle {

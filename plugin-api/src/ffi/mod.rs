@@ -22,7 +22,10 @@
 pub mod host;
 pub mod plugin;
 
-pub use host::{AttemptHandle, Library, LoadError, ProviderHandle, MAX_CURSOR_LEN};
+pub use host::{
+    caller_message, AttemptHandle, Library, LoadError, ProviderHandle, MAX_CALLER_MESSAGE,
+    MAX_CURSOR_LEN, MAX_STEPS,
+};
 #[doc(hidden)]
 pub use plugin::{lib_header, root_module, LibHeader};
 

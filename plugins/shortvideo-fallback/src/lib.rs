@@ -11,8 +11,8 @@
 
 use plugin_api::attempt::{self, Page};
 use plugin_api::{
-    Attempt, Call, Done, Endpoint, Manifest, Output, Provider, ProviderConfig, ProviderError,
-    UpstreamRequest, UpstreamResponse,
+    Attempt, Call, Done, Endpoint, ErrorKind, Manifest, Output, Provider, ProviderConfig,
+    ProviderError, UpstreamRequest, UpstreamResponse,
 };
 use serde::Deserialize;
 use std::sync::Arc;
@@ -197,7 +197,12 @@ fn read_search(
     sent: &str,
     count: u32,
 ) -> Result<Done, ProviderError> {
-    let list: wire::AccountList = wire::data(&response)?;
+    // A search has nothing to be missing: the wrapper's "User doesn't
+    // exist" here is an upstream gone off its contract, not an answer.
+    let list: wire::AccountList = wire::data(&response).map_err(|e| match e.kind() {
+        ErrorKind::NotFound => ProviderError::bad_response(format!("search said {}", e.message())),
+        _ => e,
+    })?;
     let mut next_cursor = wire::advancing_cursor(list.has_more, list.cursor, sent);
     let mut accounts = list.user_list;
     if accounts.len() > count as usize {

@@ -1,7 +1,8 @@
 //! Drives each endpoint's attempt over the contract's sample payloads.
 
 use super::*;
-use plugin_api::{ErrorKind, Next};
+use plugin_api::testing::conformance::Case;
+use plugin_api::testing::{Kit, Reply, Upstream};
 use serde_json::{json, Value};
 
 macro_rules! fixture {
@@ -38,15 +39,25 @@ fn call(endpoint: Endpoint, subject: &str, count: &str) -> Call {
     Call::from_params(endpoint, [(name, subject), ("count", count)]).unwrap()
 }
 
-/// Runs `call`, answering the n-th request with `bodies[n]` (HTTP 200);
-/// gives the query strings asked and the answer. Every request must carry
-/// the key and the host derived from the base URL.
+fn kit() -> Kit {
+    Kit::with_config::<Fallback>(ProviderConfig {
+        base_url: "https://fb.example/api/".into(),
+        api_key: KEY.into(),
+        settings: json!({}),
+    })
+    .unwrap()
+}
+
+/// Runs `call` through the test kit (the host's boundary, checks and step
+/// cap), answering the n-th request with `bodies[n]` (HTTP 200); gives the
+/// query strings asked and the answer. Every request must carry the key
+/// and the host derived from the base URL.
 fn run(call: Call, bodies: &[&str]) -> (Vec<String>, Result<Done, ProviderError>) {
-    let mut attempt = provider("https://fb.example/api/", json!({}))
-        .unwrap()
-        .begin(call);
-    let (mut asked, mut next) = (Vec::new(), attempt.step(None));
-    while let Ok(Next::Fetch(request)) = next {
+    let replies = bodies.iter().map(|body| Reply::ok(*body));
+    let run = kit().run(&call, &Upstream::replies(replies));
+    assert!(!run.capped && !run.unscripted, "{:?}", run.requests);
+    let mut asked = Vec::new();
+    for request in &run.requests {
         let auth = [("X-RapidAPI-Key", KEY), ("X-RapidAPI-Host", "fb.example")];
         let sent = request
             .headers()
@@ -57,18 +68,12 @@ fn run(call: Call, bodies: &[&str]) -> (Vec<String>, Result<Done, ProviderError>
             .url()
             .strip_prefix("https://fb.example/api/")
             .unwrap();
-        let body = bodies[asked.len()].as_bytes();
         asked.push(url.to_owned());
-        next = attempt.step(Some(UpstreamResponse::new(200, &[], body)));
     }
-    let answer = next.map(|next| match next {
-        Next::Done(done) => done,
-        Next::Fetch(_) => unreachable!(),
-    });
-    if let Err(e) = &answer {
+    if let Err(e) = &run.outcome {
         assert!(!e.to_string().contains(KEY));
     }
-    (asked, answer)
+    (asked, run.outcome)
 }
 
 /// The one request asked, the answer's output as JSON, and its next cursor.
@@ -281,4 +286,31 @@ fn config_derives_the_rapidapi_host() {
     let typo = host("http://h", json!({"rapidapi_hots": "x"})).unwrap_err();
     assert!(typo.contains("rapidapi_hots"), "{typo}");
     assert_eq!(Fallback::manifest().endpoints, Endpoint::ALL);
+}
+
+#[test]
+fn keeps_the_hosts_rules() {
+    let upstream = Upstream::by_path([
+        ("/user/info", Reply::ok(fixture!("user_info"))),
+        ("/user/posts", Reply::ok(fixture!("user_posts"))),
+        ("/comment/list", Reply::ok(fixture!("comment_list"))),
+        ("/user/search", Reply::ok(fixture!("user_search"))),
+        // F3 is the base URL itself.
+        ("/api/", Reply::ok(fixture!("video_detail"))),
+    ]);
+    let no_user = Upstream::always(Reply::ok(fixture!("error_user_not_found")));
+    let no_video = Upstream::always(Reply::ok(fixture!("error_video_not_found")));
+    let [profile, posts] = [Endpoint::Profile, Endpoint::Posts].map(|e| call(e, LUNA, ""));
+    let [post, comments] = [Endpoint::Post, Endpoint::Comments].map(|e| call(e, VIDEO, "3"));
+    kit()
+        .conformance()
+        .case(Case::new(profile, upstream.clone()).not_found(no_user.clone()))
+        .case(Case::new(posts, upstream.clone()).not_found(no_user.clone()))
+        .case(Case::new(post, upstream.clone()).not_found(no_video.clone()))
+        .case(Case::new(comments, upstream.clone()).not_found(no_video))
+        // A search has nothing to be missing: the upstream's "no such
+        // user" must not end the chain there.
+        .case(Case::new(call(Endpoint::Search, "luna", ""), upstream).not_found(no_user))
+        .run()
+        .assert_passes();
 }

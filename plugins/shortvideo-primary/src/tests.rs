@@ -1,6 +1,8 @@
 //! The provider driven through its public API with the contract's sample
 //! payloads (fixtures/upstreams/primary) and variations of them.
 
+use plugin_api::testing::conformance::Case;
+use plugin_api::testing::{Kit, Reply, Run, Upstream, MAX_STEPS};
 use plugin_api::{
     Call, Comment, Done, Endpoint, ErrorKind, Next, Output, Post, Profile, Provider,
     ProviderConfig, ProviderError, UpstreamRequest, UpstreamResponse,
@@ -25,8 +27,8 @@ const KEY: &str = "sk-test-4f1c9e";
 const SEC_UID: &str =
     "MS4wLjABAAAAUpRG8iW2MhXVncQ_Q6ZPp95JEbGbb3Ud7t6xeNXYqFXc9VkGLe00zpLrZm4Gt2Kl";
 
-fn provider() -> Primary {
-    Primary::new(ProviderConfig {
+fn kit() -> Kit {
+    Kit::with_config::<Primary>(ProviderConfig {
         base_url: "http://up.test/api/".into(),
         api_key: KEY.into(),
         settings: json!({}),
@@ -34,45 +36,37 @@ fn provider() -> Primary {
     .unwrap()
 }
 
-/// Drives one call to its end, answering each request (HTTP 200) with what
+/// Drives one call to its end through the test kit (the host's boundary,
+/// checks and step cap), answering each request (HTTP 200) with what
 /// `upstream` returns for it. Gives the requests made and the outcome.
 fn drive(
     call: Call,
-    mut upstream: impl FnMut(&UpstreamRequest) -> String,
+    upstream: impl Fn(&UpstreamRequest) -> String + Send + Sync + 'static,
 ) -> (Vec<UpstreamRequest>, Result<Done, ProviderError>) {
-    let mut attempt = provider().begin(call);
-    let mut requests = Vec::new();
-    let mut body: Option<String> = None;
-    for _ in 0..10 {
-        let response = body
-            .as_deref()
-            .map(|b| UpstreamResponse::new(200, &[], b.as_bytes()));
-        match attempt.step(response) {
-            Ok(Next::Fetch(request)) => {
-                let key = request.headers().iter().find(|(n, _)| n == "X-Api-Key");
-                assert_eq!(key.map(|(_, v)| v.as_str()), Some(KEY), "{request:?}");
-                body = Some(upstream(&request));
-                requests.push(request);
-            }
-            Ok(Next::Done(done)) => return (requests, Ok(done)),
-            Err(e) => {
-                assert!(!e.message().contains(KEY), "key leaked: {e}");
-                return (requests, Err(e));
-            }
-        }
+    let run = kit().run(&call, &Upstream::with(move |r| Reply::ok(upstream(r))));
+    finish(run)
+}
+
+/// Every request carries the key; no error shows it; no attempt runs out
+/// of steps.
+fn finish(run: Run) -> (Vec<UpstreamRequest>, Result<Done, ProviderError>) {
+    assert!(!run.capped, "attempt did not finish in {MAX_STEPS} steps");
+    for request in &run.requests {
+        let key = request.headers().iter().find(|(n, _)| n == "X-Api-Key");
+        assert_eq!(key.map(|(_, v)| v.as_str()), Some(KEY), "{request:?}");
     }
-    panic!("attempt did not finish in 10 steps");
+    if let Err(e) = &run.outcome {
+        assert!(!e.message().contains(KEY), "key leaked: {e}");
+    }
+    (run.requests, run.outcome)
 }
 
 /// Answers the requests in turn with `bodies`.
 fn replay(call: Call, bodies: &[&str]) -> (Vec<UpstreamRequest>, Result<Done, ProviderError>) {
-    let mut bodies = bodies.iter();
-    drive(call, |r| {
-        bodies
-            .next()
-            .unwrap_or_else(|| panic!("unexpected {r:?}"))
-            .to_string()
-    })
+    let replies = bodies.iter().map(|body| Reply::ok(*body));
+    let run = kit().run(&call, &Upstream::replies(replies));
+    assert!(!run.unscripted, "unexpected {:?}", run.requests.last());
+    finish(run)
 }
 
 fn urls(requests: &[UpstreamRequest]) -> Vec<&str> {
@@ -443,7 +437,7 @@ fn comments_map_every_field_and_text_passes_exactly() {
 #[test]
 fn comments_page_the_upstream_fifty_at_a_time() {
     let total = 811u64;
-    let (requests, done) = drive(comments_call(120), |request| {
+    let (requests, done) = drive(comments_call(120), move |request| {
         let param = |name: &str| -> u64 {
             let (_, query) = request.url().split_once('?').unwrap();
             let pair = query
@@ -545,7 +539,7 @@ fn gateway_statuses_pass_through() {
         (429, ErrorKind::RateLimited),
         (503, ErrorKind::Transient),
     ] {
-        let mut attempt = provider().begin(profile_call());
+        let mut attempt = kit().begin(&profile_call());
         assert!(matches!(attempt.step(None), Ok(Next::Fetch(_))));
         let err = attempt.step(Some(UpstreamResponse::new(status, &[], PROFILE.as_bytes())));
         assert_eq!(err.unwrap_err().kind(), want, "{status}");
@@ -554,10 +548,30 @@ fn gateway_statuses_pass_through() {
 
 #[test]
 fn stepping_out_of_order_fails() {
-    let mut attempt = provider().begin(posts_call(None));
+    let mut attempt = kit().begin(&posts_call(None));
     let response = UpstreamResponse::new(200, &[], PROFILE.as_bytes());
     assert_eq!(
         attempt.step(Some(response)).unwrap_err().kind(),
         ErrorKind::BadResponse
     );
+}
+
+#[test]
+fn keeps_the_hosts_rules() {
+    let upstream = Upstream::by_path([
+        ("/v1/user/profile", Reply::ok(PROFILE)),
+        ("/v1/user/posts", Reply::ok(POSTS)),
+        ("/v1/aweme/detail", Reply::ok(DETAIL)),
+        ("/v1/comment/list", Reply::ok(COMMENTS)),
+    ]);
+    let no_user = Upstream::always(Reply::ok(NO_USER));
+    let no_video = Upstream::always(Reply::ok(NO_VIDEO));
+    let report = kit()
+        .conformance()
+        .case(Case::new(profile_call(), upstream.clone()).not_found(no_user.clone()))
+        .case(Case::new(posts_call(None), upstream.clone()).not_found(no_user))
+        .case(Case::new(post_call(), upstream.clone()).not_found(no_video.clone()))
+        .case(Case::new(comments_call(3), upstream).not_found(no_video))
+        .run();
+    report.assert_passes();
 }

@@ -149,3 +149,6 @@ impl Attempt for HangInStep {
 }
 
 plugin_api::export_provider!(Chaos);
+
+#[cfg(test)]
+mod tests;

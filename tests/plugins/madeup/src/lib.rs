@@ -7,7 +7,9 @@
 //! `GET {base_url}/users/{username}` with `Authorization: Bearer <key>`,
 //! answered `{"handle": .., "name": .., "fans": ..}`. A body
 //! `{"error": "not found"}` (with HTTP 200 or 404) means the user does not
-//! exist. It has no settings.
+//! exist; a bare 404 cannot say (a wrong `base_url` answers it too), so it
+//! asks the next provider without counting against the breaker. It has no
+//! settings.
 
 use plugin_api::{attempt, json, Attempt, Call, Done, Endpoint, ErrorKind, Manifest, Output};
 use plugin_api::{Profile, Provider, ProviderConfig, ProviderError, UpstreamRequest};
@@ -49,38 +51,46 @@ impl Provider for Madeup {
         let Call::Profile { username } = call else {
             return attempt::fail(ProviderError::new(ErrorKind::Unsupported, "profile only"));
         };
-        let request = UpstreamRequest::get(&self.config.base_url, &format!("/users/{username}"))
-            .header("Authorization", format!("Bearer {}", self.config.api_key));
-        attempt::single(request, |response| {
-            // A 404 counts as "not found" only with the error body: a bare
-            // 404 may be a wrong `base_url`, which the next provider should try.
-            let reply = match response.status {
-                404 => serde_json::from_slice(response.body).unwrap_or(Reply::Error {
-                    error: "HTTP 404".into(),
-                }),
-                _ => response.json::<Reply>()?,
-            };
-            match reply {
-                Reply::Error { error } if error == "not found" => {
-                    Err(ProviderError::not_found("user"))
-                }
-                // The upstream's own words stay out of our logs.
-                Reply::Error { .. } => Err(ProviderError::bad_response("upstream error")),
-                Reply::User { handle, name, fans } => Ok(Done::last(Output::Profile(Profile {
-                    username: handle,
-                    display_name: name,
-                    followers: fans.0,
-                    verified: false,
-                    id: None,
-                    bio: None,
-                    following: None,
-                    likes: None,
-                    videos: None,
-                    avatar_url: None,
-                }))),
-            }
+        attempt::start(|| {
+            let request = UpstreamRequest::get(&self.config.base_url, "/users")
+                .segment(&username)?
+                .bearer(&self.config.api_key);
+            Ok(attempt::single(request, read))
         })
     }
 }
 
+/// Reads the upstream's answer to `GET /users/{username}`.
+fn read(response: plugin_api::UpstreamResponse<'_>) -> Result<Done, ProviderError> {
+    // A 404 counts as "not found" only with the error body: a bare
+    // 404 may be a wrong `base_url`, which the next provider should try.
+    let reply = match response.status {
+        404 => match serde_json::from_slice(response.body) {
+            Ok(reply) => reply,
+            Err(_) => return Err(ProviderError::undecided("a bare HTTP 404")),
+        },
+        _ => response.json::<Reply>()?,
+    };
+    match reply {
+        Reply::Error { error } if error == "not found" => Err(ProviderError::not_found("user")),
+        // The upstream's own words stay out of our logs.
+        Reply::Error { .. } => Err(ProviderError::bad_response("upstream error")),
+        Reply::User { handle, name, fans } => Ok(Done::last(Output::Profile(Profile {
+            username: handle,
+            display_name: name,
+            followers: fans.0,
+            verified: false,
+            id: None,
+            bio: None,
+            following: None,
+            likes: None,
+            videos: None,
+            avatar_url: None,
+        }))),
+    }
+}
+
 plugin_api::export_provider!(Madeup);
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,196 @@
+//! `socialgate plugin new` and `plugin inspect`: the provider author's
+//! start (a ready crate from the templates in `template/`) and their check
+//! of what a built library will look like to the host.
+//!
+//! The templates are files, included at build time, with `{{placeholders}}`
+//! filled in here; the crate they make builds and passes its tests as
+//! written, in or out of this repository.
+
+use std::path::{Path, PathBuf};
+
+use plugin_api::ffi::Library;
+
+/// Why a scaffold or an inspection failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ScaffoldError {
+    #[error("plugin name `{0}`: use 1-64 of a-z, 0-9 and `-`, starting with a letter")]
+    BadName(String),
+    #[error("{0}: already exists and is not empty; choose another --dir")]
+    Exists(PathBuf),
+    #[error(
+        "cannot find the plugin-api folder of the socialgate source (looked at {0}); \
+         pass --plugin-api PATH"
+    )]
+    NoPluginApi(PathBuf),
+    #[error("{path}: cannot write: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: not a usable plugin: {reason}")]
+    Inspect { path: PathBuf, reason: String },
+}
+
+/// What `plugin new` was asked for.
+pub struct NewPlugin {
+    /// The crate and provider name, e.g. `acme-profiles`.
+    pub name: String,
+    /// The platform it serves; defaults to the name.
+    pub platform: Option<String>,
+    /// Where to write the crate; defaults to `./NAME`.
+    pub dir: Option<PathBuf>,
+    /// The plugin-api folder to depend on; defaults to the one this binary
+    /// was built from, if it is still there.
+    pub plugin_api: Option<PathBuf>,
+}
+
+/// The files of a new crate: (path in the crate, template).
+const FILES: [(&str, &str); 7] = [
+    ("Cargo.toml", include_str!("template/Cargo.toml.in")),
+    ("src/lib.rs", include_str!("template/lib.rs.in")),
+    ("src/tests.rs", include_str!("template/tests.rs.in")),
+    (
+        "fixtures/user.json",
+        include_str!("template/fixtures/user.json"),
+    ),
+    (
+        "fixtures/user_not_found.json",
+        include_str!("template/fixtures/user_not_found.json"),
+    ),
+    ("README.md", include_str!("template/README.md.in")),
+    (".gitignore", include_str!("template/gitignore.in")),
+];
+
+fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+/// `acme-profiles` as a type name: `AcmeProfiles`.
+fn type_name(name: &str) -> String {
+    name.split('-')
+        .filter(|part| !part.is_empty())
+        .map(|part| {
+            let mut chars = part.chars();
+            chars
+                .next()
+                .map(|first| first.to_ascii_uppercase().to_string() + chars.as_str())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// Writes the crate; returns its folder and the files written.
+pub fn new_plugin(request: NewPlugin) -> Result<(PathBuf, Vec<PathBuf>), ScaffoldError> {
+    let name = request.name;
+    if !valid_name(&name) {
+        return Err(ScaffoldError::BadName(name));
+    }
+    let platform = request.platform.unwrap_or_else(|| name.clone());
+    if !valid_name(&platform) {
+        return Err(ScaffoldError::BadName(platform));
+    }
+    let dir = request.dir.unwrap_or_else(|| PathBuf::from(&name));
+    let non_empty = std::fs::read_dir(&dir).is_ok_and(|mut entries| entries.next().is_some());
+    if non_empty || dir.is_file() {
+        return Err(ScaffoldError::Exists(dir));
+    }
+    let built_from = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugin-api");
+    let plugin_api = request.plugin_api.unwrap_or(built_from);
+    let plugin_api = plugin_api
+        .canonicalize()
+        .ok()
+        .filter(|p| p.join("Cargo.toml").is_file())
+        .ok_or(ScaffoldError::NoPluginApi(plugin_api))?;
+    let plugin_api_path =
+        serde_json::to_string(&plugin_api.to_string_lossy()).expect("a string always serializes");
+    let crate_name = name.replace('-', "_");
+    let env = format!("{}_KEY", crate_name.to_ascii_uppercase());
+    let fill = |template: &str| {
+        template
+            .replace("{{name}}", &name)
+            .replace("{{crate}}", &crate_name)
+            .replace("{{type}}", &type_name(&name))
+            .replace("{{platform}}", &platform)
+            .replace("{{env}}", &env)
+            .replace("{{plugin_api_path}}", &plugin_api_path)
+    };
+    let mut written = Vec::new();
+    for (file, template) in FILES {
+        let path = dir.join(file);
+        let write = || -> std::io::Result<()> {
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            std::fs::write(&path, fill(template))
+        };
+        write().map_err(|source| ScaffoldError::Write {
+            path: path.clone(),
+            source,
+        })?;
+        written.push(path);
+    }
+    Ok((dir, written))
+}
+
+/// `plugin inspect`: the library's name, version, plugin-api version,
+/// platform and endpoints, one per line.
+pub fn inspect(path: &Path) -> Result<String, ScaffoldError> {
+    let library = Library::load(path).map_err(|e| ScaffoldError::Inspect {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    })?;
+    let manifest = library.manifest();
+    Ok(format!(
+        "name: {}\nversion: {}\nplugin-api: {}\nplatform: {}\nendpoints: {}",
+        manifest.name,
+        manifest.version,
+        library.plugin_api_version(),
+        manifest.platform,
+        crate::routing::endpoint_list(&manifest.endpoints)
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_types() {
+        assert!(valid_name("acme-profiles2"));
+        for bad in ["", "Acme", "1acme", "acme_x", "a b", &"a".repeat(65)] {
+            assert!(!valid_name(bad), "{bad:?}");
+        }
+        assert_eq!(type_name("acme-profiles"), "AcmeProfiles");
+        assert_eq!(type_name("x"), "X");
+    }
+
+    #[test]
+    fn every_placeholder_is_filled() {
+        let dir = std::env::temp_dir().join(format!("sg-scaffold-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (_, files) = new_plugin(NewPlugin {
+            name: "acme-x".into(),
+            platform: None,
+            dir: Some(dir.clone()),
+            plugin_api: None,
+        })
+        .unwrap();
+        assert_eq!(files.len(), FILES.len());
+        for file in files {
+            let text = std::fs::read_to_string(&file).unwrap();
+            assert!(!text.contains("{{"), "{}", file.display());
+        }
+        let again = new_plugin(NewPlugin {
+            name: "acme-x".into(),
+            platform: None,
+            dir: Some(dir.clone()),
+            plugin_api: None,
+        });
+        assert!(matches!(again, Err(ScaffoldError::Exists(_))));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,258 @@
+//! The kit on small providers written here: one that keeps every rule, and
+//! ones that break one each.
+
+use super::conformance::{Case, Rule};
+use super::*;
+use crate::{attempt, Attempt, Output, Profile};
+use serde::Deserialize;
+use serde_json::json;
+
+/// How a [`Toy`] misbehaves.
+#[derive(Deserialize, Default, Clone, Copy, PartialEq)]
+#[serde(rename_all = "snake_case")]
+enum Flaw {
+    #[default]
+    None,
+    PanicOnOddBody,
+    Loops,
+    WrongEndpoint,
+    InvalidAfterFetch,
+}
+
+#[derive(Deserialize, Default)]
+struct Settings {
+    #[serde(default)]
+    flaw: Flaw,
+}
+
+/// Serves `profile` from `GET /users/{username}`; 404 means no such user.
+struct Toy {
+    config: ProviderConfig,
+    flaw: Flaw,
+}
+
+#[derive(Deserialize)]
+struct User {
+    handle: String,
+}
+
+fn profile(handle: String) -> Output {
+    Output::Profile(Profile {
+        username: handle,
+        display_name: String::new(),
+        followers: 0,
+        verified: false,
+        id: None,
+        bio: None,
+        following: None,
+        likes: None,
+        videos: None,
+        avatar_url: None,
+    })
+}
+
+struct Loop(UpstreamRequest);
+
+impl Attempt for Loop {
+    fn step(&mut self, _: Option<UpstreamResponse<'_>>) -> Result<Next, ProviderError> {
+        Ok(Next::Fetch(self.0.clone()))
+    }
+}
+
+impl Provider for Toy {
+    fn manifest() -> Manifest {
+        Manifest {
+            name: "toy".into(),
+            version: "0.1.0".into(),
+            platform: "toy".into(),
+            endpoints: vec![Endpoint::Profile],
+        }
+    }
+
+    fn new(config: ProviderConfig) -> Result<Self, String> {
+        let Settings { flaw } = config.settings()?;
+        Ok(Toy { config, flaw })
+    }
+
+    fn begin(&self, call: Call) -> Box<dyn Attempt> {
+        let Call::Profile { username } = call else {
+            return attempt::fail(ProviderError::new(ErrorKind::Unsupported, "profile only"));
+        };
+        let flaw = self.flaw;
+        attempt::start(|| {
+            let request = UpstreamRequest::get(&self.config.base_url, "/users")
+                .segment(&username)?
+                .bearer(&self.config.api_key);
+            if flaw == Flaw::Loops {
+                return Ok(Box::new(Loop(request)));
+            }
+            Ok(attempt::single(request, move |r| {
+                if flaw == Flaw::InvalidAfterFetch {
+                    return Err(ProviderError::invalid_input("username", "is odd"));
+                }
+                if flaw == Flaw::PanicOnOddBody && r.body.is_empty() {
+                    panic!("an empty body");
+                }
+                let user: User = r.not_found_on(404, "user")?.json()?;
+                let output = match flaw {
+                    Flaw::WrongEndpoint => Output::Post(crate::Post {
+                        id: "1".into(),
+                        text: String::new(),
+                        likes: 0,
+                        comments: 0,
+                        views: None,
+                        shares: None,
+                        created_at: None,
+                        duration_ms: None,
+                        author: None,
+                    }),
+                    _ => profile(user.handle),
+                };
+                Ok(Done::last(output))
+            }))
+        })
+    }
+}
+
+fn kit(flaw: &str) -> Kit {
+    Kit::new::<Toy>(json!({ "flaw": flaw })).unwrap()
+}
+
+fn user() -> Upstream {
+    Upstream::replies([Reply::ok(r#"{"handle":"kit_user"}"#)])
+}
+
+fn suite(flaw: &str) -> conformance::Report {
+    let kit = kit(flaw);
+    kit.conformance()
+        .case(
+            Case::new(sample(Endpoint::Profile), user())
+                .not_found(Upstream::replies([Reply::status(404, "{}")])),
+        )
+        .run()
+}
+
+#[test]
+fn a_provider_that_keeps_the_rules_passes() {
+    let report = suite("none");
+    report.assert_passes();
+    assert!(report.runs > 30, "{report}");
+}
+
+#[test]
+fn runs_go_through_the_boundary_and_report_requests() {
+    let kit = kit("none");
+    let run = kit.run(&sample(Endpoint::Profile), &user());
+    assert_eq!(run.urls(), ["http://upstream.test/api/users/kit_user"]);
+    let auth = &run.requests[0].headers()[0];
+    assert_eq!(auth.1, format!("Bearer {KEY}"));
+    assert_eq!(run.steps, 2);
+    assert_eq!(run.host_sees(Endpoint::Profile), HostSees::Answer);
+    assert_eq!(run.done().output, profile("kit_user".into()));
+
+    let dots = Call::Profile {
+        username: "..".into(),
+    };
+    let run = kit.run(&dots, &Upstream::none());
+    assert!(run.requests.is_empty());
+    assert!(matches!(
+        run.host_sees(Endpoint::Profile),
+        HostSees::InvalidInput(_)
+    ));
+
+    let missing = kit.run(
+        &sample(Endpoint::Profile),
+        &Upstream::replies([Reply::status(404, "")]),
+    );
+    assert_eq!(missing.host_sees(Endpoint::Profile), HostSees::NotFound);
+    let unscripted = kit.run(&sample(Endpoint::Profile), &Upstream::none());
+    assert!(unscripted.unscripted);
+    assert_eq!(unscripted.kind(), Some(ErrorKind::Transient));
+}
+
+#[test]
+fn a_panic_comes_back_as_panicked_and_breaks_no_panic() {
+    let kit = kit("panic_on_odd_body");
+    let run = kit.run(
+        &sample(Endpoint::Profile),
+        &Upstream::replies([Reply::ok("")]),
+    );
+    assert_eq!(run.kind(), Some(ErrorKind::Panicked));
+    assert_eq!(
+        run.host_sees(Endpoint::Profile),
+        HostSees::NextProvider {
+            counts_against_breaker: true
+        }
+    );
+    let report = suite("panic_on_odd_body");
+    assert!(report.violates(Rule::NoPanic), "{report}");
+    assert!(
+        report.to_string().contains("rule `no-panic` broken"),
+        "{report}"
+    );
+}
+
+#[test]
+fn each_flaw_names_its_rule() {
+    for (flaw, rule) in [
+        ("loops", Rule::StepCap),
+        ("wrong_endpoint", Rule::EveryEndpointAnswers),
+        ("invalid_after_fetch", Rule::RefusalsBeforeRequests),
+    ] {
+        let report = suite(flaw);
+        assert!(report.violates(rule), "{flaw}: {report}");
+        assert!(report.to_string().contains(rule.name()), "{flaw}: {report}");
+    }
+    let looping = kit("loops");
+    let run = looping.run(
+        &sample(Endpoint::Profile),
+        &Upstream::always(Reply::ok("{}")),
+    );
+    assert!(run.capped);
+    assert_eq!(run.steps, MAX_STEPS);
+    let wrong = kit("wrong_endpoint");
+    let e = wrong.run(&sample(Endpoint::Profile), &user()).error();
+    assert!(
+        e.message().contains("answered post to a profile call"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_missing_case_and_an_outside_call_are_reported() {
+    let kit = kit("none");
+    let report = kit.conformance().run();
+    assert!(report.violates(Rule::EveryEndpointAnswers), "{report}");
+    assert!(!report.violates(Rule::OutsideManifestRefused), "{report}");
+}
+
+#[test]
+fn host_verdicts_follow_the_host_rules() {
+    let run = |kind, requests: usize| Run {
+        requests: vec![UpstreamRequest::get("http://u", "/"); requests],
+        outcome: Err(ProviderError::new(kind, "x".repeat(300))),
+        steps: 1,
+        capped: false,
+        unscripted: false,
+    };
+    let next = |counts| HostSees::NextProvider {
+        counts_against_breaker: counts,
+    };
+    let search = Endpoint::Search;
+    assert_eq!(run(ErrorKind::NotFound, 1).host_sees(search), next(true));
+    assert_eq!(
+        run(ErrorKind::InvalidInput, 0).host_sees(search),
+        HostSees::InvalidInput("x".repeat(200))
+    );
+    assert_eq!(
+        run(ErrorKind::InvalidInput, 1).host_sees(search),
+        next(true)
+    );
+    assert_eq!(
+        run(ErrorKind::Unsupported, 0).host_sees(search),
+        next(false)
+    );
+    assert_eq!(run(ErrorKind::Unsupported, 1).host_sees(search), next(true));
+    assert_eq!(run(ErrorKind::Undecided, 1).host_sees(search), next(false));
+    assert_eq!(run(ErrorKind::RateLimited, 1).host_sees(search), next(true));
+}
