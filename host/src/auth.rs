@@ -48,6 +48,8 @@ pub enum KeysError {
     BadName(String),
     #[error("no randomness available: {0}")]
     Random(String),
+    #[error(transparent)]
+    Shared(#[from] crate::shared::StateError),
 }
 
 /// One issued key, as stored.
@@ -66,6 +68,33 @@ pub struct KeyRecord {
 struct KeysFile {
     #[serde(default, rename = "key")]
     keys: Vec<KeyRecord>,
+}
+
+impl KeyRecord {
+    /// A new key named `name`, and its record: the key is shown only now.
+    pub fn issue(name: &str) -> Result<(String, KeyRecord), KeysError> {
+        KeyRecord::check_name(name)?;
+        let key = new_key()?;
+        let record = KeyRecord {
+            name: name.to_owned(),
+            sha256: hex(&Sha256::digest(key.as_bytes())),
+            created: now_utc(),
+        };
+        Ok((key, record))
+    }
+
+    /// 1-64 of `A-Z a-z 0-9 . _ -`: names appear in logs and Redis keys.
+    pub fn check_name(name: &str) -> Result<(), KeysError> {
+        let valid = (1..=64).contains(&name.len())
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+        if valid {
+            Ok(())
+        } else {
+            Err(KeysError::BadName(name.to_owned()))
+        }
+    }
 }
 
 /// The keys file at a path.
@@ -94,19 +123,7 @@ impl KeysFileAt<'_> {
 
     /// Issues a key named `name`; returns the key, which is shown only now.
     pub fn issue(&self, name: &str) -> Result<String, KeysError> {
-        let valid = (1..=64).contains(&name.len())
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-        if !valid {
-            return Err(KeysError::BadName(name.to_owned()));
-        }
-        let key = new_key()?;
-        let record = KeyRecord {
-            name: name.to_owned(),
-            sha256: hex(&Sha256::digest(key.as_bytes())),
-            created: now_utc(),
-        };
+        let (key, record) = KeyRecord::issue(name)?;
         self.update(|records| {
             if records.iter().any(|r| r.name == name) {
                 return Err(KeysError::Duplicate(name.to_owned()));
@@ -235,12 +252,20 @@ pub struct KeyStore {
 impl KeyStore {
     /// Loads the file; a missing file means no key is valid.
     pub fn load(path: &Path) -> Result<KeyStore, KeysError> {
+        KeyStore::from_records(KeysFileAt(path).records()?).map_err(|name| KeysError::Format {
+            path: path.to_owned(),
+            message: format!("key `{name}` has a malformed sha256"),
+        })
+    }
+
+    /// The keys of `records`; the name of the first with a malformed hash
+    /// if one has.
+    pub fn from_records(records: Vec<KeyRecord>) -> Result<KeyStore, String> {
         let mut by_hash = HashMap::new();
-        for record in KeysFileAt(path).records()? {
-            let hash = unhex(&record.sha256).ok_or_else(|| KeysError::Format {
-                path: path.to_owned(),
-                message: format!("key `{}` has a malformed sha256", record.name),
-            })?;
+        for record in records {
+            let Some(hash) = unhex(&record.sha256) else {
+                return Err(record.name);
+            };
             by_hash.insert(hash, record.name);
         }
         Ok(KeyStore { by_hash })

@@ -8,6 +8,11 @@
 //! overspend and a failure costs nothing. A reservation is owned, not
 //! borrowed: the upstream work of a request whose caller hung up keeps it
 //! until that work ends, then refunds it (nothing was delivered).
+//!
+//! Where the books are kept is the backend's: this process's accounts and
+//! the SQLite [`Ledger`] (`local`), or the accounts every replica shares
+//! ([`crate::shared::credits`], `redis`). A reservation is the same seam for
+//! both: [`Billing::reserve`], then [`Reservation::commit`] or a drop.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -17,6 +22,7 @@ use serde::Deserialize;
 
 use crate::config::{ConfigError, Context};
 use crate::ledger::Ledger;
+use crate::shared::credits::{Credits, Refusal};
 
 /// Credits an answer costs when the config says nothing else.
 const DEFAULT_COST: u32 = 1;
@@ -68,16 +74,29 @@ struct Account {
     reserved: u64,
 }
 
-/// Every key's spending since the ledger began, kept in memory, and the
-/// ledger that keeps it. The one place credits are booked.
+/// Every key's spending, and where it is booked. The one place credits
+/// are booked.
 pub struct Billing {
+    /// Every key's spending since the ledger began (`local` only).
     accounts: Mutex<HashMap<String, Account>>,
-    ledger: Ledger,
+    books: Books,
 }
 
-/// The key has not enough credits left.
+/// Where credits are booked.
+enum Books {
+    Local(Ledger),
+    Shared(Arc<Credits>),
+}
+
+/// Why a credit could not be reserved.
 #[derive(Debug, PartialEq, Eq)]
-pub struct OutOfCredits;
+pub enum NoCredit {
+    /// The key has not enough credits left.
+    OutOfCredits,
+    /// The shared store cannot say (it is away): refuse rather than let a
+    /// key spend what it may not have.
+    Unavailable,
+}
 
 /// Credits held for a request: [`commit`](Reservation::commit) them when
 /// the answer is delivered; dropping the reservation refunds them.
@@ -87,6 +106,8 @@ pub struct Reservation {
     key: String,
     amount: u32,
     settled: bool,
+    /// The shared store's name for the reservation (`redis`, enforced).
+    held: Option<String>,
 }
 
 impl Billing {
@@ -99,13 +120,32 @@ impl Billing {
             .collect();
         Ok(Billing {
             accounts: Mutex::new(accounts),
-            ledger,
+            books: Books::Local(ledger),
         })
     }
 
-    /// The ledger credits are counted in.
-    pub fn ledger(&self) -> &Ledger {
-        &self.ledger
+    /// Books kept in the shared store.
+    pub fn shared(credits: Arc<Credits>) -> Billing {
+        Billing {
+            accounts: Mutex::default(),
+            books: Books::Shared(credits),
+        }
+    }
+
+    /// The shared accounts (`redis`), whose settling task the lifecycle runs.
+    pub fn shared_credits(&self) -> Option<Arc<Credits>> {
+        match &self.books {
+            Books::Local(_) => None,
+            Books::Shared(credits) => Some(credits.clone()),
+        }
+    }
+
+    /// The ledger credits are counted in (`local`).
+    pub fn ledger(&self) -> Option<&Ledger> {
+        match &self.books {
+            Books::Local(ledger) => Some(ledger),
+            Books::Shared(_) => None,
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Account>> {
@@ -114,25 +154,53 @@ impl Billing {
 
     /// Holds `amount` credits of `key`. Under `enforce`, refuses when spent
     /// and held credits plus `amount` would pass `free_credits`.
-    pub fn reserve(
+    pub async fn reserve(
         self: &Arc<Self>,
         key: &str,
         amount: u32,
         config: BillingConfig,
-    ) -> Result<Reservation, OutOfCredits> {
-        let mut accounts = self.lock();
-        let account = accounts.entry(key.to_owned()).or_default();
-        let held = account.spent + account.reserved;
-        if config.enforce && held + u64::from(amount) > config.free_credits {
-            return Err(OutOfCredits);
-        }
-        account.reserved += u64::from(amount);
+    ) -> Result<Reservation, NoCredit> {
+        let held = match &self.books {
+            Books::Local(_) => {
+                let mut accounts = self.lock();
+                let account = accounts.entry(key.to_owned()).or_default();
+                let held = account.spent + account.reserved;
+                if config.enforce && held + u64::from(amount) > config.free_credits {
+                    return Err(NoCredit::OutOfCredits);
+                }
+                account.reserved += u64::from(amount);
+                None
+            }
+            // Not enforced: nothing to check, so no round trip; the credits
+            // are counted when committed.
+            Books::Shared(_) if !config.enforce => None,
+            Books::Shared(credits) => Some(
+                credits
+                    .reserve(key, amount, config.free_credits)
+                    .await
+                    .map_err(|refusal| match refusal {
+                        Refusal::Exhausted => NoCredit::OutOfCredits,
+                        Refusal::Unavailable => NoCredit::Unavailable,
+                    })?,
+            ),
+        };
         Ok(Reservation {
             billing: self.clone(),
             key: key.to_owned(),
             amount,
             settled: false,
+            held,
         })
+    }
+
+    /// Writes what is counted but not yet written: the last step of a
+    /// graceful shutdown (`local`: the ledger; `redis`: the settling task
+    /// does it when the shutdown token fires). Blocking.
+    pub fn close(&self) -> Result<(), crate::ledger::LedgerError> {
+        match &self.books {
+            Books::Local(ledger) => ledger.close(),
+            Books::Shared(_) => Ok(()),
+        }
     }
 
     /// Credits `key` has spent.
@@ -147,14 +215,27 @@ impl Reservation {
     /// ledger and the metric alike. Returns the amount, for the answer's
     /// `meta.credits_used`.
     pub fn commit(mut self) -> u32 {
-        self.settle(true);
-        self.billing.ledger.record(&self.key, self.amount);
+        if let Books::Shared(credits) = &self.billing.books {
+            self.settled = true;
+            credits.commit(&self.key, self.held.take(), self.amount);
+        } else {
+            self.settle(true);
+            if let Books::Local(ledger) = &self.billing.books {
+                ledger.record(&self.key, self.amount);
+            }
+        }
         crate::metrics::credits(u64::from(self.amount));
         self.amount
     }
 
     fn settle(&mut self, spend: bool) {
         if std::mem::replace(&mut self.settled, true) {
+            return;
+        }
+        if let Books::Shared(credits) = &self.billing.books {
+            if let Some(member) = self.held.take() {
+                credits.refund(&self.key, member, self.amount);
+            }
             return;
         }
         let amount = u64::from(self.amount);
@@ -192,40 +273,43 @@ mod tests {
         (Arc::new(Billing::open(ledger).unwrap()), dir)
     }
 
-    #[test]
-    fn reservations_cannot_overspend_and_failures_refund() {
+    #[tokio::test]
+    async fn reservations_cannot_overspend_and_failures_refund() {
         let (billing, dir) = billing("overspend");
-        billing.reserve("a", 1, ENFORCED).unwrap().commit();
-        let first = billing.reserve("a", 1, ENFORCED).unwrap();
-        let second = billing.reserve("a", 1, ENFORCED).unwrap();
+        billing.reserve("a", 1, ENFORCED).await.unwrap().commit();
+        let first = billing.reserve("a", 1, ENFORCED).await.unwrap();
+        let second = billing.reserve("a", 1, ENFORCED).await.unwrap();
         assert_eq!(
-            billing.reserve("a", 1, ENFORCED).err(),
-            Some(OutOfCredits),
+            billing.reserve("a", 1, ENFORCED).await.err(),
+            Some(NoCredit::OutOfCredits),
             "held counts"
         );
         drop(second);
         assert_eq!(first.commit(), 1);
         assert_eq!(billing.spent("a"), 2);
         assert_eq!(
-            billing.reserve("a", 2, ENFORCED).err(),
-            Some(OutOfCredits),
+            billing.reserve("a", 2, ENFORCED).await.err(),
+            Some(NoCredit::OutOfCredits),
             "more than what is left"
         );
-        billing.reserve("a", 1, ENFORCED).unwrap().commit();
-        assert_eq!(billing.reserve("a", 1, ENFORCED).err(), Some(OutOfCredits));
-        assert!(billing.reserve("b", 1, ENFORCED).is_ok(), "per key");
-        billing.ledger().close().unwrap();
-        let spent = billing.ledger().lifetime_credits().unwrap();
+        billing.reserve("a", 1, ENFORCED).await.unwrap().commit();
+        assert_eq!(
+            billing.reserve("a", 1, ENFORCED).await.err(),
+            Some(NoCredit::OutOfCredits)
+        );
+        assert!(billing.reserve("b", 1, ENFORCED).await.is_ok(), "per key");
+        billing.close().unwrap();
+        let spent = billing.ledger().unwrap().lifetime_credits().unwrap();
         assert_eq!(spent.get("a"), Some(&3), "the ledger booked what was spent");
         let _ = std::fs::remove_dir_all(dir);
     }
 
-    #[test]
-    fn without_enforcement_credits_are_only_counted() {
+    #[tokio::test]
+    async fn without_enforcement_credits_are_only_counted() {
         let (billing, dir) = billing("counted");
         let open = BillingConfig::default();
         for _ in 0..200 {
-            billing.reserve("a", 1, open).unwrap().commit();
+            billing.reserve("a", 1, open).await.unwrap().commit();
         }
         assert_eq!(billing.spent("a"), 200);
         let _ = std::fs::remove_dir_all(dir);

@@ -11,10 +11,15 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::auth::KeysFileAt;
+use std::sync::Arc;
+
+use crate::auth::{KeyRecord, KeysError, KeysFileAt};
 use crate::config::{Config, KeyFiles};
 use crate::lifecycle::{self, RunError};
 use crate::logging::LogFormat;
+use crate::shared::credits::Credits;
+use crate::shared::keys::SharedKeys;
+use crate::shared::{RedisConfig, Shared, StateConfig};
 
 #[derive(Parser)]
 #[command(
@@ -88,6 +93,12 @@ enum KeysCommand {
     },
     /// Revoke the key with this name.
     Revoke { name: String },
+    /// Copy the keys of a keys file into the shared store (`[state] backend
+    /// = "redis"`); names already there are skipped, never overwritten.
+    Import {
+        #[arg(long)]
+        from: PathBuf,
+    },
     /// List issued keys (names and dates, never keys).
     List {
         #[arg(long)]
@@ -172,6 +183,13 @@ fn keys(config_path: &Path, command: KeysCommand) -> Result<(), RunError> {
     // Key commands need only the files' locations, not secrets or plugins:
     // they must work where the server's environment is absent.
     let files = KeyFiles::load(config_path)?;
+    if let StateConfig::Redis(redis) = &files.state {
+        let redis = redis.clone();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        return runtime.block_on(shared_keys(&redis, command));
+    }
     let file = KeysFileAt(&files.keys_file);
     let mut stdout = std::io::stdout().lock();
     match command {
@@ -180,34 +198,88 @@ fn keys(config_path: &Path, command: KeysCommand) -> Result<(), RunError> {
             writeln!(stdout, "{key}")?;
         }
         KeysCommand::Revoke { name } => file.revoke(&name)?,
-        KeysCommand::List { json } => {
-            let records = file.records()?;
-            if json {
-                let list: Vec<_> = records
-                    .iter()
-                    .map(|r| serde_json::json!({"name": r.name, "created": r.created}))
-                    .collect();
-                writeln!(stdout, "{}", serde_json::Value::Array(list))?;
-            } else {
-                for r in &records {
-                    writeln!(stdout, "{}\t{}", r.name, r.created)?;
-                }
-            }
+        KeysCommand::Import { .. } => {
+            return Err(RunError::Usage(
+                "`keys import` copies a keys file into a shared store: it needs [state] backend = \"redis\"".into(),
+            ))
         }
+        KeysCommand::List { json } => print_keys(&mut stdout, &file.records()?, json)?,
         KeysCommand::Usage { since, json } => {
             let rows = crate::ledger::usage(&files.ledger.path, since.as_deref())?;
-            if json {
-                writeln!(
-                    stdout,
-                    "{}",
-                    serde_json::to_string(&rows).map_err(std::io::Error::other)?
-                )?;
-            } else {
-                print_usage(&mut stdout, &rows)?;
-            }
+            print_usage_rows(&mut stdout, &rows, json)?;
         }
     }
     Ok(())
+}
+
+/// The `keys` commands on the shared store.
+async fn shared_keys(redis: &RedisConfig, command: KeysCommand) -> Result<(), RunError> {
+    let shared = Arc::new(Shared::connect(redis)?);
+    let keys = SharedKeys(&shared);
+    let mut stdout = std::io::stdout().lock();
+    match command {
+        KeysCommand::Issue { name } => {
+            let key = keys.issue(&name).await?;
+            writeln!(stdout, "{key}")?;
+        }
+        KeysCommand::Revoke { name } => keys.revoke(&name).await?,
+        KeysCommand::Import { from } => {
+            let records = KeysFileAt(&from).records()?;
+            let total = records.len();
+            let skipped = keys.import(records).await?;
+            for name in &skipped {
+                writeln!(
+                    stdout,
+                    "skipped {name}: a key of that name is there already"
+                )?;
+            }
+            writeln!(stdout, "imported {} of {total} keys", total - skipped.len())?;
+        }
+        KeysCommand::List { json } => {
+            let records = keys.records().await.map_err(KeysError::from)?;
+            print_keys(&mut stdout, &records, json)?;
+        }
+        KeysCommand::Usage { since, json } => {
+            if let Some(day) = &since {
+                crate::ledger::check_day(day)?;
+            }
+            let credits = Credits::new(shared.clone());
+            let rows = credits.usage(since.as_deref()).await?;
+            print_usage_rows(&mut stdout, &rows, json)?;
+        }
+    }
+    Ok(())
+}
+
+fn print_keys(out: &mut impl Write, records: &[KeyRecord], json: bool) -> std::io::Result<()> {
+    if json {
+        let list: Vec<_> = records
+            .iter()
+            .map(|r| serde_json::json!({"name": r.name, "created": r.created}))
+            .collect();
+        writeln!(out, "{}", serde_json::Value::Array(list))
+    } else {
+        for r in records {
+            writeln!(out, "{}\t{}", r.name, r.created)?;
+        }
+        Ok(())
+    }
+}
+
+fn print_usage_rows(
+    out: &mut impl Write,
+    rows: &[crate::ledger::UsageRow],
+    json: bool,
+) -> std::io::Result<()> {
+    if json {
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string(rows).map_err(std::io::Error::other)?
+        )
+    } else {
+        print_usage(out, rows)
+    }
 }
 
 fn plugin(command: PluginCommand) -> Result<(), RunError> {

@@ -37,6 +37,12 @@ pub enum ApiError {
     /// Too many requests in flight on this server.
     #[error("the service is busy; retry after {retry_after_secs} s")]
     Overloaded { retry_after_secs: u64 },
+    /// The shared store this request needs (credits, with billing
+    /// enforced) cannot answer; retry.
+    #[error(
+        "the service cannot check this key's credits right now; retry after {retry_after_secs} s"
+    )]
+    ServiceUnavailable { retry_after_secs: u64 },
     /// This key's request rate is exceeded.
     #[error("too many requests for this key; retry after {retry_after_secs} s")]
     RateLimited { retry_after_secs: u64 },
@@ -61,6 +67,7 @@ impl ApiError {
             ApiError::UpstreamUnavailable { .. } => "UPSTREAM_UNAVAILABLE",
             ApiError::UpstreamTimeout => "UPSTREAM_TIMEOUT",
             ApiError::Overloaded { .. } => "OVERLOADED",
+            ApiError::ServiceUnavailable { .. } => "SERVICE_UNAVAILABLE",
             ApiError::RateLimited { .. } => "RATE_LIMITED",
             ApiError::Internal => "INTERNAL_ERROR",
         }
@@ -78,7 +85,9 @@ impl ApiError {
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::UpstreamUnavailable { .. } => StatusCode::BAD_GATEWAY,
             ApiError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
-            ApiError::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Overloaded { .. } | ApiError::ServiceUnavailable { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -88,6 +97,7 @@ impl ApiError {
     pub fn retry_after_secs(&self) -> Option<u64> {
         match self {
             ApiError::Overloaded { retry_after_secs }
+            | ApiError::ServiceUnavailable { retry_after_secs }
             | ApiError::RateLimited { retry_after_secs } => Some(*retry_after_secs),
             ApiError::UpstreamUnavailable { retry_after_secs } => *retry_after_secs,
             _ => None,
@@ -148,6 +158,13 @@ mod tests {
                     retry_after_secs: 1,
                 },
                 "OVERLOADED",
+                503,
+            ),
+            (
+                ApiError::ServiceUnavailable {
+                    retry_after_secs: 1,
+                },
+                "SERVICE_UNAVAILABLE",
                 503,
             ),
             (

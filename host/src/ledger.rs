@@ -316,9 +316,7 @@ pub struct UsageRow {
 /// (WAL); a missing file means no usage yet: an empty list.
 pub fn usage(path: &Path, since: Option<&str>) -> Result<Vec<UsageRow>, LedgerError> {
     if let Some(day) = since {
-        if Timestamp::parse(&format!("{day}T00:00:00Z")).is_none() {
-            return Err(LedgerError::BadDate(day.to_owned()));
-        }
+        check_day(day)?;
     }
     match path.try_exists() {
         Ok(true) => {}
@@ -358,6 +356,14 @@ pub fn usage(path: &Path, since: Option<&str>) -> Result<Vec<UsageRow>, LedgerEr
         })
         .map_err(sql_error)?;
     rows.collect::<Result<_, _>>().map_err(sql_error)
+}
+
+/// `day` is a `YYYY-MM-DD` day.
+pub fn check_day(day: &str) -> Result<(), LedgerError> {
+    match Timestamp::parse(&format!("{day}T00:00:00Z")) {
+        Some(_) => Ok(()),
+        None => Err(LedgerError::BadDate(day.to_owned())),
+    }
 }
 
 /// WAL mode, busy timeout and schema, on a freshly opened writing connection.
@@ -469,7 +475,9 @@ fn to_u64(count: i64) -> u64 {
 
 /// The UTC day of `now`, `YYYY-MM-DD`. A clock before 1970 counts on
 /// 1970-01-01 and one past 9999 on 9999-12-31 rather than fail a request.
-fn utc_day(now: SystemTime) -> String {
+/// The UTC day of `now`, `YYYY-MM-DD`: the ledger's unit (and the shared
+/// store's).
+pub fn utc_day(now: SystemTime) -> String {
     let seconds = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let seconds = i64::try_from(seconds).unwrap_or(i64::MAX);
     match Timestamp::from_unix(seconds) {

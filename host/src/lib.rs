@@ -61,5 +61,6 @@ pub mod reload;
 pub mod resilience;
 pub mod routing;
 pub mod scaffold;
+pub mod shared;
 pub mod state;
 pub mod upstream;

@@ -13,9 +13,10 @@
 //!    set: before anything is announced, since a signal that arrives
 //!    before its handler kills the process outright, and a change made
 //!    after the announcement must be seen.
-//! 3. The ledger is opened, stale plugin copies pruned, the listeners
-//!    bound, and `listening on http://ADDR` printed (then the admin
-//!    listener's line).
+//! 3. The ledger is opened (or, with `[state] backend = "redis"`, the
+//!    shared store connected and the keys read from it: a start without
+//!    them fails), stale plugin copies pruned, the listeners bound, and
+//!    `listening on http://ADDR` printed (then the admin listener's line).
 //!
 //! # Shutdown
 //!
@@ -27,8 +28,9 @@
 //! 2. The token fires: both listeners stop accepting, and their open
 //!    connections finish the request in flight, for at most
 //!    `shutdown_grace_ms`; the reloader stops.
-//! 3. The ledger writes what is pending and its writer thread ends: last,
-//!    once no request can count a credit any more.
+//! 3. The ledger writes what is pending and its writer thread ends (with
+//!    `redis`: the settling task writes what it holds, the keys follower
+//!    stops): last, once no request can count a credit any more.
 
 use std::future::Future;
 use std::io::Write;
@@ -48,6 +50,10 @@ use crate::ledger::{Ledger, LedgerError};
 use crate::metrics::MetricsError;
 use crate::plugins::Loader;
 use crate::reload::{Reloader, Watch};
+use crate::shared::cache::SharedCache;
+use crate::shared::credits::Credits;
+use crate::shared::keys::SharedKeys;
+use crate::shared::{Shared, StateConfig, StateError};
 use crate::state::{App, Parts, Snapshot, SnapshotError};
 use crate::upstream::{ClientError, UpstreamClient};
 
@@ -70,6 +76,8 @@ pub enum RunError {
     Ledger(#[from] LedgerError),
     #[error(transparent)]
     Metrics(#[from] MetricsError),
+    #[error(transparent)]
+    State(#[from] StateError),
     #[error("no randomness for the cursor key: {0}")]
     Random(String),
     #[error("cannot listen on {addr}: {source}")]
@@ -81,6 +89,8 @@ pub enum RunError {
     Plugin(#[from] crate::scaffold::ScaffoldError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Usage(String),
 }
 
 /// What a successful [`load`] found, for `check`'s report.
@@ -94,7 +104,19 @@ pub struct Loaded {
 pub fn load(config: &Config) -> Result<Loaded, RunError> {
     crate::files::warn_if_loose(&config.path, &config.serving);
     let loader = Loader::new(config.process.state_dir.clone());
-    let snapshot = Snapshot::build(&config.path, config.serving.clone(), &loader, None)?;
+    // Shared keys are read by `serve` once connected; `check` needs none.
+    let shared_keys = config
+        .process
+        .state
+        .is_redis()
+        .then(|| Arc::new(crate::auth::KeyStore::default()));
+    let snapshot = Snapshot::build(
+        &config.path,
+        config.serving.clone(),
+        &loader,
+        None,
+        shared_keys,
+    )?;
     Ok(Loaded { snapshot, loader })
 }
 
@@ -131,14 +153,26 @@ pub async fn serve(
     listen: Option<SocketAddr>,
     on_ready: impl FnOnce(SocketAddr),
 ) -> Result<(), RunError> {
-    let Loaded { snapshot, loader } = load(&config)?;
+    let Loaded {
+        mut snapshot,
+        loader,
+    } = load(&config)?;
 
     let mut signals = Signals::register()?;
     let watch = Watch::start(&config);
 
     let metrics = crate::metrics::install()?;
     let listener = config.process.listener;
-    let app = Arc::new(build_app(config, snapshot, loader)?);
+    let shared = match &config.process.state {
+        StateConfig::Local => None,
+        StateConfig::Redis(redis) => {
+            let shared = Arc::new(Shared::connect(redis)?);
+            let keys = SharedKeys(&shared).store().await.map_err(KeysError::from)?;
+            snapshot.keys = Arc::new(keys);
+            Some(shared)
+        }
+    };
+    let app = Arc::new(build_app(config, snapshot, loader, shared.clone())?);
     let public_addr = listen.unwrap_or(listener.listen);
     let public = bind(public_addr).await?;
     let admin = match listener.admin_listen {
@@ -174,6 +208,17 @@ pub async fn serve(
     let reloads = signals.forward_hangups(shutdown.clone());
     let reloader =
         tokio::spawn(Reloader::new(app.clone(), local, reloads, watch).run(shutdown.clone()));
+    let mut followers = Vec::new();
+    if let Some(shared) = shared {
+        followers.push(tokio::spawn(crate::shared::keys::follow(
+            app.clone(),
+            shared,
+            shutdown.clone(),
+        )));
+    }
+    if let Some(credits) = app.billing.shared_credits() {
+        followers.push(tokio::spawn(credits.write(shutdown.clone())));
+    }
 
     signals.terminate.await;
     // 1.
@@ -186,7 +231,10 @@ pub async fn serve(
     }
     let _ = reloader.await;
     // 3. Counted credits must survive the process.
-    let closing = tokio::task::spawn_blocking(move || app.billing.ledger().close()).await;
+    for follower in followers {
+        let _ = follower.await;
+    }
+    let closing = tokio::task::spawn_blocking(move || app.billing.close()).await;
     match closing {
         Ok(Ok(())) => {}
         Ok(Err(e)) => tracing::error!("usage not written at shutdown: {e}"),
@@ -196,17 +244,28 @@ pub async fn serve(
 }
 
 /// Step 3's process-wide parts, around the loaded snapshot.
-fn build_app(config: Config, snapshot: Snapshot, loader: Loader) -> Result<App, RunError> {
+fn build_app(
+    config: Config,
+    snapshot: Snapshot,
+    loader: Loader,
+    shared: Option<Arc<Shared>>,
+) -> Result<App, RunError> {
     let process = config.process;
     let cursors =
         CursorSealer::new(&process.cursor).map_err(|e| RunError::Random(e.to_string()))?;
     let upstream = UpstreamClient::new(process.upstream_proxy.as_ref())?;
-    let ledger = Ledger::open(&process.ledger.path, LEDGER_FLUSH_EVERY)?;
-    let billing = Arc::new(Billing::open(ledger)?);
+    let billing = match &shared {
+        None => Billing::open(Ledger::open(&process.ledger.path, LEDGER_FLUSH_EVERY)?)?,
+        Some(shared) => Billing::shared(Arc::new(Credits::new(shared.clone()))),
+    };
+    let billing = Arc::new(billing);
     // Only a server prunes: `check` must not delete copies a running
     // server still maps.
     loader.prune();
-    let cache = crate::cache::Cache::new(process.cache_max_bytes);
+    let shared_cache = shared
+        .as_ref()
+        .map(|shared| Arc::new(SharedCache::new(shared.clone())));
+    let cache = crate::cache::Cache::with_shared(process.cache_max_bytes, shared_cache);
     Ok(App::new(Parts {
         cache,
         config_path: config.path,
@@ -216,6 +275,7 @@ fn build_app(config: Config, snapshot: Snapshot, loader: Loader) -> Result<App, 
         upstream,
         loader,
         billing,
+        shared,
     }))
 }
 

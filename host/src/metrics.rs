@@ -25,6 +25,7 @@ const CREDITS: &str = "socialgate_credits_total";
 const CACHE_REQUESTS: &str = "socialgate_cache_requests_total";
 const CACHE_BYTES: &str = "socialgate_cache_bytes";
 const ABANDONED: &str = "socialgate_requests_abandoned_total";
+const STATE_ERRORS: &str = "socialgate_state_errors_total";
 
 /// Latency buckets, in seconds: from a cached-fast answer to a timeout.
 const BUCKETS: &[f64] = &[
@@ -120,4 +121,11 @@ pub fn cache(endpoint: Endpoint, result: &'static str) {
 /// A caller hung up while upstream work it started was running.
 pub fn abandoned() {
     counter!(ABANDONED).increment(1);
+}
+
+/// A shared-state (Redis) operation that failed; `op` is one of a fixed
+/// set of names (`rate_limit`, `reserve`, `settle`, `keys`, `cache_get`,
+/// `cache_put`).
+pub fn state_error(op: &'static str) {
+    counter!(STATE_ERRORS, "op" => op).increment(1);
 }

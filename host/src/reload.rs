@@ -152,7 +152,15 @@ pub fn reload(app: &App, listening: SocketAddr) -> Result<(), ReloadError> {
     };
     crate::files::warn_if_loose(&config.path, &config.serving);
     warn_about_restart_only_changes(app, &config, listening);
-    let next = match Snapshot::build(&config.path, config.serving, &app.loader, Some(&current)) {
+    // Shared keys are followed by their own task, never read from a file.
+    let shared_keys = app.shared.as_ref().map(|_| current.keys.clone());
+    let next = match Snapshot::build(
+        &config.path,
+        config.serving,
+        &app.loader,
+        Some(&current),
+        shared_keys,
+    ) {
         Ok(next) => next,
         Err(e) => {
             reload_keys_only(app, &current);
@@ -167,6 +175,9 @@ pub fn reload(app: &App, listening: SocketAddr) -> Result<(), ReloadError> {
 }
 
 fn reload_keys_only(app: &App, current: &Snapshot) {
+    if app.shared.is_some() {
+        return;
+    }
     let next = current.with_keys_reread();
     log_keys_fault(&next);
     let changed = !Arc::ptr_eq(&next.keys, &current.keys) && *next.keys != *current.keys;

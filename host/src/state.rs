@@ -19,6 +19,7 @@ use crate::plugins::Loader;
 use crate::resilience::concurrency::ConcurrencyLimit;
 use crate::resilience::rate_limit::RateLimiter;
 use crate::routing::{BuildError, Routes};
+use crate::shared::Shared;
 use crate::upstream::UpstreamClient;
 
 /// Why a snapshot could not be built; the previous one keeps serving.
@@ -44,15 +45,21 @@ pub struct Snapshot {
 
 impl Snapshot {
     /// A snapshot of `serving` read from the config at `config_path`,
-    /// reusing what `previous` has that is unchanged.
+    /// reusing what `previous` has that is unchanged. `shared_keys`: the
+    /// keys when they live in the shared store (then the keys file is not
+    /// read); `None`: the keys file's.
     pub fn build(
         config_path: &std::path::Path,
         serving: ServingConfig,
         loader: &Loader,
         previous: Option<&Snapshot>,
+        shared_keys: Option<Arc<KeyStore>>,
     ) -> Result<Snapshot, SnapshotError> {
         let routes = Routes::build(config_path, &serving, loader, previous.map(|p| &*p.routes))?;
-        let (keys, keys_fault) = Snapshot::keys(&serving.keys_file, previous)?;
+        let (keys, keys_fault) = match shared_keys {
+            Some(keys) => (keys, None),
+            None => Snapshot::keys(&serving.keys_file, previous)?,
+        };
         // Buckets survive a reload unless the limits changed.
         let rate_limiter = match (
             serving.rate_limit,
@@ -88,6 +95,17 @@ impl Snapshot {
         }
     }
 
+    /// This snapshot with `keys` (from the shared store) answering.
+    pub fn with_keys(&self, keys: Arc<KeyStore>) -> Snapshot {
+        Snapshot {
+            serving: self.serving.clone(),
+            routes: self.routes.clone(),
+            keys,
+            keys_fault: None,
+            rate_limiter: self.rate_limiter.clone(),
+        }
+    }
+
     /// The keys at `path`, and why they are not the file's if they are not.
     ///
     /// A keys file that exists but cannot be read or parsed fails a start
@@ -106,7 +124,8 @@ impl Snapshot {
         }
     }
 
-    /// Whether the keys answering are the keys file's.
+    /// Whether the keys answering are the keys file's (or the shared
+    /// store's).
     pub fn keys_are_current(&self) -> bool {
         self.keys_fault.is_none()
     }
@@ -128,6 +147,9 @@ pub struct App {
     pub billing: Arc<Billing>,
     /// Answers kept for their time to live; survives reloads.
     pub cache: Arc<Cache>,
+    /// The store replicas share (`[state] backend = "redis"`); `None`: all
+    /// state is this process's.
+    pub shared: Option<Arc<Shared>>,
     draining: AtomicBool,
 }
 
@@ -141,6 +163,7 @@ pub struct Parts {
     pub loader: Loader,
     pub billing: Arc<Billing>,
     pub cache: Arc<Cache>,
+    pub shared: Option<Arc<Shared>>,
 }
 
 impl App {
@@ -155,6 +178,7 @@ impl App {
             loader: parts.loader,
             billing: parts.billing,
             cache: parts.cache,
+            shared: parts.shared,
             draining: AtomicBool::new(false),
         }
     }

@@ -30,6 +30,9 @@
 //! - [`operator`]: the operator's side: signals, the admin listener and its
 //!   Prometheus text, requests with chosen headers or on a held connection,
 //!   and `keys usage`.
+//! - [`redis`]: a real `redis-server` (AOF, killable with SIGKILL and
+//!   restartable from its AOF; installed by `scripts/install-redis.sh` when
+//!   missing) and [`redis::Replicas`], several servers sharing it.
 //! - [`reload`]: changing a running server's files as an operator does
 //!   (renamed into place, library copies with appended bytes), waiting for
 //!   lines of its log, and its memory from `/proc`.
@@ -41,6 +44,7 @@ pub mod operator;
 pub mod paths;
 pub mod process;
 pub mod raw_upstream;
+pub mod redis;
 pub mod reload;
 pub mod stack;
 pub mod upstream;

@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use socialgate_tests::api::with_cursor;
 use socialgate_tests::config::{standard_env, ConfigBuilder};
 use socialgate_tests::openapi::{self, Contract};
+use socialgate_tests::redis::Replicas;
 use socialgate_tests::upstream::{
     fixtures, primary_comments_page, set, LUNA_SEC_UID, POSTS_NEXT_CURSOR, POST_ID,
 };
@@ -566,6 +567,28 @@ async fn credits_then_rate_limit(contract: &Contract) {
     }
 }
 
+/// Billing enforced on a shared store that went away: 503
+/// `SERVICE_UNAVAILABLE` with `Retry-After` on every endpoint, and `/readyz`
+/// still 200.
+async fn shared_store_away(contract: &Contract) {
+    let mut replica = Replicas::start(1, "\n[billing]\nenforce = true\nfree_credits = 10\n").await;
+    let api = replica.api(0, &replica.issue_everywhere("k").await);
+    replica.redis.kill();
+    for path in ENDPOINTS {
+        let a = expect(
+            contract,
+            &api,
+            "GET",
+            path,
+            503,
+            Some("SERVICE_UNAVAILABLE"),
+        )
+        .await;
+        assert!(a.header("retry-after").is_some(), "{a:?}");
+    }
+    expect(contract, &api, "GET", "/readyz", 200, None).await;
+}
+
 #[tokio::test]
 async fn every_endpoint_and_every_error_code_answers_as_the_document_says() {
     let contract = Contract::load();
@@ -576,6 +599,7 @@ async fn every_endpoint_and_every_error_code_answers_as_the_document_says() {
     overload(&contract).await;
     deadline(&contract).await;
     credits_then_rate_limit(&contract).await;
+    shared_store_away(&contract).await;
 
     let seen = contract.codes_seen();
     let documented = contract.error_codes();

@@ -25,6 +25,10 @@
 //!
 //! The store survives reloads (an entry keeps the time to live it was
 //! stored with) and is bounded by `[cache] max_bytes`, a process setting.
+//!
+//! With `[state] backend = "redis"`, a second level shared by replicas sits
+//! behind it ([`crate::shared::cache`]): asked on a local miss, written when
+//! a fetch stores an answer.
 
 pub mod freshness;
 pub mod status;
@@ -42,6 +46,7 @@ use tokio::sync::watch;
 use crate::chain::{ChainError, Journal};
 use crate::config::{ConfigError, Context};
 use crate::resilience::abandon::Detached;
+use crate::shared::cache::SharedCache;
 
 /// Default `[cache] max_bytes`.
 pub const DEFAULT_MAX_BYTES: u64 = 64 * 1024 * 1024;
@@ -135,7 +140,7 @@ pub fn max_bytes_from_raw(raw: &RawCache, cx: &Context) -> Result<u64, ConfigErr
 }
 
 /// What an answer is stored under; see the module doc.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
 pub struct Key {
     platform: String,
     call: Call,
@@ -208,6 +213,13 @@ impl Entry {
         }
     }
 
+    /// An entry read from the shared level, stored `age` ago by a replica.
+    pub fn restored(key: &Key, answer: Stored, ttl: Duration, age: Duration) -> Entry {
+        let mut entry = Entry::new(key, answer, ttl);
+        entry.stored_at = Instant::now().checked_sub(age).unwrap_or(entry.stored_at);
+        entry
+    }
+
     /// An answer that is not stored: the cache is off for its endpoint.
     pub fn unstored(answer: Stored) -> Entry {
         Entry {
@@ -257,10 +269,17 @@ pub struct Fetched {
 pub struct Cache {
     store: quick_cache::sync::Cache<Key, Arc<Entry>, ByBytes>,
     flights: Mutex<HashMap<Key, watch::Receiver<Option<Landing>>>>,
+    /// The level replicas share (`redis`), behind this one.
+    shared: Option<Arc<SharedCache>>,
 }
 
 impl Cache {
     pub fn new(max_bytes: u64) -> Arc<Cache> {
+        Cache::with_shared(max_bytes, None)
+    }
+
+    /// A cache with `shared` as its second level.
+    pub fn with_shared(max_bytes: u64, shared: Option<Arc<SharedCache>>) -> Arc<Cache> {
         // quick_cache sizes its tables from an item estimate; answers are
         // about a few KiB.
         let estimated_items = usize::try_from(max_bytes / 4096)
@@ -269,7 +288,19 @@ impl Cache {
         Arc::new(Cache {
             store: quick_cache::sync::Cache::with_weighter(estimated_items, max_bytes, ByBytes),
             flights: Mutex::new(HashMap::new()),
+            shared,
         })
+    }
+
+    /// [`Cache::get`], then (on a miss) the shared level, whose answer is
+    /// kept here too.
+    pub async fn lookup(&self, key: &Key) -> Option<Arc<Entry>> {
+        if let Some(entry) = self.store.get(key) {
+            return Some(entry);
+        }
+        let entry = Arc::new(self.shared.as_ref()?.get(key).await?);
+        self.store.insert(key.clone(), entry.clone());
+        Some(entry)
     }
 
     /// The stored answer for `key`, fresh or not.
@@ -319,6 +350,9 @@ impl Cache {
                             let entry = Arc::new(Entry::new(&key, answer, ttl));
                             if !ttl.is_zero() {
                                 cache.store.insert(key.clone(), entry.clone());
+                                if let Some(shared) = &cache.shared {
+                                    shared.put(&key, &entry);
+                                }
                             }
                             entry
                         });

@@ -5,7 +5,7 @@
 //! # Two parts, two lifetimes
 //!
 //! - [`ProcessConfig`]: listeners, connection limits, state folder, ledger,
-//!   cursor key, proxy, log format. Fixed for the life of a process: a
+//!   cursor key, proxy, log format, where shared state lives. Fixed for the life of a process: a
 //!   reload that changes one logs "restart to apply" (see
 //!   [`ProcessConfig::changed_settings`]) and otherwise ignores it.
 //! - [`ServingConfig`]: platforms, providers, keys file, request deadline,
@@ -23,7 +23,7 @@
 //! [`crate::resilience`]'s breaker, rate limit, concurrency gate and
 //! deadline, [`crate::cursor`], [`crate::upstream`], [`crate::logging`],
 //! [`crate::plugins`], [`crate::ledger`], [`crate::auth`],
-//! [`crate::billing`] and [`crate::routing::config`]. [`Context`] gives them
+//! [`crate::billing`], [`crate::shared`] and [`crate::routing::config`]. [`Context`] gives them
 //! the config's folder, the environment, and errors in one format.
 //!
 //! Relative paths resolve against the config file's folder, so a config
@@ -45,6 +45,7 @@ use crate::ledger::{LedgerConfig, RawLedger};
 use crate::logging::LogFormat;
 use crate::resilience::rate_limit::{RateLimitConfig, RawRateLimit};
 use crate::routing::config::{PlatformConfig, ProviderConfig, RawPlatform, RawProvider};
+use crate::shared::{RawState, StateConfig};
 
 /// Why a configuration was refused. `Display` is one line naming the file.
 #[derive(Debug, thiserror::Error)]
@@ -112,6 +113,8 @@ pub struct ProcessConfig {
     pub ledger: LedgerConfig,
     /// `[cache] max_bytes`: the store is built once.
     pub cache_max_bytes: u64,
+    /// `[state]`: in the process, or shared by replicas in Redis.
+    pub state: StateConfig,
 }
 
 /// What a reload swaps in whole.
@@ -144,6 +147,7 @@ impl ProcessConfig {
             log_format,
             ledger,
             cache_max_bytes,
+            state,
         } = self;
         let mut changed = listener.changed_settings(&new.listener);
         let others = [
@@ -159,6 +163,7 @@ impl ProcessConfig {
             ("[server] log_format", *log_format != new.log_format),
             ("[ledger] path", *ledger != new.ledger),
             ("[cache] max_bytes", *cache_max_bytes != new.cache_max_bytes),
+            ("[state]", *state != new.state),
         ];
         changed.extend(others.into_iter().filter(|(_, c)| *c).map(|(key, _)| key));
         changed.extend(cursor.changed_settings(&new.cursor));
@@ -197,6 +202,8 @@ pub struct RawConfig {
     billing: RawBilling,
     #[serde(default)]
     cache: RawCache,
+    #[serde(default)]
+    state: RawState,
 }
 
 /// `[server]` as written: one table, whose keys several modules own.
@@ -230,7 +237,17 @@ pub struct Context<'a> {
     env: &'a dyn Fn(&str) -> Option<String>,
 }
 
-impl Context<'_> {
+impl<'a> Context<'a> {
+    /// A context for unit tests of a section's `from_raw`.
+    #[cfg(test)]
+    pub fn for_tests(path: &'a Path, env: &'a dyn Fn(&str) -> Option<String>) -> Context<'a> {
+        Context {
+            path,
+            base: folder_of(path),
+            env,
+        }
+    }
+
     /// The config file.
     pub fn path(&self) -> &Path {
         self.path
@@ -354,7 +371,15 @@ impl Config {
             log_format: server.log_format.unwrap_or_default(),
             ledger: LedgerConfig::from_raw(&raw.ledger, &cx),
             cache_max_bytes: crate::cache::max_bytes_from_raw(&raw.cache, &cx)?,
+            state: StateConfig::from_raw(&raw.state, &cx)?,
         };
+        // Replicas must open each other's cursors: one shared secret.
+        if process.state.is_redis() && process.cursor.key.is_none() {
+            return Err(cx.invalid(
+                "[state] backend",
+                "\"redis\" needs [server] cursor_key_env: replicas must share the cursor key",
+            ));
+        }
         let plugin_dir = crate::plugins::plugin_dir_from_raw(server, &cx)?;
         let providers = named_tables(raw.providers, |name, p| {
             ProviderConfig::from_raw(name, p, &plugin_dir, &cx)
@@ -399,6 +424,8 @@ fn named_tables<R, T>(
 pub struct KeyFiles {
     pub keys_file: PathBuf,
     pub ledger: LedgerConfig,
+    /// With `redis`, keys and usage are in the shared store, not the files.
+    pub state: StateConfig,
 }
 
 impl KeyFiles {
@@ -412,6 +439,7 @@ impl KeyFiles {
         Ok(KeyFiles {
             keys_file: crate::auth::keys_file_from_raw(&raw.server, &cx),
             ledger: LedgerConfig::from_raw(&raw.ledger, &cx),
+            state: StateConfig::from_raw(&raw.state, &cx)?,
         })
     }
 }

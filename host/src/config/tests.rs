@@ -37,6 +37,7 @@ fn env(name: &str) -> Option<String> {
         "KEY_A" | "KEY_B" => Some(format!("secret-{name}")),
         "KEY_CURSOR" => Some("secret-cursor-key-of-at-least-32-chars".into()),
         "KEY_CURSOR_OLD" => Some("the-previous-cursor-key-of-32-chars".into()),
+        "KEY_REDIS" => Some("redis://127.0.0.1:6379".into()),
         _ => None,
     }
 }
@@ -217,6 +218,11 @@ fn every_process_setting_needs_a_restart() {
         assert_eq!(base.changed_settings(&changed), [*key], "{key}");
         assert_eq!(changed.changed_settings(&base), [*key], "{key}, back");
     }
+    // A redis backend needs a cursor key.
+    let keyed = with_server_line("cursor_key_env = \"KEY_CURSOR\"");
+    let shared = format!("{keyed}\n[state]\nbackend = \"redis\"\nurl_env = \"KEY_REDIS\"\n");
+    let (keyed, shared) = (parse(&keyed).unwrap(), parse(&shared).unwrap());
+    assert_eq!(keyed.process.changed_settings(&shared.process), ["[state]"]);
     // The previous cursor key only exists beside a current one.
     let current = parse(&with_server_line("cursor_key_env = \"KEY_CURSOR\"")).unwrap();
     let both = parse(&with_server_line(
@@ -276,4 +282,11 @@ fn no_serving_setting_needs_a_restart() {
             "{text}"
         );
     }
+}
+
+#[test]
+fn a_redis_backend_needs_a_shared_cursor_key() {
+    let text = format!("{GOOD}\n[state]\nbackend = \"redis\"\nurl_env = \"KEY_REDIS\"\n");
+    let e = parse(&text).unwrap_err().to_string();
+    assert!(e.contains("cursor_key_env"), "{e}");
 }

@@ -108,7 +108,7 @@ async fn find_cached<H: Send + 'static>(
     let endpoint = ask.call.endpoint();
 
     let key = Key::new(ask.platform, ask.call, ask.issuer);
-    let stored = app.cache.get(&key);
+    let stored = app.cache.lookup(&key).await;
     let forward = match &stored {
         None => Forward::Miss,
         Some(entry) => match freshness::judge(entry.age(), entry.ttl(), ask.directives) {

@@ -22,7 +22,7 @@ use tracing::Instrument;
 use super::answer::{self, Ask, Unanswered};
 use super::request_id;
 use super::response::{self, Body};
-use crate::billing::Reservation;
+use crate::billing::{NoCredit, Reservation};
 use crate::cache::freshness::Directives;
 use crate::cache::status::CacheStatus;
 use crate::chain::{ChainError, Journal};
@@ -142,11 +142,13 @@ async fn route(
     let key = authenticate(snapshot, request)?;
     report.key = Some(key.to_owned());
     if let Some(limiter) = &snapshot.rate_limiter {
-        limiter
-            .check(key, tokio::time::Instant::now())
-            .map_err(|wait| ApiError::RateLimited {
-                retry_after_secs: retry_after_secs(wait),
-            })?;
+        let verdict = match &app.shared {
+            None => limiter.check(key, tokio::time::Instant::now()),
+            Some(shared) => shared.rate_limit(key, limiter.config()).await,
+        };
+        verdict.map_err(|wait| ApiError::RateLimited {
+            retry_after_secs: retry_after_secs(wait),
+        })?;
     }
 
     let (platform, endpoint) = match path.strip_prefix("/v1/").map(|rest| rest.split_once('/')) {
@@ -188,7 +190,13 @@ async fn route(
     let credits = app
         .billing
         .reserve(key, billing.cost(endpoint), billing)
-        .map_err(|_| ApiError::InsufficientCredits)?;
+        .await
+        .map_err(|refused| match refused {
+            NoCredit::OutOfCredits => ApiError::InsufficientCredits,
+            NoCredit::Unavailable => ApiError::ServiceUnavailable {
+                retry_after_secs: 1,
+            },
+        })?;
 
     let ask = Ask {
         platform,
@@ -333,6 +341,15 @@ fn readiness(app: &App, snapshot: &Snapshot) -> Response<Body> {
         .live_platforms()
         .all(|platform| snapshot.routes.serves_anything(platform));
     if every_live_platform_served && snapshot.keys_are_current() {
+        // Every replica shares a Redis outage: failing readiness would take
+        // them all out of the load balancer at once. Serve, and say so.
+        if app
+            .shared
+            .as_ref()
+            .is_some_and(|shared| !shared.is_healthy())
+        {
+            return response::plain_json(StatusCode::OK, r#"{"status":"degraded"}"#);
+        }
         response::plain_json(StatusCode::OK, r#"{"status":"ready"}"#)
     } else {
         response::plain_json(StatusCode::SERVICE_UNAVAILABLE, r#"{"status":"not_ready"}"#)

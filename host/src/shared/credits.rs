@@ -1,0 +1,370 @@
+//! Credits and usage in the shared store: what [`crate::billing`] books
+//! when `[state] backend = "redis"`.
+//!
+//! - **Accounts** (`{prefix}acct:NAME`: `spent`, `reserved`, `granted`) and
+//!   the reservations held on them (`{prefix}held:NAME`, a sorted set of
+//!   `AMOUNT:ID` by expiry). [`Credits::reserve`] is one script: it frees
+//!   reservations whose holder died (a replica killed mid-request), checks
+//!   `spent + reserved + amount` against `free_credits + granted`, and holds
+//!   the amount. So a key never spends more than its balance, whatever the
+//!   replicas and the concurrency. When Redis cannot answer, no credit can
+//!   be reserved: billing fails closed.
+//! - **Settling** (a delivered answer's credits spent and its usage
+//!   counted, or a failed request's reservation released) is not on the
+//!   request path: it is queued here and written by one task every
+//!   [`FLUSH_EVERY`], in one script per batch. A held reservation counts
+//!   until it is released, so the delay never lets a key overspend.
+//! - **Usage** (`{prefix}usage:DAY:NAME`: `requests`, `credits`, indexed in
+//!   `{prefix}usage:index`) is counted in the same script.
+//!
+//! While Redis is away, settled credits wait in memory (bounded by
+//! [`MAX_PENDING`] entries; past it new ones are dropped, logged and
+//! counted) and are written when it returns. Never twice: each batch
+//! carries this process's sequence number, and the script skips a batch
+//! whose number it has already applied (a batch whose answer was lost is
+//! retried as it was).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::{AsyncCommands, Script};
+use tokio_util::sync::CancellationToken;
+
+use super::{Shared, StateError};
+use crate::ledger::UsageRow;
+
+/// How often settled credits are written.
+pub const FLUSH_EVERY: Duration = Duration::from_millis(100);
+/// Settled entries kept while Redis is away, at most (an entry is a key's
+/// usage of one day, or one reservation to release).
+pub const MAX_PENDING: usize = 100_000;
+/// How long a reservation may be held before any replica frees it: far
+/// longer than a request may run, so only a holder that died loses it.
+const HOLD_FOR_MS: u64 = 10 * 60 * 1000;
+
+const RESERVE: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
+if #expired > 0 then
+  local freed = 0
+  for _, m in ipairs(expired) do freed = freed + tonumber(string.match(m, '^(%d+):')) end
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+  redis.call('HINCRBY', KEYS[1], 'reserved', -freed)
+end
+local a = redis.call('HMGET', KEYS[1], 'spent', 'reserved', 'granted')
+local held = (tonumber(a[1]) or 0) + (tonumber(a[2]) or 0)
+local amount = tonumber(ARGV[1])
+local limit = tonumber(ARGV[2]) + (tonumber(a[3]) or 0)
+if held + amount > limit then return -1 end
+redis.call('HINCRBY', KEYS[1], 'reserved', amount)
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[4]), ARGV[3])
+return limit - held - amount
+";
+
+/// KEYS[1]: this process's last applied batch number. ARGV[1]: the
+/// prefix, ARGV[2]: this batch's number, then groups of five: `u NAME DAY
+/// REQUESTS CREDITS` (usage) or `r NAME MEMBER AMOUNT -` (a release).
+const SETTLE: &str = r"
+local seq = tonumber(ARGV[2])
+if seq <= tonumber(redis.call('GET', KEYS[1]) or '0') then return 0 end
+redis.call('SET', KEYS[1], seq, 'EX', 604800)
+local p = ARGV[1]
+for i = 3, #ARGV, 5 do
+  local name = ARGV[i + 1]
+  if ARGV[i] == 'u' then
+    local day, requests, credits = ARGV[i + 2], tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])
+    local u = p .. 'usage:' .. day .. ':' .. name
+    redis.call('HINCRBY', u, 'requests', requests)
+    redis.call('HINCRBY', u, 'credits', credits)
+    redis.call('SADD', p .. 'usage:index', day .. ' ' .. name)
+    redis.call('HINCRBY', p .. 'acct:' .. name, 'spent', credits)
+  else
+    if redis.call('ZREM', p .. 'held:' .. name, ARGV[i + 2]) == 1 then
+      redis.call('HINCRBY', p .. 'acct:' .. name, 'reserved', -tonumber(ARGV[i + 3]))
+    end
+  end
+end
+return 1
+";
+
+/// Why a credit could not be reserved.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The key's balance is spent.
+    Exhausted,
+    /// Redis did not answer: no credit can be checked.
+    Unavailable,
+}
+
+/// Settled but not yet written.
+#[derive(Default)]
+struct Pending {
+    /// (day, name) -> (requests, credits).
+    usage: HashMap<(String, String), (u64, u64)>,
+    /// (name, member, amount).
+    releases: Vec<(String, String, u32)>,
+    /// Whether the drop past [`MAX_PENDING`] was logged, for this outage.
+    overflow_logged: bool,
+}
+
+impl Pending {
+    fn len(&self) -> usize {
+        self.usage.len() + self.releases.len()
+    }
+}
+
+/// Shared credit accounts and the queue of what was settled.
+pub struct Credits {
+    shared: Arc<Shared>,
+    reserve: Script,
+    settle: Script,
+    pending: Mutex<Pending>,
+}
+
+impl Credits {
+    pub fn new(shared: Arc<Shared>) -> Credits {
+        Credits {
+            shared,
+            reserve: Script::new(RESERVE),
+            settle: Script::new(SETTLE),
+            pending: Mutex::new(Pending::default()),
+        }
+    }
+
+    fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
+        // A plain map: a panic cannot tear it.
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Holds `amount` of `name`'s credits (at most `free_credits` plus its
+    /// grants, ever); returns the reservation's member, to settle it with.
+    pub async fn reserve(
+        &self,
+        name: &str,
+        amount: u32,
+        free_credits: u64,
+    ) -> Result<String, Refusal> {
+        let mut id = [0u8; 8];
+        getrandom::getrandom(&mut id).map_err(|_| Refusal::Unavailable)?;
+        let member = format!("{amount}:{:016x}", u64::from_le_bytes(id));
+        let (account, held) = (
+            self.shared.key(&format!("acct:{name}")),
+            self.shared.key(&format!("held:{name}")),
+        );
+        let script = &self.reserve;
+        let arg = member.clone();
+        let left: i64 = self
+            .shared
+            .run("reserve", |mut conn| async move {
+                script
+                    .key(account)
+                    .key(held)
+                    .arg(amount)
+                    .arg(free_credits)
+                    .arg(arg)
+                    .arg(HOLD_FOR_MS)
+                    .invoke_async(&mut conn)
+                    .await
+            })
+            .await
+            .map_err(|_| Refusal::Unavailable)?;
+        if left < 0 {
+            return Err(Refusal::Exhausted);
+        }
+        Ok(member)
+    }
+
+    /// A delivered answer of `amount` credits: counted in `name`'s usage of
+    /// today and spent; `held` (its reservation) released.
+    pub fn commit(&self, name: &str, held: Option<String>, amount: u32) {
+        let day = super::utc_day();
+        let mut pending = self.pending();
+        if self.full(&mut pending) {
+            return;
+        }
+        let counts = pending.usage.entry((day, name.to_owned())).or_default();
+        counts.0 += 1;
+        counts.1 += u64::from(amount);
+        if let Some(member) = held {
+            pending.releases.push((name.to_owned(), member, amount));
+        }
+    }
+
+    /// A reservation given back: nothing was delivered.
+    pub fn refund(&self, name: &str, member: String, amount: u32) {
+        let mut pending = self.pending();
+        if !self.full(&mut pending) {
+            pending.releases.push((name.to_owned(), member, amount));
+        }
+    }
+
+    /// Whether the queue is full (then logged once and counted).
+    fn full(&self, pending: &mut Pending) -> bool {
+        if pending.len() < MAX_PENDING {
+            return false;
+        }
+        crate::metrics::state_error("settle_dropped");
+        if !std::mem::replace(&mut pending.overflow_logged, true) {
+            tracing::error!(
+                max = MAX_PENDING,
+                "shared state away too long: settled credits past the buffer are not counted"
+            );
+        }
+        true
+    }
+
+    /// Writes what was settled every [`FLUSH_EVERY`] until `shutdown`,
+    /// then once more (trying for a second). Run as one task.
+    pub async fn write(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut writer = Writer {
+            credits: self,
+            seq: 0,
+            replica: replica_id(),
+            failed: None,
+        };
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(FLUSH_EVERY) => {}
+                () = shutdown.cancelled() => break,
+            }
+            let _ = writer.flush().await;
+        }
+        for _ in 0..10 {
+            if writer.flush().await.is_ok() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        tracing::error!("shared state away at shutdown: settled credits not written");
+    }
+
+    /// Usage on or after `since`, ordered by key then day.
+    pub async fn usage(&self, since: Option<&str>) -> Result<Vec<UsageRow>, StateError> {
+        let index = self.shared.key("usage:index");
+        let entries: Vec<String> = self
+            .shared
+            .run(
+                "usage",
+                |mut conn| async move { conn.smembers(index).await },
+            )
+            .await?;
+        let mut wanted: Vec<(String, String)> = entries
+            .iter()
+            .filter_map(|e| e.split_once(' '))
+            .filter(|(day, _)| since.is_none_or(|since| *day >= since))
+            .map(|(day, key)| (key.to_owned(), day.to_owned()))
+            .collect();
+        wanted.sort();
+        let mut pipe = redis::pipe();
+        for (key, day) in &wanted {
+            pipe.cmd("HMGET")
+                .arg(self.shared.key(&format!("usage:{day}:{key}")))
+                .arg("requests")
+                .arg("credits");
+        }
+        let counts: Vec<(Option<u64>, Option<u64>)> = self
+            .shared
+            .run("usage", |mut conn| async move {
+                pipe.query_async(&mut conn).await
+            })
+            .await?;
+        Ok(wanted
+            .into_iter()
+            .zip(counts)
+            .map(|((key, day), (requests, credits))| UsageRow {
+                key,
+                day,
+                requests: requests.unwrap_or(0),
+                credits: credits.unwrap_or(0),
+            })
+            .collect())
+    }
+}
+
+/// A random name for this process's batch numbers.
+fn replica_id() -> String {
+    let mut id = [0u8; 8];
+    let _ = getrandom::getrandom(&mut id);
+    format!("{:016x}", u64::from_le_bytes(id))
+}
+
+/// The task that writes batches, in order, each until it lands.
+struct Writer {
+    credits: Arc<Credits>,
+    seq: u64,
+    replica: String,
+    /// A batch that did not land: sent again, as it was, before any other.
+    failed: Option<(u64, Vec<String>)>,
+}
+
+impl Writer {
+    async fn flush(&mut self) -> Result<(), StateError> {
+        let (seq, args) = match self.failed.take() {
+            Some(batch) => batch,
+            None => {
+                let Some(args) = self.take() else {
+                    return Ok(());
+                };
+                self.seq += 1;
+                (self.seq, args)
+            }
+        };
+        let shared = &self.credits.shared;
+        let marker = shared.key(&format!("batch:{}", self.replica));
+        let script = &self.credits.settle;
+        let prefix = shared.prefix().to_owned();
+        let sent = args.clone();
+        let result = shared
+            .run("settle", |mut conn| async move {
+                let mut invocation = script.key(marker);
+                invocation.arg(prefix).arg(seq);
+                for arg in &sent {
+                    invocation.arg(arg);
+                }
+                invocation.invoke_async::<i64>(&mut conn).await
+            })
+            .await;
+        match result {
+            Ok(_) => {
+                self.credits.pending().overflow_logged = false;
+                Ok(())
+            }
+            Err(e) => {
+                self.failed = Some((seq, args));
+                Err(e)
+            }
+        }
+    }
+
+    /// What is pending, as the script's arguments; `None` when nothing is.
+    fn take(&self) -> Option<Vec<String>> {
+        let Pending {
+            usage, releases, ..
+        } = std::mem::take(&mut *self.credits.pending());
+        if usage.is_empty() && releases.is_empty() {
+            return None;
+        }
+        let mut args = Vec::with_capacity((usage.len() + releases.len()) * 5);
+        for ((day, name), (requests, credits)) in usage {
+            args.extend([
+                "u".to_owned(),
+                name,
+                day,
+                requests.to_string(),
+                credits.to_string(),
+            ]);
+        }
+        for (name, member, amount) in releases {
+            args.extend([
+                "r".to_owned(),
+                name,
+                member,
+                amount.to_string(),
+                "-".to_owned(),
+            ]);
+        }
+        Some(args)
+    }
+}

@@ -1,0 +1,80 @@
+//! The global rate limit: one token bucket per key in Redis, taken from by
+//! every replica, so together they admit the configured rate. One script,
+//! one round trip; the bucket's clock is Redis's own (`TIME`), so replicas'
+//! clocks need not agree.
+//!
+//! Fails open: when Redis is away the request is admitted (and the failure
+//! counted). Refusing every request for a missing counter would turn a
+//! Redis outage into a full outage; the local limit it replaces admitted
+//! N times the rate across N replicas anyway.
+
+use std::time::Duration;
+
+use redis::Script;
+
+use super::Shared;
+use crate::resilience::rate_limit::RateLimitConfig;
+
+/// Refills the bucket for the time since it was last touched, takes a
+/// token if there is one, and says how many milliseconds until one is
+/// there otherwise (0: admitted). The bucket expires once it would be full
+/// again, so idle keys cost no memory.
+const TAKE: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local rate = tonumber(ARGV[1]) / 1000
+local burst = tonumber(ARGV[2])
+local b = redis.call('HMGET', KEYS[1], 'tokens', 'at')
+local tokens = tonumber(b[1]) or burst
+local at = tonumber(b[2]) or now
+tokens = math.min(burst, tokens + math.max(0, now - at) * rate)
+local wait = 0
+if tokens >= 1 then
+  tokens = tokens - 1
+else
+  wait = math.ceil((1 - tokens) / rate)
+end
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', now)
+redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate) + 1000)
+return wait
+";
+
+/// The bucket script, hashed once.
+pub struct Limits {
+    take: Script,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            take: Script::new(TAKE),
+        }
+    }
+}
+
+impl Limits {
+    /// Takes a token of `key`'s global bucket, or says how long until one
+    /// is there. Admits when Redis cannot answer.
+    pub async fn check(
+        &self,
+        shared: &Shared,
+        key: &str,
+        config: RateLimitConfig,
+    ) -> Result<(), Duration> {
+        let bucket = shared.key(&format!("rl:{key}"));
+        let outcome = shared
+            .run("rate_limit", |mut conn| async move {
+                self.take
+                    .key(bucket)
+                    .arg(config.per_second)
+                    .arg(config.burst)
+                    .invoke_async::<u64>(&mut conn)
+                    .await
+            })
+            .await;
+        match outcome {
+            Ok(0) | Err(_) => Ok(()),
+            Ok(wait_ms) => Err(Duration::from_millis(wait_ms)),
+        }
+    }
+}
