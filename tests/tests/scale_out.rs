@@ -1,0 +1,369 @@
+//! Scale-out: three real `socialgate serve` replicas sharing one real
+//! `redis-server` (AOF, `appendfsync always`), asked round-robin as a load
+//! balancer would. Two set-ups, each shared by the assertions it serves
+//! (three processes per set-up keep this suite lean):
+//!
+//! - counting, not enforcing: the global rate limit, keys issued and
+//!   revoked everywhere, the shared cache, usage summed across replicas,
+//!   and Redis killed mid-load then restarted from its AOF (rate limits
+//!   fail open, usage buffered and written once);
+//! - billing enforced: exact credits under concurrency on all three, then
+//!   Redis killed: credits fail closed with 503 `SERVICE_UNAVAILABLE`, the
+//!   last known keys still recognised, `/readyz` 200 `degraded`.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use socialgate_tests::operator::{admin_addr, scrape};
+use socialgate_tests::redis::Replicas;
+use socialgate_tests::{eventually, Answer, Api};
+
+const PROFILE: &str = "/v1/shortvideo/profile?username=lunabakes";
+const RATE: f64 = 40.0;
+const BURST: f64 = 10.0;
+
+/// Clients of every replica for `key`, asked round-robin.
+fn clients(replicas: &Replicas, key: &str) -> Vec<Api> {
+    (0..replicas.servers.len())
+        .map(|i| replicas.api(i, key))
+        .collect()
+}
+
+/// `workers` clients asking `path` round-robin as fast as they can for
+/// `duration`; every answer's status, and how long it took from the first
+/// request to the last answer.
+async fn blast(apis: &[Api], path: &str, workers: usize, duration: Duration) -> (Vec<u16>, f64) {
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..workers {
+        let apis = apis.to_vec();
+        let path = path.to_owned();
+        tasks.push(tokio::spawn(async move {
+            let mut statuses = Vec::new();
+            let mut n = w;
+            while started.elapsed() < duration {
+                statuses.push(apis[n % apis.len()].get(&path).await.status);
+                n += 1;
+            }
+            statuses
+        }));
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.unwrap());
+    }
+    (all, started.elapsed().as_secs_f64())
+}
+
+/// What a load of several keys was answered, per key name.
+#[derive(Default)]
+struct Tally {
+    delivered: BTreeMap<String, u64>,
+    other: Vec<(String, u16, String)>,
+}
+
+/// Clients asking `PROFILE` round-robin with the keys of `keys` in turn,
+/// about every `pause`, until `stop`; what they were answered.
+fn load(
+    replicas: &Replicas,
+    keys: &[(String, String)],
+    workers: usize,
+    pause: Duration,
+    stop: Arc<AtomicBool>,
+) -> (Arc<Mutex<Tally>>, Vec<tokio::task::JoinHandle<()>>) {
+    let tally = Arc::new(Mutex::new(Tally::default()));
+    let mut tasks = Vec::new();
+    for w in 0..workers {
+        let clients: Vec<(String, Vec<Api>)> = keys
+            .iter()
+            .map(|(name, key)| (name.clone(), clients(replicas, key)))
+            .collect();
+        let (tally, stop) = (tally.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut n = w;
+            while !stop.load(Ordering::Relaxed) {
+                let (name, apis) = &clients[n % clients.len()];
+                let answer = apis[(n / clients.len()) % apis.len()].get(PROFILE).await;
+                {
+                    let mut tally = tally.lock().unwrap();
+                    if answer.status == 200 {
+                        *tally.delivered.entry(name.clone()).or_default() += 1;
+                    } else {
+                        let code = answer.error_code().to_owned();
+                        tally.other.push((name.clone(), answer.status, code));
+                    }
+                }
+                n += 1;
+                tokio::time::sleep(pause).await;
+            }
+        }));
+    }
+    (tally, tasks)
+}
+
+/// Requests per key name in `keys usage`, over all days.
+fn usage_requests(replicas: &Replicas) -> BTreeMap<String, u64> {
+    let out = replicas.cli(&["keys", "usage", "--json"]);
+    assert!(out.success(), "keys usage: {}", out.stderr);
+    let rows: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    let mut totals = BTreeMap::new();
+    for row in rows.as_array().unwrap() {
+        *totals
+            .entry(row["key"].as_str().unwrap().to_owned())
+            .or_default() += row["requests"].as_u64().unwrap();
+    }
+    totals
+}
+
+async fn all_ready(replicas: &Replicas, wanted: &str) -> bool {
+    for i in 0..replicas.servers.len() {
+        if replicas.readiness(i).await != (200, wanted.to_owned()) {
+            return false;
+        }
+    }
+    true
+}
+
+fn cache_status(a: &Answer) -> String {
+    a.header("cache-status").unwrap_or("").to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_share_limits_keys_cache_and_usage_and_survive_a_redis_kill() {
+    let mut replicas = Replicas::start(
+        3,
+        &format!("\n[rate_limit]\nper_second = {RATE}\nburst = {BURST}\n"),
+    )
+    .await;
+    replicas.primary.serve_fixtures().await;
+    let names = ["rl", "late", "u0", "u1", "u2", "u3"];
+    let mut keys = BTreeMap::new();
+    for name in names {
+        keys.insert(name, replicas.issue_everywhere(name).await);
+    }
+    assert!(replicas.aof_dir().join("appendonlydir").is_dir(), "AOF on");
+
+    // The cache: fetched by one replica, a hit on another.
+    let first = replicas.api(0, &keys["u0"]).get(PROFILE).await;
+    assert_eq!(first.status, 200, "{first:?}");
+    assert!(cache_status(&first).contains("fwd=miss"), "{first:?}");
+    let hit = eventually(Duration::from_secs(1), || async {
+        cache_status(&replicas.api(1, &keys["u0"]).get(PROFILE).await).contains("hit")
+    });
+    assert!(
+        hit.await,
+        "an answer fetched by replica 0 is a hit on replica 1"
+    );
+    let third = replicas.api(2, &keys["u0"]).get(PROFILE).await;
+    assert!(cache_status(&third).contains("hit"), "{third:?}");
+    assert_eq!(third.json["meta"]["cached"], true);
+    assert_eq!(
+        replicas.primary.requests_to("/v1/user/profile").await.len(),
+        1,
+        "one upstream fetch for three replicas"
+    );
+
+    // The global rate limit: once the burst is spent, the three together
+    // admit the rate, within 10%.
+    let (statuses, secs) = blast(
+        &clients(&replicas, &keys["rl"]),
+        PROFILE,
+        6,
+        Duration::from_secs(3),
+    )
+    .await;
+    let admitted = statuses.iter().filter(|s| **s == 200).count() as f64;
+    let refused = statuses.iter().filter(|s| **s == 429).count();
+    assert_eq!(
+        admitted as usize + refused,
+        statuses.len(),
+        "only 200 or 429"
+    );
+    let expected = RATE * secs;
+    eprintln!(
+        "rate limit: {admitted} admitted of {} in {secs:.2} s",
+        statuses.len()
+    );
+    assert!(
+        ((admitted - BURST) - expected).abs() <= expected * 0.1,
+        "admitted {admitted} in {secs:.2} s: burst {BURST} + {expected:.0} expected, within 10%"
+    );
+    assert!(
+        refused > statuses.len() / 2,
+        "the load was well past the rate"
+    );
+
+    // Keys: revoked and issued keys seen by every replica within 2 s.
+    let late = clients(&replicas, &keys["late"]);
+    for api in &late {
+        assert_eq!(api.get(PROFILE).await.status, 200);
+    }
+    let out = replicas.cli(&["keys", "revoke", "late"]);
+    assert!(out.success(), "{}", out.stderr);
+    let revoked_at = Instant::now();
+    for api in &late {
+        let refused = eventually(
+            Duration::from_secs(2).saturating_sub(revoked_at.elapsed()),
+            || async { api.get(PROFILE).await.error_code() == "INVALID_API_KEY" },
+        );
+        assert!(
+            refused.await,
+            "a revoked key stops on every replica within 2 s"
+        );
+    }
+    let fresh = replicas.issue("fresh");
+    let issued_at = Instant::now();
+    for api in clients(&replicas, &fresh) {
+        let accepted = eventually(
+            Duration::from_secs(2).saturating_sub(issued_at.elapsed()),
+            || async { api.get(PROFILE).await.status == 200 },
+        );
+        assert!(
+            accepted.await,
+            "an issued key works on every replica within 2 s"
+        );
+    }
+    let listed = replicas.cli(&["keys", "list"]);
+    assert!(
+        listed.stdout.contains("fresh") && !listed.stdout.contains("late"),
+        "{}",
+        listed.stdout
+    );
+
+    // Redis killed mid-load, then restarted from its AOF.
+    let load_keys: Vec<(String, String)> = ["u1", "u2", "u3"]
+        .iter()
+        .map(|n| (n.to_string(), keys[n].clone()))
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tally, tasks) = load(
+        &replicas,
+        &load_keys,
+        3,
+        Duration::from_millis(15),
+        stop.clone(),
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let delivered_before = tally.lock().unwrap().delivered.values().sum::<u64>();
+    replicas.redis.kill();
+    let degraded = eventually(Duration::from_secs(2), || all_ready(&replicas, "degraded"));
+    assert!(
+        degraded.await,
+        "every replica says degraded, and stays in the load balancer"
+    );
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let during = tally.lock().unwrap().delivered.values().sum::<u64>();
+    assert!(
+        during > delivered_before,
+        "answers go on while Redis is away"
+    );
+    // Blocks until it answers PING, its AOF loaded.
+    tokio::task::block_in_place(|| replicas.redis.restart());
+    let restarted = Instant::now();
+    let converged = eventually(Duration::from_secs(5), || all_ready(&replicas, "ready"));
+    assert!(converged.await, "ready again within 5 s of Redis's return");
+    assert!(restarted.elapsed() < Duration::from_secs(5));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let tally = std::mem::take(&mut *tally.lock().unwrap());
+    assert!(
+        tally.other.iter().all(|(_, status, _)| *status == 429),
+        "no 500, nothing but rate limits: {:?}",
+        tally.other
+    );
+    // Every delivered answer counted once, whether counted before, during
+    // or after the outage.
+    let mut wanted = tally.delivered.clone();
+    wanted.insert("rl".to_owned(), admitted as u64);
+    let counted = eventually(Duration::from_secs(3), || async {
+        let usage = usage_requests(&replicas);
+        wanted.iter().all(|(name, n)| usage.get(name) == Some(n))
+    });
+    let usage = usage_requests(&replicas);
+    assert!(
+        counted.await,
+        "usage {usage:?} equals the answers delivered {wanted:?}"
+    );
+
+    let admin = admin_addr(&replicas.servers[0]);
+    let metrics = scrape(admin).await;
+    assert!(
+        metrics
+            .sum("socialgate_state_errors_total", &[])
+            .is_some_and(|n| n > 0.0),
+        "the outage was counted"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enforced_credits_are_exact_across_replicas_and_fail_closed_without_redis() {
+    let mut replicas =
+        Replicas::start(3, "\n[billing]\nenforce = true\nfree_credits = 150\n").await;
+    replicas.primary.serve_fixtures().await;
+    let key = replicas.issue_everywhere("c").await;
+
+    // 200 requests at once, spread over the three: exactly 150 delivered.
+    let apis = clients(&replicas, &key);
+    let mut tasks = Vec::new();
+    for n in 0..200 {
+        let api = apis[n % apis.len()].clone();
+        tasks.push(tokio::spawn(async move { api.get(PROFILE).await }));
+    }
+    let mut statuses = BTreeMap::<(u16, String), usize>::new();
+    for task in tasks {
+        let a = task.await.unwrap();
+        *statuses
+            .entry((a.status, a.error_code().to_owned()))
+            .or_default() += 1;
+    }
+    let wanted = BTreeMap::from([
+        ((200, String::new()), 150),
+        ((402, "INSUFFICIENT_CREDITS".to_owned()), 50),
+    ]);
+    assert_eq!(statuses, wanted, "exactly the balance, never more");
+    for api in &apis {
+        api.get(PROFILE)
+            .await
+            .assert_error(402, "INSUFFICIENT_CREDITS");
+    }
+    let counted = eventually(Duration::from_secs(2), || async {
+        usage_requests(&replicas).get("c") == Some(&150)
+    });
+    assert!(counted.await, "usage: {:?}", usage_requests(&replicas));
+
+    // Redis away: a credit cannot be checked, so none is spent (503 with
+    // Retry-After); keys are still the last known set; ready, degraded.
+    let other = replicas.issue_everywhere("d").await;
+    let others = clients(&replicas, &other);
+    replicas.redis.kill();
+    for api in &others {
+        let a = api.get(PROFILE).await;
+        a.assert_error(503, "SERVICE_UNAVAILABLE");
+        assert_eq!(a.header("retry-after"), Some("1"), "{a:?}");
+        api.with_key(Some("sg_unknown"))
+            .get(PROFILE)
+            .await
+            .assert_error(401, "INVALID_API_KEY");
+    }
+    assert!(all_ready(&replicas, "degraded").await);
+    tokio::task::block_in_place(|| replicas.redis.restart());
+    let back = eventually(Duration::from_secs(5), || async {
+        let mut all = true;
+        for api in &others {
+            all &= api.get(PROFILE).await.status == 200;
+        }
+        all && all_ready(&replicas, "ready").await
+    });
+    assert!(back.await, "serving credits again within 5 s");
+    // Restarted from its AOF: what was spent is still spent.
+    for api in &apis {
+        api.get(PROFILE)
+            .await
+            .assert_error(402, "INSUFFICIENT_CREDITS");
+    }
+}
