@@ -26,6 +26,10 @@ pub const REDIS_URL_ENV: &str = "SG_TEST_REDIS_URL";
 pub const CURSOR_KEY_ENV: &str = "SG_TEST_CURSOR_KEY";
 const CURSOR_KEY: &str = "a-cursor-key-every-replica-shares-0123456789";
 
+/// The password every test server requires: the URL carries it, so the
+/// tests can check that it appears in no log.
+pub const PASSWORD: &str = "sg-test-redis-password-7c1f";
+
 /// How long Redis may take to answer its first PING.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -84,7 +88,7 @@ impl RedisServer {
             .arg("--dir")
             .arg(self.dir.path())
             .args(["--appendonly", "yes", "--appendfsync", "always"])
-            .args(["--save", "", "--daemonize", "no", "--protected-mode", "no"])
+            .args(["--save", "", "--daemonize", "no", "--requirepass", PASSWORD])
             .stdout(Stdio::from(log.try_clone().expect("a log file")))
             .stderr(Stdio::from(log))
             .spawn()
@@ -108,14 +112,15 @@ impl RedisServer {
             return false;
         };
         let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
-        let mut reply = [0u8; 7];
-        stream.write_all(b"PING\r\n").is_ok()
+        let mut reply = [0u8; 12];
+        let ask = format!("AUTH {PASSWORD}\r\nPING\r\n");
+        stream.write_all(ask.as_bytes()).is_ok()
             && stream.read_exact(&mut reply).is_ok()
-            && &reply == b"+PONG\r\n"
+            && &reply == b"+OK\r\n+PONG\r\n"
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
+        format!("redis://:{PASSWORD}@127.0.0.1:{}/0", self.port)
     }
 
     /// SIGKILL: no chance to write anything more.

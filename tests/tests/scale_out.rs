@@ -17,8 +17,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use socialgate_tests::operator::{admin_addr, scrape};
-use socialgate_tests::redis::Replicas;
+use socialgate_tests::redis::{Replicas, PASSWORD};
 use socialgate_tests::{eventually, Answer, Api};
+use socialgate_tests::{issue_key, ConfigBuilder};
 
 const PROFILE: &str = "/v1/shortvideo/profile?username=lunabakes";
 const RATE: f64 = 40.0;
@@ -225,6 +226,31 @@ async fn replicas_share_limits_keys_cache_and_usage_and_survive_a_redis_kill() {
             "an issued key works on every replica within 2 s"
         );
     }
+    // A keys file copied in: its keys work everywhere.
+    let local = ConfigBuilder::new().write();
+    let imported = issue_key(&local, "imported");
+    let from = local.keys_file();
+    let out = replicas.cli(&["keys", "import", "--from", from.to_str().unwrap()]);
+    assert!(
+        out.stdout.contains("imported 1 of 1"),
+        "{}{}",
+        out.stdout,
+        out.stderr
+    );
+    let again = replicas.cli(&["keys", "import", "--from", from.to_str().unwrap()]);
+    assert!(
+        again.stdout.contains("skipped imported"),
+        "{}",
+        again.stdout
+    );
+    let imported_at = Instant::now();
+    for api in clients(&replicas, &imported) {
+        let accepted = eventually(
+            Duration::from_secs(2).saturating_sub(imported_at.elapsed()),
+            || async { api.get(PROFILE).await.status == 200 },
+        );
+        assert!(accepted.await, "an imported key works on every replica");
+    }
     let listed = replicas.cli(&["keys", "list"]);
     assert!(
         listed.stdout.contains("fresh") && !listed.stdout.contains("late"),
@@ -294,10 +320,17 @@ async fn replicas_share_limits_keys_cache_and_usage_and_survive_a_redis_kill() {
     let metrics = scrape(admin).await;
     assert!(
         metrics
-            .sum("socialgate_state_errors_total", &[])
+            .sum("socialgate_state_errors_total", &[("op", "rate_limit")])
             .is_some_and(|n| n > 0.0),
         "the outage was counted"
     );
+    // The Redis URL carries a password: never in a log line.
+    for server in &replicas.servers {
+        assert!(
+            !server.stderr().contains(PASSWORD),
+            "the Redis password was logged"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
