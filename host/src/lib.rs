@@ -29,6 +29,9 @@
 //! - [`error`] is the catalogue of every error a caller can see.
 //! - [`metrics`] names and records every exported series, served on the
 //!   operators' own listener by [`http::admin`].
+//! - [`shared`] (`[state] backend = "redis"`) keeps what replicas share in
+//!   Redis: the keys [`state`] serves, the global rate limit, the credits
+//!   and usage [`billing`] books, and the [`cache`]'s second level.
 //!
 //! Around it: [`config`] reads `platforms.toml` into a process part and a
 //! serving part (each section validated by the module above that uses it),
