@@ -10,7 +10,9 @@
 # scenarios: cached `profile` against nginx `proxy_cache` and nginx static,
 # and a seeded Zipf trace replayed once through a fresh instance, counting
 # the upstream requests it causes; then growth figures of socialgate alone
-# (connections, keys, idle memory).
+# (connections, keys, idle memory); then the shared-state scenario (issue
+# 15): one instance on `[state] backend = "redis"` against the same
+# instance on "local", interleaved.
 #
 # Usage: bench/run.sh   (knobs: see bench/README.md or the block below)
 # Exit: 0 targets met; 1 a target missed (the reasons are printed last);
@@ -51,6 +53,11 @@ TRACE_USERS=${BENCH_TRACE_USERS:-2000}
 TRACE_S=${BENCH_TRACE_S:-1.0}             # Zipf exponent
 TRACE_SEED=${BENCH_TRACE_SEED:-42}
 TRACE_CONNS=${BENCH_TRACE_CONNS:-32}      # replayer threads, one connection each
+# The shared-state scenario: 1 runs it, 0 skips it.
+REDIS_MODE=${BENCH_REDIS:-1}
+REDIS_RATIO=${BENCH_REDIS_RATIO:-0.7}     # redis/local req/s at BENCH_CHECK_CONNS
+REDIS_P50_MS=${BENCH_REDIS_P50_MS:-0.5}   # most p50 redis may add, at 1 connection
+REDIS_FSYNC=${BENCH_REDIS_FSYNC:-always}  # the bench Redis's appendfsync
 
 # The fixtures' subjects (tests/src/upstream.rs: LUNA, POST_ID).
 USERNAME=lunabakes
@@ -82,6 +89,10 @@ validate_knobs() {
     is_number "$CACHE_PROXY_RATIO" || die "BENCH_CACHE_PROXY_RATIO is not a number: $CACHE_PROXY_RATIO"
     is_number "$CACHE_STATIC_RATIO" || die "BENCH_CACHE_STATIC_RATIO is not a number: $CACHE_STATIC_RATIO"
     is_number "$TRACE_S" || die "BENCH_TRACE_S is not a number: $TRACE_S"
+    is_number "$REDIS_RATIO" || die "BENCH_REDIS_RATIO is not a number: $REDIS_RATIO"
+    is_number "$REDIS_P50_MS" || die "BENCH_REDIS_P50_MS is not a number: $REDIS_P50_MS"
+    [[ $REDIS_MODE =~ ^(0|1)$ ]] || die "BENCH_REDIS is 0 or 1, not '$REDIS_MODE'"
+    [[ $REDIS_FSYNC =~ ^(always|everysec|no)$ ]] || die "BENCH_REDIS_FSYNC is always, everysec or no"
     [[ $CACHE_MODE =~ ^(0|1|force)$ ]] || die "BENCH_CACHE is 0, 1 or force, not '$CACHE_MODE'"
     ((TRACE_REQUESTS >= 1 && TRACE_USERS >= 1 && TRACE_CONNS >= 1)) ||
         die "BENCH_TRACE_REQUESTS, BENCH_TRACE_USERS and BENCH_TRACE_CONNS must be >= 1"
@@ -163,6 +174,9 @@ ensure_tools() {
             } || die "cannot install ${missing[*]}"
     fi
     NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+    if [[ $REDIS_MODE == 1 ]]; then
+        "$ROOT/scripts/install-redis.sh" || die "cannot install redis-server"
+    fi
     command -v cargo >/dev/null || die "cargo not found: install a Rust toolchain"
 }
 
@@ -617,6 +631,67 @@ cache_scenarios() {
     esac
 }
 
+# ----------------------------------------------------------- shared state
+# The same instance twice, on the same upstream with the same state work per
+# request (a rate limit that never refuses, billing enforced with credits
+# that never run out, cache off as in the side-by-side): once on "local",
+# once on "redis" (a redis-server of its own, AOF with appendfsync
+# $REDIS_FSYNC). Each request then costs redis two scripts (the bucket and
+# the reservation) and a share of the settling batch.
+shared_state() {
+    if [[ $REDIS_MODE != 1 ]]; then
+        log "shared state: skipped (BENCH_REDIS=0)"
+        return
+    fi
+    local dir=$WORK/redis port i local_url redis_url local_key redis_key round conns
+    local local_pid redis_sg_pid redis_pid
+    mkdir -p "$dir"
+    port=$(python3 "$SRC/tools.py" free-ports 1)
+    redis-server --bind 127.0.0.1 --port "$port" --dir "$dir" --appendonly yes \
+        --appendfsync "$REDIS_FSYNC" --save "" --daemonize no >"$dir/redis.log" 2>&1 &
+    redis_pid=$!
+    PIDS+=("$redis_pid")
+    for ((i = 0; i < 100; i++)); do
+        [[ $(redis-cli -p "$port" ping 2>/dev/null) == PONG ]] && break
+        sleep 0.1
+    done
+    [[ $(redis-cli -p "$port" ping 2>/dev/null) == PONG ]] ||
+        die "redis-server did not start: $(tail -n 3 "$dir/redis.log")"
+    log "shared state: redis-server pid $redis_pid on 127.0.0.1:$port, appendfsync $REDIS_FSYNC"
+    export SOCIALGATE_REDIS_URL=redis://127.0.0.1:$port/0
+    export BENCH_CURSOR_KEY=bench-cursor-key-shared-by-replicas-0123456789
+    local tables=$'[rate_limit]\nper_second = 1000000\nburst = 1000000\n\n[billing]\nenforce = true\nfree_credits = 1000000000000\n'
+    tables+=$CACHE_OFF
+    write_config "$WORK/sg-state-local" 'cursor_key_env = "BENCH_CURSOR_KEY"' "$tables"
+    write_config "$WORK/sg-state-redis" 'cursor_key_env = "BENCH_CURSOR_KEY"' \
+        "$tables"$'\n\n[state]\nbackend = "redis"\nurl_env = "SOCIALGATE_REDIS_URL"'
+    local_key=$(issue_key "$WORK/sg-state-local" bench)
+    redis_key=$(issue_key "$WORK/sg-state-redis" bench)
+    start_socialgate sg-state-local
+    local_url=$SG_URL${SG_PATH[profile]} local_pid=$SG_PID
+    start_socialgate sg-state-redis
+    redis_url=$SG_URL${SG_PATH[profile]} redis_sg_pid=$SG_PID
+    check_socialgate "$local_url" profile "$local_key" >/dev/null
+    check_socialgate "$redis_url" profile "$redis_key" >/dev/null
+    log "shared state: warm-up ${WARMUP}s per instance"
+    warm "$local_url" "X-API-Key: $local_key"
+    warm "$redis_url" "X-API-Key: $redis_key"
+    for ((round = 1; round <= ROUNDS; round++)); do
+        log "shared state, round $round/$ROUNDS"
+        for conns in 1 "$CHECK_CONNS"; do
+            run_wrk state local profile "$conns" "$round" "$local_url" "X-API-Key: $local_key"
+            run_wrk state redis profile "$conns" "$round" "$redis_url" "X-API-Key: $redis_key"
+        done
+    done
+    REDIS_VERSION=$(redis-server --version | sed -n 's/.* v=\([0-9.]*\).*/\1/p')
+    stop_pid "$local_pid"
+    forget_pid "$local_pid"
+    stop_pid "$redis_sg_pid"
+    forget_pid "$redis_sg_pid"
+    stop_pid "$redis_pid"
+    forget_pid "$redis_pid"
+}
+
 write_meta() {
     local commit cpu
     commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -646,6 +721,8 @@ write_meta() {
         printf 'pcache_statuses\t%s\n' "${PCACHE_STATUSES:-}"
         printf 'trace\t%s\ntrace_conns\t%s\ntrace_upstream\t%s\n' \
             "${TRACE_LINE:-}" "$TRACE_CONNS" "${TRACE_UPSTREAM:-}"
+        printf 'redis_mode\t%s\nredis_ratio\t%s\nredis_p50_ms\t%s\nredis_fsync\t%s\nredis_version\t%s\n' \
+            "$REDIS_MODE" "$REDIS_RATIO" "$REDIS_P50_MS" "$REDIS_FSYNC" "${REDIS_VERSION:-}"
         printf 'replay_json\t%s\n' "$([[ -f $WORK/trace/replay.json ]] && echo "$WORK/trace/replay.json")"
     } >"$WORK/meta.tsv"
 }
@@ -711,6 +788,7 @@ main() {
 
     side_by_side
     cache_scenarios
+    shared_state
     if [[ $GROWTH == 1 ]]; then
         growth
         sleep 1

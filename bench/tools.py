@@ -383,6 +383,52 @@ def cache_report(out, res, meta, failures, notes):
     return targets
 
 
+def state_report(out, res, meta, failures):
+    """The shared-state scenario's table; returns the lines for the Targets
+    list. Its targets are enforced when it ran."""
+    title = "#### Shared state: one instance on `redis` vs the same on `local`"
+    if meta.get("redis_mode") != "1":
+        out += ["", title, "", "skipped (BENCH_REDIS=0)."]
+        return ["- shared state: skipped (BENCH_REDIS=0)"]
+    out += ["", title, "",
+            f"Both with a rate limit that never refuses and billing enforced with credits that "
+            f"never run out, cache off: per request the redis instance runs two scripts (the "
+            f"bucket, the reservation) on Redis {meta.get('redis_version', '?')} "
+            f"(its own, AOF `appendfsync {meta.get('redis_fsync', '?')}`), plus a share of "
+            f"the settling batch every 0.1 s.", ""]
+    rows, targets = [], []
+    check_conns = int(meta["check_conns"])
+    for conns in sorted(res.keys("state", "conns")):
+        lo = res.get("state", "local", "profile", conns)
+        rd = res.get("state", "redis", "profile", conns)
+        if not lo or not rd:
+            continue
+        ratio = rd["rps"] / lo["rps"] if lo["rps"] else float("nan")
+        added = (rd["p50"] - lo["p50"]) / 1000
+        rows.append([str(conns)] + cells(lo) + cells(rd) + [f"{ratio:.2f}x", f"{added:+.2f} ms"])
+        if rd["non2xx"] or lo["non2xx"]:
+            failures.append(f"shared state @{conns}: non-2xx answers during the measurement")
+        if conns == check_conns:
+            want = float(meta["redis_ratio"])
+            ok = ratio >= want
+            targets.append(f"- shared state @{conns}: redis/local throughput {ratio:.2f} "
+                           f"(target >= {want:.2f}): {'ok' if ok else 'FAIL'}")
+            if not ok:
+                failures.append(f"redis throughput is {ratio:.2f}x local's, under {want:.2f}x")
+        if conns == 1:
+            want = float(meta["redis_p50_ms"])
+            ok = added <= want
+            targets.append(f"- shared state @1: p50 added by redis {added:+.2f} ms "
+                           f"(target < {want:.2f} ms): {'ok' if ok else 'FAIL'}")
+            if not ok:
+                failures.append(f"redis adds {added:.2f} ms to p50 at 1 connection, over {want:.2f} ms")
+    out.append(table(["connections", "local req/s", "p50", "p99", "redis req/s", "p50", "p99",
+                      "redis/local", "p50 added"], rows))
+    if not rows:
+        failures.append("shared state: nothing measured")
+    return targets
+
+
 def report(results_path, memory_path, meta_path):
     meta = {}
     with open(meta_path, encoding="utf-8") as f:
@@ -476,6 +522,8 @@ def report(results_path, memory_path, meta_path):
 
     cache_failures = []
     cache_targets = cache_report(out, res, meta, cache_failures, notes)
+    state_failures = []
+    state_targets = state_report(out, res, meta, state_failures)
 
     # The enforced targets.
     out.append("")
@@ -502,6 +550,8 @@ def report(results_path, memory_path, meta_path):
                             f"over {p99_factor:g}x the proxy's ({fmt_ms(px['p99'])})")
     out += cache_targets
     failures += cache_failures
+    out += state_targets
+    failures += state_failures
     if notes:
         out.append("")
         out.append("Errors seen (⚠ non-2xx/socket errors in the tables):")

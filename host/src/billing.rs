@@ -22,6 +22,7 @@ use serde::Deserialize;
 
 use crate::config::{ConfigError, Context};
 use crate::ledger::Ledger;
+use crate::resilience::rate_limit::RateLimitConfig;
 use crate::shared::credits::{Credits, Refusal};
 
 /// Credits an answer costs when the config says nothing else.
@@ -96,6 +97,8 @@ pub enum NoCredit {
     /// The shared store cannot say (it is away): refuse rather than let a
     /// key spend what it may not have.
     Unavailable,
+    /// The rate limit checked with the reservation refused first.
+    RateLimited(std::time::Duration),
 }
 
 /// Credits held for a request: [`commit`](Reservation::commit) them when
@@ -154,11 +157,16 @@ impl Billing {
 
     /// Holds `amount` credits of `key`. Under `enforce`, refuses when spent
     /// and held credits plus `amount` would pass `free_credits`.
+    ///
+    /// `rate_limit`: a rate limit not checked yet, to check first in the
+    /// same round trip (shared books, enforced: see
+    /// [`Billing::checks_rate_limit`]); `None` otherwise.
     pub async fn reserve(
         self: &Arc<Self>,
         key: &str,
         amount: u32,
         config: BillingConfig,
+        rate_limit: Option<RateLimitConfig>,
     ) -> Result<Reservation, NoCredit> {
         let held = match &self.books {
             Books::Local(_) => {
@@ -174,13 +182,14 @@ impl Billing {
             // Not enforced: nothing to check, so no round trip; the credits
             // are counted when committed.
             Books::Shared(_) if !config.enforce => None,
+            // Boxed: the local path's future stays as small as it was.
             Books::Shared(credits) => Some(
-                credits
-                    .reserve(key, amount, config.free_credits)
+                Box::pin(credits.reserve(key, amount, config.free_credits, rate_limit))
                     .await
                     .map_err(|refusal| match refusal {
                         Refusal::Exhausted => NoCredit::OutOfCredits,
                         Refusal::Unavailable => NoCredit::Unavailable,
+                        Refusal::RateLimited(wait) => NoCredit::RateLimited(wait),
                     })?,
             ),
         };
@@ -191,6 +200,13 @@ impl Billing {
             settled: false,
             held,
         })
+    }
+
+    /// Whether a request's rate limit is best checked by [`Billing::reserve`]
+    /// (shared books, billing enforced: one round trip for both) rather
+    /// than on its own.
+    pub fn checks_rate_limit(&self, config: BillingConfig) -> bool {
+        config.enforce && matches!(self.books, Books::Shared(_))
     }
 
     /// Writes what is counted but not yet written: the last step of a
@@ -276,11 +292,15 @@ mod tests {
     #[tokio::test]
     async fn reservations_cannot_overspend_and_failures_refund() {
         let (billing, dir) = billing("overspend");
-        billing.reserve("a", 1, ENFORCED).await.unwrap().commit();
-        let first = billing.reserve("a", 1, ENFORCED).await.unwrap();
-        let second = billing.reserve("a", 1, ENFORCED).await.unwrap();
+        billing
+            .reserve("a", 1, ENFORCED, None)
+            .await
+            .unwrap()
+            .commit();
+        let first = billing.reserve("a", 1, ENFORCED, None).await.unwrap();
+        let second = billing.reserve("a", 1, ENFORCED, None).await.unwrap();
         assert_eq!(
-            billing.reserve("a", 1, ENFORCED).await.err(),
+            billing.reserve("a", 1, ENFORCED, None).await.err(),
             Some(NoCredit::OutOfCredits),
             "held counts"
         );
@@ -288,16 +308,23 @@ mod tests {
         assert_eq!(first.commit(), 1);
         assert_eq!(billing.spent("a"), 2);
         assert_eq!(
-            billing.reserve("a", 2, ENFORCED).await.err(),
+            billing.reserve("a", 2, ENFORCED, None).await.err(),
             Some(NoCredit::OutOfCredits),
             "more than what is left"
         );
-        billing.reserve("a", 1, ENFORCED).await.unwrap().commit();
+        billing
+            .reserve("a", 1, ENFORCED, None)
+            .await
+            .unwrap()
+            .commit();
         assert_eq!(
-            billing.reserve("a", 1, ENFORCED).await.err(),
+            billing.reserve("a", 1, ENFORCED, None).await.err(),
             Some(NoCredit::OutOfCredits)
         );
-        assert!(billing.reserve("b", 1, ENFORCED).await.is_ok(), "per key");
+        assert!(
+            billing.reserve("b", 1, ENFORCED, None).await.is_ok(),
+            "per key"
+        );
         billing.close().unwrap();
         let spent = billing.ledger().unwrap().lifetime_credits().unwrap();
         assert_eq!(spent.get("a"), Some(&3), "the ledger booked what was spent");
@@ -309,7 +336,7 @@ mod tests {
         let (billing, dir) = billing("counted");
         let open = BillingConfig::default();
         for _ in 0..200 {
-            billing.reserve("a", 1, open).await.unwrap().commit();
+            billing.reserve("a", 1, open, None).await.unwrap().commit();
         }
         assert_eq!(billing.spent("a"), 200);
         let _ = std::fs::remove_dir_all(dir);

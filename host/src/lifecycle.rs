@@ -216,8 +216,10 @@ pub async fn serve(
             shutdown.clone(),
         )));
     }
+    // Its own token: it writes last, once no request can settle a credit.
+    let settled = CancellationToken::new();
     if let Some(credits) = app.billing.shared_credits() {
-        followers.push(tokio::spawn(credits.write(shutdown.clone())));
+        followers.push(tokio::spawn(credits.write(settled.clone())));
     }
 
     signals.terminate.await;
@@ -231,6 +233,7 @@ pub async fn serve(
     }
     let _ = reloader.await;
     // 3. Counted credits must survive the process.
+    settled.cancel();
     for follower in followers {
         let _ = follower.await;
     }

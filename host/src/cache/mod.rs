@@ -298,7 +298,8 @@ impl Cache {
         if let Some(entry) = self.store.get(key) {
             return Some(entry);
         }
-        let entry = Arc::new(self.shared.as_ref()?.get(key).await?);
+        // Boxed: the local path's future stays as small as it was.
+        let entry = Arc::new(Box::pin(self.shared.as_ref()?.get(key)).await?);
         self.store.insert(key.clone(), entry.clone());
         Some(entry)
     }

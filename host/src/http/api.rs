@@ -141,61 +141,57 @@ async fn route(
 
     let key = authenticate(snapshot, request)?;
     report.key = Some(key.to_owned());
-    if let Some(limiter) = &snapshot.rate_limiter {
-        let verdict = match &app.shared {
-            None => limiter.check(key, tokio::time::Instant::now()),
-            Some(shared) => shared.rate_limit(key, limiter.config()).await,
-        };
-        verdict.map_err(|wait| ApiError::RateLimited {
-            retry_after_secs: retry_after_secs(wait),
-        })?;
-    }
+    let billing = snapshot.serving.billing;
+    // With shared books and billing enforced, the rate limit is taken in
+    // the same round trip as the credit, or, for a request refused before
+    // it reaches its credit, just before answering that: the same answers
+    // in the same order, for one round trip in the common case.
+    let deferred_limit = match &snapshot.rate_limiter {
+        Some(limiter) if app.shared.is_some() && app.billing.checks_rate_limit(billing) => {
+            Some(limiter.config())
+        }
+        Some(limiter) => {
+            let verdict = match &app.shared {
+                None => limiter.check(key, tokio::time::Instant::now()),
+                // Boxed: the local path's future stays as small as it was.
+                Some(shared) => Box::pin(shared.rate_limit(key, limiter.config())).await,
+            };
+            verdict.map_err(rate_limited)?;
+            None
+        }
+        None => None,
+    };
 
-    let (platform, endpoint) = match path.strip_prefix("/v1/").map(|rest| rest.split_once('/')) {
-        Some(Some((platform, endpoint))) => (platform, endpoint),
-        Some(None) => {
-            // `/v1/{platform}` alone: an unknown platform is still named.
-            let platform = &path["/v1/".len()..];
-            if !platform.is_empty() {
-                snapshot.routes.live(platform)?;
+    let parsed = match parse(app, snapshot, request) {
+        Ok(parsed) => parsed,
+        Err(error) => {
+            if let (Some(config), Some(shared)) = (deferred_limit, &app.shared) {
+                Box::pin(shared.rate_limit(key, config))
+                    .await
+                    .map_err(rate_limited)?;
             }
-            return Err(ApiError::EndpointNotFound);
+            return Err(error);
         }
-        None => return Err(ApiError::EndpointNotFound),
     };
-    let (endpoint, chain) = snapshot.routes.route(platform, endpoint)?;
-
-    let query = request.uri().query().unwrap_or("");
-    let params: Vec<(Cow<str>, Cow<str>)> = form_urlencoded::parse(query.as_bytes()).collect();
-    let mut call = Call::from_params(
+    let Parsed {
+        platform,
         endpoint,
-        params.iter().map(|(k, v)| (k.as_ref(), v.as_ref())),
-    )
-    .map_err(|e| ApiError::InvalidParameter(e.to_string()))?;
-    let token = params
-        .iter()
-        .find(|(k, v)| k == "cursor" && !v.is_empty())
-        .map(|(_, v)| v.as_ref());
-    let (providers, issuer) = match token {
-        Some(token) if endpoint.is_list() => {
-            let (issuer, continued) = resume(app, chain, platform, &call, token)?;
-            call = continued;
-            (issuer, Some(issuer[0].name.as_str()))
-        }
-        _ => (&chain[..], None),
-    };
+        call,
+        providers,
+        issuer,
+    } = parsed;
 
     // Held before any upstream call, refunded unless the answer is delivered.
-    let billing = snapshot.serving.billing;
     let credits = app
         .billing
-        .reserve(key, billing.cost(endpoint), billing)
+        .reserve(key, billing.cost(endpoint), billing, deferred_limit)
         .await
         .map_err(|refused| match refused {
             NoCredit::OutOfCredits => ApiError::InsufficientCredits,
             NoCredit::Unavailable => ApiError::ServiceUnavailable {
                 retry_after_secs: 1,
             },
+            NoCredit::RateLimited(wait) => rate_limited(wait),
         })?;
 
     let ask = Ask {
@@ -271,6 +267,74 @@ async fn route(
     let age = found.cached.then(|| found.entry.age());
     set_cache_headers(&mut response, &found.status, age);
     Ok(response)
+}
+
+/// `429 RATE_LIMITED`, told to wait `wait`.
+fn rate_limited(wait: Duration) -> ApiError {
+    ApiError::RateLimited {
+        retry_after_secs: retry_after_secs(wait),
+    }
+}
+
+/// A request's platform, endpoint and parameters, as checked.
+struct Parsed<'a> {
+    platform: &'a str,
+    endpoint: plugin_api::Endpoint,
+    call: Call,
+    /// The providers to ask, in order.
+    providers: &'a [Arc<Provider>],
+    /// For a later page: the provider whose cursor the call continues.
+    issuer: Option<&'a str>,
+}
+
+/// The checks between the rate limit and the credits: platform, endpoint,
+/// parameters, then the cursor.
+fn parse<'a>(
+    app: &App,
+    snapshot: &'a Snapshot,
+    request: &'a Request<Incoming>,
+) -> Result<Parsed<'a>, ApiError> {
+    let path = request.uri().path();
+    let (platform, endpoint) = match path.strip_prefix("/v1/").map(|rest| rest.split_once('/')) {
+        Some(Some((platform, endpoint))) => (platform, endpoint),
+        Some(None) => {
+            // `/v1/{platform}` alone: an unknown platform is still named.
+            let platform = &path["/v1/".len()..];
+            if !platform.is_empty() {
+                snapshot.routes.live(platform)?;
+            }
+            return Err(ApiError::EndpointNotFound);
+        }
+        None => return Err(ApiError::EndpointNotFound),
+    };
+    let (endpoint, chain) = snapshot.routes.route(platform, endpoint)?;
+
+    let query = request.uri().query().unwrap_or("");
+    let params: Vec<(Cow<str>, Cow<str>)> = form_urlencoded::parse(query.as_bytes()).collect();
+    let mut call = Call::from_params(
+        endpoint,
+        params.iter().map(|(k, v)| (k.as_ref(), v.as_ref())),
+    )
+    .map_err(|e| ApiError::InvalidParameter(e.to_string()))?;
+    let token = params
+        .iter()
+        .find(|(k, v)| k == "cursor" && !v.is_empty())
+        .map(|(_, v)| v.as_ref());
+    let (providers, issuer) = match token {
+        Some(token) if endpoint.is_list() => {
+            let (issuer, continued) = resume(app, chain, platform, &call, token)?;
+            call = continued;
+            (issuer, Some(issuer[0].name.as_str()))
+        }
+        _ => (&chain[..], None),
+    };
+    Ok(Parsed {
+        platform,
+        endpoint,
+        call,
+        providers,
+        issuer,
+    })
 }
 
 /// What a request holds while upstream work runs for it.

@@ -25,14 +25,17 @@
 //! retried as it was).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::{AsyncCommands, Script};
 use tokio_util::sync::CancellationToken;
 
+use super::limits::{BUCKET, PRELUDE};
 use super::{Shared, StateError};
 use crate::ledger::UsageRow;
+use crate::resilience::rate_limit::RateLimitConfig;
 
 /// How often settled credits are written.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(100);
@@ -43,24 +46,29 @@ pub const MAX_PENDING: usize = 100_000;
 /// longer than a request may run, so only a holder that died loses it.
 const HOLD_FOR_MS: u64 = 10 * 60 * 1000;
 
+/// After [`PRELUDE`] and, when `ARGV[1]` (the rate) is above 0,
+/// [`BUCKET`] on `KEYS[1]`: holds `ARGV[3]` credits of the account
+/// `KEYS[2]` as member `ARGV[5]` of `KEYS[3]` until `ARGV[6]` ms from now,
+/// unless `spent + reserved + amount` would pass `ARGV[4]` plus the
+/// account's grants; frees reservations whose holder died first. Answers
+/// `{left, 0}` (held; `left` the balance after it), `{-1, 0}` (out of
+/// credits) or `{-2, wait}` (rate limited: nothing held).
 const RESERVE: &str = r"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
+local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
 if #expired > 0 then
   local freed = 0
   for _, m in ipairs(expired) do freed = freed + tonumber(string.match(m, '^(%d+):')) end
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-  redis.call('HINCRBY', KEYS[1], 'reserved', -freed)
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+  redis.call('HINCRBY', KEYS[2], 'reserved', -freed)
 end
-local a = redis.call('HMGET', KEYS[1], 'spent', 'reserved', 'granted')
+local a = redis.call('HMGET', KEYS[2], 'spent', 'reserved', 'granted')
 local held = (tonumber(a[1]) or 0) + (tonumber(a[2]) or 0)
-local amount = tonumber(ARGV[1])
-local limit = tonumber(ARGV[2]) + (tonumber(a[3]) or 0)
-if held + amount > limit then return -1 end
-redis.call('HINCRBY', KEYS[1], 'reserved', amount)
-redis.call('ZADD', KEYS[2], now + tonumber(ARGV[4]), ARGV[3])
-return limit - held - amount
+local amount = tonumber(ARGV[3])
+local limit = tonumber(ARGV[4]) + (tonumber(a[3]) or 0)
+if held + amount > limit then return {-1, 0} end
+redis.call('HINCRBY', KEYS[2], 'reserved', amount)
+redis.call('ZADD', KEYS[3], now + tonumber(ARGV[6]), ARGV[5])
+return {limit - held - amount, 0}
 ";
 
 /// KEYS[1]: this process's last applied batch number. ARGV[1]: the
@@ -96,6 +104,9 @@ pub enum Refusal {
     Exhausted,
     /// Redis did not answer: no credit can be checked.
     Unavailable,
+    /// The key's global rate limit refused it first (checked in the same
+    /// round trip): wait this long.
+    RateLimited(Duration),
 }
 
 /// Settled but not yet written.
@@ -118,6 +129,10 @@ impl Pending {
 /// Shared credit accounts and the queue of what was settled.
 pub struct Credits {
     shared: Arc<Shared>,
+    /// This process's name in the store: its reservations' and batches'.
+    replica: String,
+    /// The number of this process's next reservation.
+    next: AtomicU64,
     reserve: Script,
     settle: Script,
     pending: Mutex<Pending>,
@@ -127,7 +142,12 @@ impl Credits {
     pub fn new(shared: Arc<Shared>) -> Credits {
         Credits {
             shared,
-            reserve: Script::new(RESERVE),
+            replica: replica_id(),
+            next: AtomicU64::new(0),
+            reserve: Script::new(&format!(
+                "{PRELUDE}\nif tonumber(ARGV[1]) > 0 then\n{BUCKET}\n\
+                 if wait > 0 then return {{-2, wait}} end\nend\n{RESERVE}"
+            )),
             settle: Script::new(SETTLE),
             pending: Mutex::new(Pending::default()),
         }
@@ -139,28 +159,35 @@ impl Credits {
     }
 
     /// Holds `amount` of `name`'s credits (at most `free_credits` plus its
-    /// grants, ever); returns the reservation's member, to settle it with.
+    /// grants, ever), after taking a token of its global bucket when
+    /// `rate_limit` says so (one round trip for both); returns the
+    /// reservation's member, to settle it with.
     pub async fn reserve(
         &self,
         name: &str,
         amount: u32,
         free_credits: u64,
+        rate_limit: Option<RateLimitConfig>,
     ) -> Result<String, Refusal> {
-        let mut id = [0u8; 8];
-        getrandom::getrandom(&mut id).map_err(|_| Refusal::Unavailable)?;
-        let member = format!("{amount}:{:016x}", u64::from_le_bytes(id));
-        let (account, held) = (
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let member = format!("{amount}:{}:{n:x}", self.replica);
+        let (bucket, account, held) = (
+            self.shared.key(&format!("rl:{name}")),
             self.shared.key(&format!("acct:{name}")),
             self.shared.key(&format!("held:{name}")),
         );
+        let (rate, burst) = rate_limit.map_or((0.0, 0.0), |r| (r.per_second, r.burst));
         let script = &self.reserve;
         let arg = member.clone();
-        let left: i64 = self
+        let (left, wait_ms): (i64, u64) = self
             .shared
             .run("reserve", |mut conn| async move {
                 script
+                    .key(bucket)
                     .key(account)
                     .key(held)
+                    .arg(rate)
+                    .arg(burst)
                     .arg(amount)
                     .arg(free_credits)
                     .arg(arg)
@@ -170,10 +197,11 @@ impl Credits {
             })
             .await
             .map_err(|_| Refusal::Unavailable)?;
-        if left < 0 {
-            return Err(Refusal::Exhausted);
+        match left {
+            -2 => Err(Refusal::RateLimited(Duration::from_millis(wait_ms))),
+            ..0 => Err(Refusal::Exhausted),
+            _ => Ok(member),
         }
-        Ok(member)
     }
 
     /// A delivered answer of `amount` credits: counted in `name`'s usage of
@@ -219,9 +247,9 @@ impl Credits {
     /// then once more (trying for a second). Run as one task.
     pub async fn write(self: Arc<Self>, shutdown: CancellationToken) {
         let mut writer = Writer {
+            replica: self.replica.clone(),
             credits: self,
             seq: 0,
-            replica: replica_id(),
             failed: None,
         };
         loop {

@@ -15,20 +15,28 @@ use redis::Script;
 use super::Shared;
 use crate::resilience::rate_limit::RateLimitConfig;
 
-/// Refills the bucket for the time since it was last touched, takes a
-/// token if there is one, and says how many milliseconds until one is
-/// there otherwise (0: admitted). The bucket expires once it would be full
-/// again, so idle keys cost no memory.
-const TAKE: &str = r"
+/// What every script that takes a token starts with: Redis's clock, in
+/// milliseconds, as `now`, and the bucket's verdict, `wait` and `tokens`.
+pub const PRELUDE: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local wait, tokens = 0, 0
+";
+
+/// Refills the bucket `KEYS[1]` (rate `ARGV[1]` a second, at most
+/// `ARGV[2]`) for the time since it was last touched and takes a token if
+/// there is one; sets `wait`, how many milliseconds until one is there (0:
+/// admitted), and `tokens`, what is left. The bucket expires once it would
+/// be full again, so idle keys cost no memory. A fragment after
+/// [`PRELUDE`]: the reservation script ([`super::credits`]) runs it too, so
+/// a request that needs both is one round trip.
+pub const BUCKET: &str = r"
 local rate = tonumber(ARGV[1]) / 1000
 local burst = tonumber(ARGV[2])
 local b = redis.call('HMGET', KEYS[1], 'tokens', 'at')
-local tokens = tonumber(b[1]) or burst
+tokens = tonumber(b[1]) or burst
 local at = tonumber(b[2]) or now
 tokens = math.min(burst, tokens + math.max(0, now - at) * rate)
-local wait = 0
 if tokens >= 1 then
   tokens = tokens - 1
 else
@@ -36,7 +44,6 @@ else
 end
 redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', now)
 redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate) + 1000)
-return wait
 ";
 
 /// The bucket script, hashed once.
@@ -47,7 +54,9 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            take: Script::new(TAKE),
+            take: Script::new(&format!(
+                "{PRELUDE}{BUCKET}\nreturn {{wait, math.floor(tokens)}}"
+            )),
         }
     }
 }
@@ -68,13 +77,13 @@ impl Limits {
                     .key(bucket)
                     .arg(config.per_second)
                     .arg(config.burst)
-                    .invoke_async::<u64>(&mut conn)
+                    .invoke_async::<(u64, u64)>(&mut conn)
                     .await
             })
             .await;
         match outcome {
-            Ok(0) | Err(_) => Ok(()),
-            Ok(wait_ms) => Err(Duration::from_millis(wait_ms)),
+            Ok((0, _)) | Err(_) => Ok(()),
+            Ok((wait_ms, _)) => Err(Duration::from_millis(wait_ms)),
         }
     }
 }
