@@ -77,6 +77,9 @@ pub enum RunError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    /// A command used wrongly (a bad argument): exit code 2.
+    #[error("{0}")]
+    Usage(String),
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
