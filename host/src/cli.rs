@@ -64,6 +64,8 @@ enum CreditsCommand {
     Grant {
         name: String,
         /// A whole number of credits, at least 1.
+        // Taken as text (a `-1` too), so a bad one gets our one-line error.
+        #[arg(allow_hyphen_values = true)]
         amount: String,
         /// Why (an order number, say); shown by `credits show`.
         #[arg(long)]
