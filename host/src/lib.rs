@@ -7,11 +7,13 @@
 //!
 //! - [`http::server`] accepts connections (for every listener, with the
 //!   same hardening); [`http::api`] runs each request's checks in order
-//!   (method, key, platform, endpoint, parameters) and answers with
-//!   [`http::response`]'s envelopes.
+//!   (method, key, platform, endpoint, parameters), answers a key's
+//!   `GET /v1/account`, and answers with [`http::response`]'s envelopes.
 //! - [`auth`] recognises API keys (and issues and revokes them);
-//!   [`billing`] decides whether a key may spend and books what it spent,
-//!   in the [`ledger`] (credits per key and day, in SQLite).
+//!   [`billing`] says what an answer costs, whether a key may spend it
+//!   (free credits plus credit packs, less what it spent) and books what
+//!   it spent, in the [`ledger`] (credits per key, day and endpoint, and
+//!   the packs granted, in SQLite).
 //! - [`routing`] is the table from platform and endpoint to a chain of
 //!   providers; [`state`] holds the current table as one swappable snapshot.
 //! - [`cache`] keeps answers for their time to live and shares one fetch

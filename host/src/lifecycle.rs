@@ -79,6 +79,9 @@ pub enum RunError {
     },
     #[error(transparent)]
     Plugin(#[from] crate::scaffold::ScaffoldError),
+    /// A command used wrongly (a bad argument): exit code 2.
+    #[error("{0}")]
+    Usage(String),
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }

@@ -1,8 +1,9 @@
 //! The OpenAPI document cannot drift: it validates as OpenAPI 3.1 against
 //! the kept meta-schema, it is served byte for byte without a key, and every
-//! endpoint (first pages and next pages) and every error code but
-//! `INTERNAL_ERROR`, answered by running servers, validates against the
-//! schema and headers the document gives for its path, method and status.
+//! endpoint (first pages and next pages), `GET /v1/account`, and every error
+//! code but `INTERNAL_ERROR`, answered by running servers, validates against
+//! the schema and headers the document gives for its path, method and
+//! status (with the billing and rate-limit headers where they are set).
 //! The test fails when a code of the document's `ErrorCode` enum, or a status
 //! it lists for an operation (but 500), was never answered.
 
@@ -27,6 +28,8 @@ const SEARCH: &str = "/v1/shortvideo/search?query=luna";
 /// The five endpoints with valid parameters.
 const ENDPOINTS: [&str; 5] = [PROFILE, POSTS, POST, COMMENTS, SEARCH];
 const PUBLIC: [&str; 3] = ["/healthz", "/readyz", "/v1/openapi.json"];
+/// The key's own account.
+const ACCOUNT: &str = "/v1/account";
 
 /// Sends `method path` and checks the answer against the document, and
 /// that `meta.request_id` of an envelope is the `X-Request-Id` header.
@@ -280,6 +283,9 @@ async fn main_server(contract: &Contract) {
     let ready = expect(contract, &anonymous, "GET", "/readyz", 200, None).await;
     assert_eq!(ready.json["status"], "ready");
     expect(contract, api, "GET", "/v1/openapi.json", 200, None).await;
+    let account = expect(contract, api, "GET", ACCOUNT, 200, None).await;
+    assert_eq!(account.data()["name"], "e2e", "{account:?}");
+    assert_eq!(account.data()["rate_limit"], Value::Null, "{account:?}");
 
     // Every endpoint, and the next page of every list.
     for path in [PROFILE, POST] {
@@ -328,14 +334,14 @@ async fn main_server(contract: &Contract) {
     )
     .await;
     // HEAD is not GET: 405 too, with the headers (a HEAD answer has no body).
-    for path in ENDPOINTS.iter().chain(PUBLIC.iter()) {
+    for path in ENDPOINTS.iter().chain(PUBLIC.iter()).chain([&ACCOUNT]) {
         let a = api.request("HEAD", path).await;
         assert_eq!(a.status, 405, "HEAD {path}: {a:?}");
         assert_eq!(a.header("allow"), Some("GET"), "HEAD {path}: {a:?}");
         assert!(a.header("x-request-id").is_some(), "HEAD {path}: {a:?}");
     }
     // 401 on every endpoint, 405 on every path.
-    for path in ENDPOINTS {
+    for path in ENDPOINTS.into_iter().chain([ACCOUNT]) {
         expect(
             contract,
             &anonymous,
@@ -355,7 +361,7 @@ async fn main_server(contract: &Contract) {
         )
         .await;
     }
-    for path in ENDPOINTS.iter().chain(PUBLIC.iter()) {
+    for path in ENDPOINTS.iter().chain(PUBLIC.iter()).chain([&ACCOUNT]) {
         for method in ["POST", "DELETE"] {
             let a = expect(contract, api, method, path, 405, Some("METHOD_NOT_ALLOWED")).await;
             assert_eq!(a.header("allow"), Some("GET"), "{a:?}");
@@ -494,7 +500,7 @@ async fn overload(contract: &Contract) {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    for path in ENDPOINTS {
+    for path in ENDPOINTS.into_iter().chain([ACCOUNT]) {
         let a = expect(contract, &stack.api, "GET", path, 503, Some("OVERLOADED")).await;
         assert!(a.header("retry-after").is_some(), "{a:?}");
     }
@@ -525,23 +531,32 @@ async fn deadline(contract: &Contract) {
     );
 }
 
-/// A rate limit of 6 requests and 1 free credit per key under enforced
-/// billing: one success, then 402 on every endpoint (with no upstream call),
-/// then 429 on every endpoint.
+/// A rate limit of 7 requests and 1 free credit per key under enforced
+/// billing: one success and the account, then 402 on every endpoint (with
+/// no upstream call), then 429 on every endpoint and the account; each
+/// with the credit and rate-limit headers.
 async fn credits_then_rate_limit(contract: &Contract) {
     let stack = Stack::builder()
-        .raw("[rate_limit]\nper_second = 0.01\nburst = 6\n\n[billing]\nenforce = true\nfree_credits = 1")
+        .raw("[rate_limit]\nper_second = 0.01\nburst = 7\n\n[billing]\nenforce = true\nfree_credits = 1")
         .start()
         .await;
     stack.primary.serve_fixtures().await;
     stack.fallback.serve_fixtures().await;
     let api = &stack.api;
-    check(contract, api, "GET", PROFILE)
-        .await
-        .assert_success(false);
+    let standing = |a: &Answer| {
+        for name in ["x-credits-remaining", "ratelimit-policy", "ratelimit"] {
+            assert!(a.header(name).is_some(), "{name} missing: {a:?}");
+        }
+    };
+    let first = check(contract, api, "GET", PROFILE).await;
+    first.assert_success(false);
+    standing(&first);
+    let account = expect(contract, api, "GET", ACCOUNT, 200, None).await;
+    standing(&account);
+    assert_eq!(account.data()["credits_remaining"], 0, "{account:?}");
     let upstream_calls = stack.primary.request_count().await + stack.fallback.request_count().await;
     for path in ENDPOINTS {
-        expect(
+        let a = expect(
             contract,
             api,
             "GET",
@@ -550,14 +565,16 @@ async fn credits_then_rate_limit(contract: &Contract) {
             Some("INSUFFICIENT_CREDITS"),
         )
         .await;
+        standing(&a);
     }
     assert_eq!(
         stack.primary.request_count().await + stack.fallback.request_count().await,
         upstream_calls,
         "402 is answered before any upstream call"
     );
-    for path in ENDPOINTS {
+    for path in ENDPOINTS.into_iter().chain([ACCOUNT]) {
         let a = expect(contract, api, "GET", path, 429, Some("RATE_LIMITED")).await;
+        standing(&a);
         let wait: u64 = a
             .header("retry-after")
             .and_then(|v| v.parse().ok())

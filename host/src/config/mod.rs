@@ -392,13 +392,15 @@ fn named_tables<R, T>(
         .collect()
 }
 
-/// The files the `keys` commands work on. Read through the same parser as
+/// The files the `keys` and `credits` commands work on. Read through the same parser as
 /// a whole config (syntax, unknown keys, the same defaults), but needing
 /// neither secrets nor plugins: key commands must work where the server's
 /// environment is absent.
 pub struct KeyFiles {
     pub keys_file: PathBuf,
     pub ledger: LedgerConfig,
+    /// For the balances `credits show` prints.
+    pub billing: BillingConfig,
 }
 
 impl KeyFiles {
@@ -412,6 +414,7 @@ impl KeyFiles {
         Ok(KeyFiles {
             keys_file: crate::auth::keys_file_from_raw(&raw.server, &cx),
             ledger: LedgerConfig::from_raw(&raw.ledger, &cx),
+            billing: BillingConfig::from_raw(raw.billing, &cx)?,
         })
     }
 }

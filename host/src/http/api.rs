@@ -4,8 +4,13 @@
 //! from the error catalogue; nothing after a failed check runs, so invalid
 //! input never reaches an upstream.
 //!
-//! Every answer carries the request's ID, and every request ends in one log
-//! line and its metrics.
+//! `GET /v1/account` answers right after the rate limit, with what the key
+//! may read of its own account; it costs nothing.
+//!
+//! Every answer carries the request's ID, and every answer to a request
+//! whose key was accepted says where the key stands: `X-Credits-Remaining`
+//! when billing is enforced, `RateLimit-Policy` and `RateLimit` when a rate
+//! limit is set. Every request ends in one log line and its metrics.
 
 use std::borrow::Cow;
 use std::panic::AssertUnwindSafe;
@@ -31,13 +36,20 @@ use crate::error::ApiError;
 use crate::metrics::{self, RouteLabels};
 use crate::resilience::concurrency::InFlight;
 use crate::resilience::deadline::Deadline;
-use crate::resilience::rate_limit::retry_after_secs;
+use crate::resilience::rate_limit::{retry_after_secs, Standing};
 use crate::routing::{Chain, Provider};
 use crate::state::{App, Snapshot};
 
 const API_KEY_HEADER: &str = "x-api-key";
 /// RFC 9211.
 const CACHE_STATUS: &str = "cache-status";
+/// The key's balance after this answer's charge, when billing is enforced.
+const CREDITS_REMAINING: &str = "x-credits-remaining";
+/// draft-ietf-httpapi-ratelimit-headers.
+const RATELIMIT_POLICY: &str = "ratelimit-policy";
+const RATELIMIT: &str = "ratelimit";
+/// The path of a key's own account.
+const ACCOUNT_PATH: &str = "/v1/account";
 
 /// What a request did, for its log line.
 #[derive(Default)]
@@ -48,6 +60,10 @@ struct Report {
     /// What the cache did, for data answers.
     cache: Option<CacheStatus>,
     journal: Journal,
+    /// Where the key's rate-limit bucket stands, once checked.
+    rate: Option<Standing>,
+    /// The key's balance after the answer's charge, once charged.
+    remaining: Option<u64>,
 }
 
 /// Answers one request; never fails, never panics out.
@@ -72,6 +88,9 @@ pub async fn handle(app: &App, request: Request<Incoming>) -> Response<Body> {
     };
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(request_id::HEADER, value);
+    }
+    if let Some(key) = &report.key {
+        set_standing_headers(app, &snapshot, key, &report, &mut response);
     }
 
     let elapsed = started.elapsed();
@@ -142,11 +161,18 @@ async fn route(
     let key = authenticate(snapshot, request)?;
     report.key = Some(key.to_owned());
     if let Some(limiter) = &snapshot.rate_limiter {
-        limiter
-            .check(key, tokio::time::Instant::now())
-            .map_err(|wait| ApiError::RateLimited {
-                retry_after_secs: retry_after_secs(wait),
-            })?;
+        match limiter.check(key, tokio::time::Instant::now()) {
+            Ok(standing) => report.rate = Some(standing),
+            Err(wait) => {
+                report.rate = Some(Standing::exhausted(wait));
+                return Err(ApiError::RateLimited {
+                    retry_after_secs: retry_after_secs(wait),
+                });
+            }
+        }
+    }
+    if path == ACCOUNT_PATH {
+        return Ok(account(app, snapshot, key, id));
     }
 
     let (platform, endpoint) = match path.strip_prefix("/v1/").map(|rest| rest.split_once('/')) {
@@ -185,9 +211,10 @@ async fn route(
 
     // Held before any upstream call, refunded unless the answer is delivered.
     let billing = snapshot.serving.billing;
+    let cacheable = snapshot.serving.cache.ttl(endpoint).is_some();
     let credits = app
         .billing
-        .reserve(key, billing.cost(endpoint), billing)
+        .reserve(key, endpoint, cacheable, billing)
         .map_err(|_| ApiError::InsufficientCredits)?;
 
     let ask = Ask {
@@ -251,11 +278,12 @@ async fn route(
             app.cursors.seal(listing_of(platform, &call), &position)
         })
     });
-    let credits_used = credits.commit();
+    let charge = credits.commit(found.cached);
+    report.remaining = Some(charge.remaining);
     let mut response = response::success(
         platform,
         &data.json,
-        credits_used,
+        charge.credits,
         found.cached,
         next_cursor.as_ref().map(|c| c.as_deref()),
         id,
@@ -263,6 +291,48 @@ async fn route(
     let age = found.cached.then(|| found.entry.age());
     set_cache_headers(&mut response, &found.status, age);
     Ok(response)
+}
+
+/// `GET /v1/account`: the key's balance, usage, costs and rate limit.
+fn account(app: &App, snapshot: &Snapshot, key: &str, id: &str) -> Response<Body> {
+    let billing = snapshot.serving.billing;
+    let statement = app.billing.statement(key, billing);
+    response::account(
+        &response::Account {
+            name: key,
+            credits_remaining: statement.remaining,
+            credits_used_today: statement.used_today,
+            credits_used_total: statement.used_total,
+            billing_enforced: billing.enforce,
+            costs: billing.costs,
+            rate_limit: snapshot.serving.rate_limit,
+        },
+        id,
+    )
+}
+
+/// `X-Credits-Remaining` when billing is enforced, `RateLimit-Policy` and
+/// `RateLimit` when a rate limit is set, on an answer to `key`.
+fn set_standing_headers(
+    app: &App,
+    snapshot: &Snapshot,
+    key: &str,
+    report: &Report,
+    response: &mut Response<Body>,
+) {
+    let headers = response.headers_mut();
+    let billing = snapshot.serving.billing;
+    if billing.enforce {
+        // A charged answer knows its balance; any other was charged nothing.
+        let remaining = report
+            .remaining
+            .unwrap_or_else(|| app.billing.remaining(key, billing));
+        headers.insert(CREDITS_REMAINING, HeaderValue::from(remaining));
+    }
+    if let (Some(limiter), Some(standing)) = (&snapshot.rate_limiter, report.rate) {
+        headers.insert(RATELIMIT_POLICY, limiter.policy_header().clone());
+        headers.insert(RATELIMIT, standing.header());
+    }
 }
 
 /// What a request holds while upstream work runs for it.

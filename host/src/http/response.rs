@@ -8,7 +8,9 @@ use hyper::{Response, StatusCode};
 use plugin_api::Output;
 use serde::ser::{Serialize, Serializer};
 
+use crate::billing::Costs;
 use crate::error::ApiError;
+use crate::resilience::rate_limit::RateLimitConfig;
 
 pub type Body = Full<Bytes>;
 
@@ -97,6 +99,76 @@ pub fn success(
         }
         Err(e) => {
             tracing::error!("cannot serialize an answer: {e}");
+            error(&ApiError::Internal, request_id)
+        }
+    }
+}
+
+/// `data` of `GET /v1/account`, in the documented key order.
+#[derive(serde::Serialize)]
+pub struct Account<'a> {
+    pub name: &'a str,
+    pub credits_remaining: u64,
+    pub credits_used_today: u64,
+    pub credits_used_total: u64,
+    pub billing_enforced: bool,
+    #[serde(serialize_with = "costs_json")]
+    pub costs: Costs,
+    /// `null` when no rate limit is set.
+    #[serde(serialize_with = "rate_limit_json")]
+    pub rate_limit: Option<RateLimitConfig>,
+}
+
+/// `{"profile": 1, ...}`, in endpoint order.
+fn costs_json<S: Serializer>(costs: &Costs, s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut map = s.serialize_map(Some(plugin_api::Endpoint::ALL.len()))?;
+    for (endpoint, cost) in costs.per_endpoint() {
+        map.serialize_entry(endpoint.as_str(), &cost)?;
+    }
+    map.end()
+}
+
+fn rate_limit_json<S: Serializer>(
+    limit: &Option<RateLimitConfig>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    #[derive(serde::Serialize)]
+    struct Limit {
+        per_second: f64,
+        burst: f64,
+    }
+    limit
+        .map(|l| Limit {
+            per_second: l.per_second,
+            burst: l.burst,
+        })
+        .serialize(s)
+}
+
+/// The answer to `GET /v1/account`: the success envelope without
+/// `platform`; it costs nothing.
+pub fn account(account: &Account<'_>, request_id: &str) -> Response<Body> {
+    #[derive(serde::Serialize)]
+    struct Envelope<'a> {
+        success: bool,
+        data: &'a Account<'a>,
+        meta: Meta<'a>,
+    }
+    let envelope = Envelope {
+        success: true,
+        data: account,
+        meta: Meta {
+            credits_used: 0,
+            cached: None,
+            next_cursor: None,
+            request_id,
+        },
+    };
+    match serde_json::to_vec(&envelope) {
+        Ok(json) => json_response(StatusCode::OK, json),
+        Err(e) => {
+            tracing::error!("cannot serialize an account answer: {e}");
             error(&ApiError::Internal, request_id)
         }
     }
