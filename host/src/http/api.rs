@@ -404,7 +404,10 @@ async fn route(
 
 /// About the bytes of a request's head as sent in HTTP/1.1.
 fn head_size<B>(request: &Request<B>) -> usize {
-    let line = request.method().as_str().len() + request.uri().to_string().len() + 12;
+    let uri = request.uri();
+    let target = uri.path_and_query().map_or(0, |pq| pq.as_str().len())
+        + uri.authority().map_or(0, |a| a.as_str().len());
+    let line = request.method().as_str().len() + target + 12;
     request
         .headers()
         .iter()
