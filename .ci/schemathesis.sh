@@ -55,6 +55,7 @@ timeout 300 "$VENV/bin/schemathesis" --config-file .ci/schemathesis.toml run "$b
     --mode all \
     --max-examples "$MAX_EXAMPLES" \
     --seed 13 \
+    --generation-database none \
     --workers 2 \
     --request-timeout 10 \
     --max-time 200 \
