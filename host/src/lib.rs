@@ -6,9 +6,12 @@
 //! A request flows one way through these modules:
 //!
 //! - [`http::server`] accepts connections (for every listener, with the
-//!   same hardening); [`http::api`] runs each request's checks in order
-//!   (method, key, platform, endpoint, parameters), answers a key's
-//!   `GET /v1/account`, and answers with [`http::response`]'s envelopes.
+//!   same hardening; HTTP/1.1 and HTTP/2, over [`http::tls`] when
+//!   configured; heads hyper refuses made envelopes by [`http::refusal`]);
+//!   [`http::api`] runs each request's checks in order (method, key,
+//!   platform, endpoint, parameters), answers a key's `GET /v1/account`,
+//!   and answers with [`http::response`]'s envelopes, represented for the
+//!   caller by [`http::encoding`] (codings, entity tags) and [`http::cors`].
 //! - [`auth`] recognises API keys (and issues and revokes them);
 //!   [`billing`] says what an answer costs, whether a key may spend it
 //!   (free credits plus credit packs, less what it spent) and books what

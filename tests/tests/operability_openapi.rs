@@ -5,7 +5,8 @@
 //! the schema and headers the document gives for its path, method and
 //! status (with the billing and rate-limit headers where they are set).
 //! The test fails when a code of the document's `ErrorCode` enum, or a status
-//! it lists for an operation (but 500), was never answered.
+//! it lists for an operation (but 500), was never answered, and when an
+//! error's code is not among its response's examples.
 
 use std::time::{Duration, Instant};
 
@@ -34,17 +35,37 @@ const ACCOUNT: &str = "/v1/account";
 /// Sends `method path` and checks the answer against the document, and
 /// that `meta.request_id` of an envelope is the `X-Request-Id` header.
 ///
-/// Every answer is `Cache-Control: no-store` (the document's introduction
-/// says so), and the parameters of a successful `/v1` request are ones the
-/// document accepts.
+/// `Cache-Control` is what the document's introduction says (data answers
+/// `private` with their freshness, the document `public`, others
+/// `no-store`), and the parameters of a successful `/v1` request are ones
+/// the document accepts.
 async fn check(contract: &Contract, api: &Api, method: &str, path: &str) -> Answer {
-    let answer = api.request(method, path).await;
+    check_with(contract, api, method, path, &[]).await
+}
+
+/// [`check`] with request headers.
+async fn check_with(
+    contract: &Contract,
+    api: &Api,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Answer {
+    let answer = api.request_with(method, path, headers).await;
     contract.check(method, path, &answer);
     assert_request_id_matches(&answer);
-    assert_eq!(
-        answer.header("cache-control"),
-        Some("no-store"),
-        "{method} {path}: {answer:?}"
+    let cache_control = answer.header("cache-control").unwrap_or_default();
+    let fresh = matches!(answer.status, 200 | 304);
+    let expected = if fresh && path.starts_with("/v1/openapi.json") {
+        cache_control == "public, max-age=300"
+    } else if fresh && path.starts_with("/v1/shortvideo/") {
+        cache_control.starts_with("private, max-age=") || cache_control == "private, no-cache"
+    } else {
+        cache_control == "no-store"
+    };
+    assert!(
+        expected,
+        "{method} {path}: Cache-Control {cache_control:?}: {answer:?}"
     );
     if answer.status == 200 && path.starts_with("/v1/shortvideo/") {
         let errors = contract.parameter_errors(method, path);
@@ -177,24 +198,34 @@ fn the_checker_refuses_answers_that_drift() {
         json!({"success": false, "error": {"code": code, "message": "m"},
                "meta": {"credits_used": 0, "request_id": "r"}})
     };
-    let e400 = "/components/schemas/Error400";
+    let schema = "/components/schemas/Error";
     assert!(contract
-        .errors(e400, &error("INVALID_PARAMETER"))
+        .errors(schema, &error("INVALID_PARAMETER"))
         .is_empty());
-    assert!(!contract
-        .errors(e400, &error("RESOURCE_NOT_FOUND"))
-        .is_empty());
-    assert!(!contract
-        .errors(
-            "/components/schemas/Error404Route",
-            &error("RESOURCE_NOT_FOUND")
-        )
-        .is_empty());
+    let mut with_param = error("INVALID_PARAMETER");
+    with_param["error"]["param"] = json!("count");
+    assert!(contract.errors(schema, &with_param).is_empty());
+    assert!(!contract.errors(schema, &error("NO_SUCH_CODE")).is_empty());
     let mut charged = error("UPSTREAM_UNAVAILABLE");
     charged["meta"]["credits_used"] = json!(1);
-    assert!(!contract
-        .errors("/components/schemas/Error502", &charged)
-        .is_empty());
+    assert!(!contract.errors(schema, &charged).is_empty());
+    // Which codes a status carries: its response's examples.
+    let codes = |name: &str| contract.example_codes(&format!("/components/responses/{name}"));
+    assert!(codes("BadRequest").contains(&"INVALID_PARAMETER".to_owned()));
+    assert!(!codes("BadRequest").contains(&"RESOURCE_NOT_FOUND".to_owned()));
+    assert!(!codes("RouteNotFound").contains(&"RESOURCE_NOT_FOUND".to_owned()));
+    // Every code has an example.
+    let mut examples = Vec::new();
+    for name in contract.document()["components"]["responses"]
+        .as_object()
+        .expect("responses")
+        .keys()
+    {
+        examples.extend(codes(name));
+    }
+    for code in contract.error_codes() {
+        assert!(examples.contains(&code), "{code} has no example");
+    }
 }
 
 #[tokio::test]
@@ -333,14 +364,39 @@ async fn main_server(contract: &Contract) {
         Some("INVALID_PARAMETER"),
     )
     .await;
-    // HEAD is not GET: 405 too, with the headers (a HEAD answer has no body).
+    // HEAD is GET without a body; a matching If-None-Match is 304.
     for path in ENDPOINTS.iter().chain(PUBLIC.iter()).chain([&ACCOUNT]) {
-        let a = api.request("HEAD", path).await;
-        assert_eq!(a.status, 405, "HEAD {path}: {a:?}");
-        assert_eq!(a.header("allow"), Some("GET"), "HEAD {path}: {a:?}");
-        assert!(a.header("x-request-id").is_some(), "HEAD {path}: {a:?}");
+        let get = api.get(path).await;
+        let head = api.request("HEAD", path).await;
+        assert_eq!(head.status, get.status, "HEAD {path}: {head:?}");
+        assert!(head.text.is_empty(), "HEAD {path}: {head:?}");
+        assert!(
+            head.header("x-request-id").is_some(),
+            "HEAD {path}: {head:?}"
+        );
+        if let Some(etag) = get.header("etag") {
+            let a = check_with(contract, api, "GET", path, &[("if-none-match", etag)]).await;
+            assert_eq!(a.status, 304, "{path}: {a:?}");
+            assert_eq!(a.header("etag"), Some(etag), "{path}: {a:?}");
+        }
     }
-    // 401 on every endpoint, 405 on every path.
+    // A head the server cannot read: the envelope, on every path.
+    let filler = "a".repeat(20_000);
+    for path in ENDPOINTS.iter().chain(PUBLIC.iter()) {
+        let a = check_with(contract, api, "GET", path, &[("x-filler", &filler)]).await;
+        a.assert_error(431, "HEADERS_TOO_LARGE");
+    }
+    for path in PUBLIC {
+        let raw = raw_exchange(
+            stack.server.addr(),
+            &format!("GET {path} HTTP/1.1\r\nHost: x\r\nBad Header: 1\r\n\r\n"),
+        )
+        .await;
+        let a = Answer::parse_raw(&raw);
+        contract.check("GET", path, &a);
+        a.assert_error(400, "MALFORMED_REQUEST");
+    }
+    // 401 on every endpoint (with its challenge), 405 on every path.
     for path in ENDPOINTS.into_iter().chain([ACCOUNT]) {
         expect(
             contract,
@@ -364,7 +420,7 @@ async fn main_server(contract: &Contract) {
     for path in ENDPOINTS.iter().chain(PUBLIC.iter()).chain([&ACCOUNT]) {
         for method in ["POST", "DELETE"] {
             let a = expect(contract, api, method, path, 405, Some("METHOD_NOT_ALLOWED")).await;
-            assert_eq!(a.header("allow"), Some("GET"), "{a:?}");
+            assert_eq!(a.header("allow"), Some("GET, HEAD, OPTIONS"), "{a:?}");
         }
     }
     // 404: the user or post does not exist.
@@ -419,6 +475,40 @@ async fn main_server(contract: &Contract) {
     }
     for path in [POSTS, COMMENTS, SEARCH] {
         check(contract, api, "GET", path).await.assert_success(true);
+    }
+}
+
+/// Sends `request` as it is and reads the answer to the end.
+async fn raw_exchange(addr: std::net::SocketAddr, request: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("can connect");
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .expect("can send");
+    let mut answer = Vec::new();
+    let read = stream.read_to_end(&mut answer);
+    let _ = tokio::time::timeout(Duration::from_secs(5), read).await;
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// A target longer than hyper reads (64 KiB), with heads allowed to be
+/// that large: 414 on every path.
+async fn uri_too_long(contract: &Contract) {
+    let (_config, server, _api) = start(
+        ConfigBuilder::new()
+            .server_line("max_header_bytes = 131072")
+            .platform("shortvideo", "planned", &[]),
+    );
+    let long = "a".repeat(70_000);
+    for path in ENDPOINTS.iter().chain(PUBLIC.iter()) {
+        let separator = if path.contains('?') { '&' } else { '?' };
+        let request = format!("GET {path}{separator}x={long} HTTP/1.1\r\nHost: x\r\n\r\n");
+        let a = Answer::parse_raw(&raw_exchange(server.addr(), &request).await);
+        contract.check("GET", path, &a);
+        a.assert_error(414, "URI_TOO_LONG");
     }
 }
 
@@ -593,6 +683,7 @@ async fn every_endpoint_and_every_error_code_answers_as_the_document_says() {
     overload(&contract).await;
     deadline(&contract).await;
     credits_then_rate_limit(&contract).await;
+    uri_too_long(&contract).await;
 
     let seen = contract.codes_seen();
     let documented = contract.error_codes();

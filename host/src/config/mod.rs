@@ -4,13 +4,14 @@
 //!
 //! # Two parts, two lifetimes
 //!
-//! - [`ProcessConfig`]: listeners, connection limits, state folder, ledger,
-//!   cursor key, proxy, log format. Fixed for the life of a process: a
+//! - [`ProcessConfig`]: listeners (and the paths of their TLS files),
+//!   connection limits, state folder, ledger, cursor key, proxy, log
+//!   format. Fixed for the life of a process: a
 //!   reload that changes one logs "restart to apply" (see
 //!   [`ProcessConfig::changed_settings`]) and otherwise ignores it.
 //! - [`ServingConfig`]: platforms, providers, keys file, request deadline,
-//!   rate limits, billing, the cache's times to live. Swapped whole by every
-//!   reload.
+//!   rate limits, billing, the cache's times to live, CORS origins.
+//!   Swapped whole by every reload.
 //!
 //! Which part a setting lives in is the one place that says whether a
 //! reload applies it.
@@ -40,6 +41,7 @@ use serde::Deserialize;
 use crate::billing::{BillingConfig, RawBilling};
 use crate::cache::{CacheConfig, RawCache};
 use crate::cursor::CursorConfig;
+use crate::http::cors::{CorsConfig, RawCors};
 use crate::http::server::ListenerConfig;
 use crate::ledger::{LedgerConfig, RawLedger};
 use crate::logging::LogFormat;
@@ -127,6 +129,8 @@ pub struct ServingConfig {
     pub billing: BillingConfig,
     /// `[cache]` but `max_bytes`.
     pub cache: CacheConfig,
+    /// `[server.cors]`: which origins browsers may read answers from.
+    pub cors: CorsConfig,
 }
 
 impl ProcessConfig {
@@ -220,6 +224,9 @@ pub struct RawServer {
     pub cursor_ttl_s: Option<u64>,
     pub upstream_proxy: Option<String>,
     pub log_format: Option<LogFormat>,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    pub cors: Option<RawCors>,
 }
 
 /// What a section's `from_raw` needs: where the config is, how to read the
@@ -230,7 +237,17 @@ pub struct Context<'a> {
     env: &'a dyn Fn(&str) -> Option<String>,
 }
 
-impl Context<'_> {
+impl<'a> Context<'a> {
+    /// A context for a section's own tests: `path`'s folder, `env`.
+    #[cfg(test)]
+    pub fn for_tests(path: &'a Path, env: &'a dyn Fn(&str) -> Option<String>) -> Context<'a> {
+        Context {
+            path,
+            base: folder_of(path),
+            env,
+        }
+    }
+
     /// The config file.
     pub fn path(&self) -> &Path {
         self.path
@@ -370,6 +387,7 @@ impl Config {
             rate_limit: RateLimitConfig::from_raw(raw.rate_limit, &cx)?,
             billing: BillingConfig::from_raw(raw.billing, &cx)?,
             cache: CacheConfig::from_raw(&raw.cache, &cx)?,
+            cors: CorsConfig::from_raw(server.cors.as_ref(), &cx)?,
         };
         Ok(Config {
             path: path.to_owned(),

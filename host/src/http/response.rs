@@ -3,7 +3,9 @@
 
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::header::{HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
+use hyper::header::{
+    HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE,
+};
 use hyper::{Response, StatusCode};
 use plugin_api::Output;
 use serde::ser::{Serialize, Serializer};
@@ -13,6 +15,11 @@ use crate::error::ApiError;
 use crate::resilience::rate_limit::RateLimitConfig;
 
 pub type Body = Full<Bytes>;
+
+/// The methods every path answers (`Allow`).
+pub const ALLOWED_METHODS: &str = "GET, HEAD, OPTIONS";
+/// The challenge of a 401 (RFC 9110 requires one): a key in `X-API-Key`.
+const CHALLENGE: &str = r#"ApiKey realm="socialgate", header="X-API-Key""#;
 
 #[derive(serde::Serialize)]
 struct Meta<'a> {
@@ -52,6 +59,9 @@ struct Failure<'a> {
 struct ErrorBody<'a> {
     code: &'a str,
     message: String,
+    /// For `INVALID_PARAMETER`: the parameter at fault.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    param: Option<&'a str>,
 }
 
 /// An answer's `data`, serialized: what the cache stores and every success
@@ -174,13 +184,14 @@ pub fn account(account: &Account<'_>, request_id: &str) -> Response<Body> {
     }
 }
 
-/// An error answer; failures cost no credits.
-pub fn error(error: &ApiError, request_id: &str) -> Response<Body> {
+/// The error envelope of `error`, serialized.
+pub fn error_json(error: &ApiError, request_id: &str) -> Vec<u8> {
     let body = Failure {
         success: false,
         error: ErrorBody {
             code: error.code(),
             message: error.to_string(),
+            param: error.param(),
         },
         meta: Meta {
             credits_used: 0,
@@ -189,12 +200,24 @@ pub fn error(error: &ApiError, request_id: &str) -> Response<Body> {
             request_id,
         },
     };
-    let json = serde_json::to_vec(&body).expect("error envelopes always serialize");
-    let mut response = json_response(error.status(), json);
-    if *error == ApiError::MethodNotAllowed {
-        response
-            .headers_mut()
-            .insert(ALLOW, HeaderValue::from_static("GET"));
+    serde_json::to_vec(&body).expect("error envelopes always serialize")
+}
+
+/// An error answer; failures cost no credits.
+pub fn error(error: &ApiError, request_id: &str) -> Response<Body> {
+    let mut response = json_response(error.status(), error_json(error, request_id));
+    match error {
+        ApiError::MethodNotAllowed => {
+            response
+                .headers_mut()
+                .insert(ALLOW, HeaderValue::from_static(ALLOWED_METHODS));
+        }
+        ApiError::MissingApiKey | ApiError::InvalidApiKey => {
+            response
+                .headers_mut()
+                .insert(WWW_AUTHENTICATE, HeaderValue::from_static(CHALLENGE));
+        }
+        _ => {}
     }
     if let Some(secs) = error.retry_after_secs() {
         response
@@ -206,11 +229,23 @@ pub fn error(error: &ApiError, request_id: &str) -> Response<Body> {
 
 /// A small JSON answer for public paths such as `/healthz`.
 pub fn plain_json(status: StatusCode, json: &'static str) -> Response<Body> {
-    json_response(status, json.as_bytes().to_vec())
+    json_response(status, Bytes::from_static(json.as_bytes()))
 }
 
-fn json_response(status: StatusCode, json: Vec<u8>) -> Response<Body> {
-    let mut response = Response::new(Full::new(Bytes::from(json)));
+/// The answer to `OPTIONS`: no content, the methods allowed.
+pub fn options() -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::new()));
+    *response.status_mut() = StatusCode::NO_CONTENT;
+    response
+        .headers_mut()
+        .insert(ALLOW, HeaderValue::from_static(ALLOWED_METHODS));
+    response
+}
+
+/// A JSON answer of `json`; `Cache-Control: no-store` until the caller
+/// says otherwise.
+pub fn json_response(status: StatusCode, json: impl Into<Bytes>) -> Response<Body> {
+    let mut response = Response::new(Full::new(json.into()));
     *response.status_mut() = status;
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
