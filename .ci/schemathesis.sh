@@ -47,7 +47,11 @@ fi
 
 started=$(date +%s)
 status=0
-timeout 300 "$VENV/bin/schemathesis" --config-file .ci/schemathesis.toml run "$base/v1/openapi.json" \
+# Run from the work folder: schemathesis keeps a cache in its working
+# directory, which belongs under target/, not in the tree.
+root=$PWD
+cd "$WORK"
+timeout 300 "$root/$VENV/bin/schemathesis" --config-file "$root/.ci/schemathesis.toml" run "$base/v1/openapi.json" \
     --url "$base" \
     --header "X-API-Key: $key" \
     --checks all \
@@ -62,6 +66,6 @@ timeout 300 "$VENV/bin/schemathesis" --config-file .ci/schemathesis.toml run "$b
     --suppress-health-check all \
     --warnings off \
     --no-color \
-    --report junit --report-dir "$WORK" || status=$?
+    --report junit --report-dir . || status=$?
 echo "schemathesis: exit $status after $(($(date +%s) - started)) s"
 exit "$status"
