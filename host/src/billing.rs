@@ -1,29 +1,39 @@
-//! Credits per key: what each answered request costs, whether a key may
-//! still spend once billing is enforced, and booking what was spent.
+//! Credits per key: what each answered request costs, how many credits a
+//! key has (free credits plus the packs granted to it, less what it spent),
+//! whether it may still spend once billing is enforced, and booking what was
+//! spent.
 //!
 //! Billing is announced but inactive: by default credits are only counted
-//! (in the ledger). With `[billing] enforce = true`, a key's lifetime credits
-//! are capped at `free_credits`: a credit is reserved before the chain runs
-//! and refunded if the request fails, so concurrent requests cannot
-//! overspend and a failure costs nothing. A reservation is owned, not
-//! borrowed: the upstream work of a request whose caller hung up keeps it
-//! until that work ends, then refunds it (nothing was delivered).
+//! (in the ledger) and reported. With `[billing] enforce = true`, a key may
+//! spend at most its balance: `free_credits` plus its grants, less what it
+//! spent. A request's cost is reserved before the chain runs and refunded if
+//! the request fails, so concurrent requests cannot overspend and a failure
+//! costs nothing. A reservation is owned, not borrowed: the upstream work of
+//! a request whose caller hung up keeps it until that work ends, then
+//! refunds it (nothing was delivered).
+//!
+//! The accounts live in memory (the request path never reads the ledger):
+//! they start from the ledger's counts and grants, and grants written later
+//! by `socialgate credits grant` arrive through the ledger's writer thread.
 //!
 //! Where the books are kept is the backend's: this process's accounts and
-//! the SQLite [`Ledger`] (`local`), or the accounts every replica shares
-//! ([`crate::shared::credits`], `redis`). A reservation is the same seam for
-//! both: [`Billing::reserve`], then [`Reservation::commit`] or a drop.
+//! the SQLite [`Ledger`] (`local`, as above), or the accounts every replica
+//! shares ([`crate::shared::credits`], `redis`: costs reserved and charged,
+//! grants, usage per day and endpoint, all in Redis). A reservation is the
+//! same seam for both: [`Billing::reserve_for`], then
+//! [`Reservation::commit`] or a drop.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use plugin_api::Endpoint;
 use serde::Deserialize;
 
 use crate::config::{ConfigError, Context};
-use crate::ledger::Ledger;
-use crate::resilience::rate_limit::RateLimitConfig;
-use crate::shared::credits::{Credits, Refusal};
+use crate::ledger::{Ledger, LedgerError};
+use crate::resilience::rate_limit::{RateLimitConfig, Standing};
+use crate::shared::credits::{Credits, Held, Refusal};
 
 /// Credits an answer costs when the config says nothing else.
 const DEFAULT_COST: u32 = 1;
@@ -31,10 +41,12 @@ const DEFAULT_COST: u32 = 1;
 /// `[billing]` as configured. Serving configuration: a reload applies it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BillingConfig {
-    /// Refuse requests of keys with no credits left.
+    /// Refuse requests that cost more than the key's balance.
     pub enforce: bool,
-    /// Credits each key has for its lifetime.
+    /// Credits each key has for its lifetime, before any grant.
     pub free_credits: u64,
+    /// `[billing.costs]`.
+    pub costs: Costs,
 }
 
 impl Default for BillingConfig {
@@ -42,7 +54,51 @@ impl Default for BillingConfig {
         BillingConfig {
             enforce: false,
             free_credits: 150,
+            costs: Costs::default(),
         }
+    }
+}
+
+/// What a delivered answer costs, per endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Costs {
+    /// In [`Endpoint::ALL`] order.
+    fresh: [u32; Endpoint::ALL.len()],
+    /// What an answer from the cache costs (stale ones too); `None`: what a
+    /// fresh one does.
+    cached: Option<u32>,
+}
+
+impl Default for Costs {
+    fn default() -> Self {
+        Costs {
+            fresh: [DEFAULT_COST; Endpoint::ALL.len()],
+            cached: None,
+        }
+    }
+}
+
+impl Costs {
+    fn slot(endpoint: Endpoint) -> usize {
+        Endpoint::ALL
+            .iter()
+            .position(|e| *e == endpoint)
+            .unwrap_or_default()
+    }
+
+    /// What an answer of `endpoint` fetched for the request costs.
+    pub fn fresh(&self, endpoint: Endpoint) -> u32 {
+        self.fresh[Costs::slot(endpoint)]
+    }
+
+    /// What an answer of `endpoint` from the cache costs.
+    pub fn cached(&self, endpoint: Endpoint) -> u32 {
+        self.cached.unwrap_or_else(|| self.fresh(endpoint))
+    }
+
+    /// Every endpoint with its cost, in [`Endpoint::ALL`] order.
+    pub fn per_endpoint(&self) -> impl Iterator<Item = (Endpoint, u32)> + '_ {
+        Endpoint::ALL.into_iter().map(|e| (e, self.fresh(e)))
     }
 }
 
@@ -52,20 +108,46 @@ impl Default for BillingConfig {
 pub struct RawBilling {
     enforce: Option<bool>,
     free_credits: Option<u64>,
+    costs: Option<RawCosts>,
+}
+
+/// `[billing.costs]` as written.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawCosts {
+    profile: Option<u32>,
+    posts: Option<u32>,
+    post: Option<u32>,
+    comments: Option<u32>,
+    search: Option<u32>,
+    cached: Option<u32>,
 }
 
 impl BillingConfig {
     pub fn from_raw(raw: RawBilling, _cx: &Context) -> Result<BillingConfig, ConfigError> {
         let default = BillingConfig::default();
+        let costs = raw.costs.unwrap_or_default();
+        let mut fresh = default.costs.fresh;
+        for endpoint in Endpoint::ALL {
+            let written = match endpoint {
+                Endpoint::Profile => costs.profile,
+                Endpoint::Posts => costs.posts,
+                Endpoint::Post => costs.post,
+                Endpoint::Comments => costs.comments,
+                Endpoint::Search => costs.search,
+            };
+            if let Some(cost) = written {
+                fresh[Costs::slot(endpoint)] = cost;
+            }
+        }
         Ok(BillingConfig {
             enforce: raw.enforce.unwrap_or(default.enforce),
             free_credits: raw.free_credits.unwrap_or(default.free_credits),
+            costs: Costs {
+                fresh,
+                cached: costs.cached,
+            },
         })
-    }
-
-    /// What an answer of `endpoint` costs.
-    pub fn cost(&self, _endpoint: Endpoint) -> u32 {
-        DEFAULT_COST
     }
 }
 
@@ -73,13 +155,31 @@ impl BillingConfig {
 struct Account {
     spent: u64,
     reserved: u64,
+    granted: u64,
+    /// The UTC day (days since 1970) `spent_today` counts.
+    day: u64,
+    spent_today: u64,
 }
 
-/// Every key's spending, and where it is booked. The one place credits
-/// are booked.
+impl Account {
+    /// `free_credits` + grants - spent, never below 0 (`free_credits` may
+    /// have been lowered since).
+    fn remaining(&self, free_credits: u64) -> u64 {
+        free_credits
+            .saturating_add(self.granted)
+            .saturating_sub(self.spent)
+    }
+}
+
+type Accounts = HashMap<String, Account>;
+
+/// Every key's account since the ledger began, kept in memory, and the
+/// ledger that keeps it. The one place credits are booked.
 pub struct Billing {
-    /// Every key's spending since the ledger began (`local` only).
-    accounts: Mutex<HashMap<String, Account>>,
+    /// `local`: every key's account. `redis`: the balance each key had when
+    /// this replica last asked the store (only `remaining` of each is used),
+    /// for the answers that reserve nothing.
+    accounts: Arc<Mutex<Accounts>>,
     books: Books,
 }
 
@@ -89,16 +189,30 @@ enum Books {
     Shared(Arc<Credits>),
 }
 
-/// Why a credit could not be reserved.
+/// The key has not enough credits left.
+#[derive(Debug, PartialEq, Eq)]
+pub struct OutOfCredits;
+
+/// Why a credit could not be reserved ([`Billing::reserve_for`]).
 #[derive(Debug, PartialEq, Eq)]
 pub enum NoCredit {
-    /// The key has not enough credits left.
-    OutOfCredits,
+    /// The key has not enough credits left (and, when the shared bucket was
+    /// taken in the same round trip, where it stands).
+    OutOfCredits(Option<Standing>),
     /// The shared store cannot say (it is away): refuse rather than let a
     /// key spend what it may not have.
     Unavailable,
     /// The rate limit checked with the reservation refused first.
     RateLimited(std::time::Duration),
+}
+
+/// A reservation and, when the shared bucket was taken in the same round
+/// trip, where that bucket stands.
+pub struct Reserved {
+    pub reservation: Reservation,
+    pub standing: Option<Standing>,
+    /// The key's balance before this request's charge, when the store said.
+    pub balance: Option<u64>,
 }
 
 /// Credits held for a request: [`commit`](Reservation::commit) them when
@@ -107,22 +221,73 @@ pub enum NoCredit {
 pub struct Reservation {
     billing: Arc<Billing>,
     key: String,
-    amount: u32,
+    endpoint: Endpoint,
+    /// The most the answer can cost (fresh or cached).
+    held: u32,
+    fresh: u32,
+    cached: u32,
+    free_credits: u64,
     settled: bool,
-    /// The shared store's name for the reservation (`redis`, enforced).
-    held: Option<String>,
+    /// The shared store's name for the reservation (`redis`).
+    member: Option<String>,
+    /// `redis`: the key's balance before this charge (less what else is
+    /// held), as the store said.
+    balance: u64,
+}
+
+/// What a delivered answer was charged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Charge {
+    /// For `meta.credits_used`.
+    pub credits: u32,
+    /// The key's balance after this charge.
+    pub remaining: u64,
+}
+
+/// A key's account as its holder may read it (`GET /v1/account`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Statement {
+    pub remaining: u64,
+    pub used_today: u64,
+    pub used_total: u64,
+}
+
+/// Days since 1970 of `now`, the UTC day.
+fn day_of(now: SystemTime) -> u64 {
+    now.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() / 86_400)
 }
 
 impl Billing {
-    /// Starts from the lifetime credits `ledger` recorded. Blocking.
-    pub fn open(ledger: Ledger) -> Result<Billing, crate::ledger::LedgerError> {
-        let accounts = ledger
-            .lifetime_credits()?
+    /// Starts from the credits `ledger` recorded and the grants it holds,
+    /// and follows the grants written from now on. Blocking.
+    pub fn open(ledger: Ledger) -> Result<Billing, LedgerError> {
+        let now = SystemTime::now();
+        let day = day_of(now);
+        let accounts: Accounts = ledger
+            .spent(&crate::ledger::utc_day(now))?
             .into_iter()
-            .map(|(key, spent)| (key, Account { spent, reserved: 0 }))
+            .map(|(key, spent)| {
+                let account = Account {
+                    spent: spent.total,
+                    day,
+                    spent_today: spent.today,
+                    ..Account::default()
+                };
+                (key, account)
+            })
             .collect();
+        let accounts = Arc::new(Mutex::new(accounts));
+        let credited = Arc::clone(&accounts);
+        ledger.watch_grants(move |grants| {
+            let mut accounts = lock(&credited);
+            for grant in grants {
+                let account = accounts.entry(grant.key.clone()).or_default();
+                account.granted = account.granted.saturating_add(grant.amount);
+            }
+        })?;
         Ok(Billing {
-            accounts: Mutex::new(accounts),
+            accounts,
             books: Books::Local(ledger),
         })
     }
@@ -130,7 +295,7 @@ impl Billing {
     /// Books kept in the shared store.
     pub fn shared(credits: Arc<Credits>) -> Billing {
         Billing {
-            accounts: Mutex::default(),
+            accounts: Arc::default(),
             books: Books::Shared(credits),
         }
     }
@@ -143,68 +308,18 @@ impl Billing {
         }
     }
 
-    /// The ledger credits are counted in (`local`).
-    pub fn ledger(&self) -> Option<&Ledger> {
+    /// The ledger credits are counted in (local books only).
+    #[cfg(test)]
+    fn ledger(&self) -> &Ledger {
         match &self.books {
-            Books::Local(ledger) => Some(ledger),
-            Books::Shared(_) => None,
+            Books::Local(ledger) => ledger,
+            Books::Shared(_) => unreachable!("the unit tests keep local books"),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Account>> {
-        self.accounts.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Holds `amount` credits of `key`. Under `enforce`, refuses when spent
-    /// and held credits plus `amount` would pass `free_credits`.
-    ///
-    /// `rate_limit`: a rate limit not checked yet, to check first in the
-    /// same round trip (shared books, enforced: see
-    /// [`Billing::checks_rate_limit`]); `None` otherwise.
-    pub async fn reserve(
-        self: &Arc<Self>,
-        key: &str,
-        amount: u32,
-        config: BillingConfig,
-        rate_limit: Option<RateLimitConfig>,
-    ) -> Result<Reservation, NoCredit> {
-        let held = match &self.books {
-            Books::Local(_) => {
-                let mut accounts = self.lock();
-                let account = accounts.entry(key.to_owned()).or_default();
-                let held = account.spent + account.reserved;
-                if config.enforce && held + u64::from(amount) > config.free_credits {
-                    return Err(NoCredit::OutOfCredits);
-                }
-                account.reserved += u64::from(amount);
-                None
-            }
-            // Not enforced: nothing to check, so no round trip; the credits
-            // are counted when committed.
-            Books::Shared(_) if !config.enforce => None,
-            // Boxed: the local path's future stays as small as it was.
-            Books::Shared(credits) => Some(
-                Box::pin(credits.reserve(key, amount, config.free_credits, rate_limit))
-                    .await
-                    .map_err(|refusal| match refusal {
-                        Refusal::Exhausted => NoCredit::OutOfCredits,
-                        Refusal::Unavailable => NoCredit::Unavailable,
-                        Refusal::RateLimited(wait) => NoCredit::RateLimited(wait),
-                    })?,
-            ),
-        };
-        Ok(Reservation {
-            billing: self.clone(),
-            key: key.to_owned(),
-            amount,
-            settled: false,
-            held,
-        })
-    }
-
-    /// Whether a request's rate limit is best checked by [`Billing::reserve`]
-    /// (shared books, billing enforced: one round trip for both) rather
-    /// than on its own.
+    /// Whether a request's rate limit is best checked by
+    /// [`Billing::reserve_for`] (shared books: one round trip for both)
+    /// rather than on its own.
     pub fn checks_rate_limit(&self, config: BillingConfig) -> bool {
         config.enforce && matches!(self.books, Books::Shared(_))
     }
@@ -212,10 +327,195 @@ impl Billing {
     /// Writes what is counted but not yet written: the last step of a
     /// graceful shutdown (`local`: the ledger; `redis`: the settling task
     /// does it when the shutdown token fires). Blocking.
-    pub fn close(&self) -> Result<(), crate::ledger::LedgerError> {
+    pub fn close(&self) -> Result<(), LedgerError> {
         match &self.books {
             Books::Local(ledger) => ledger.close(),
             Books::Shared(_) => Ok(()),
+        }
+    }
+
+    /// [`Billing::reserve`] on whichever books are kept. With shared books
+    /// and billing enforced, one script holds the cost in the store (and
+    /// takes a token of the key's global bucket first when `rate_limit`
+    /// says so); not enforced, nothing is checked, so nothing is asked.
+    pub async fn reserve_for(
+        self: &Arc<Self>,
+        key: &str,
+        endpoint: Endpoint,
+        cacheable: bool,
+        config: BillingConfig,
+        rate_limit: Option<RateLimitConfig>,
+    ) -> Result<Reserved, NoCredit> {
+        let credits = match &self.books {
+            Books::Local(_) => {
+                return self
+                    .reserve(key, endpoint, cacheable, config)
+                    .map(|reservation| Reserved {
+                        reservation,
+                        standing: None,
+                        balance: None,
+                    })
+                    .map_err(|OutOfCredits| NoCredit::OutOfCredits(None));
+            }
+            Books::Shared(credits) => credits,
+        };
+        let mut reservation = self.reservation(key, endpoint, cacheable, config);
+        if !config.enforce {
+            return Ok(Reserved {
+                reservation,
+                standing: None,
+                balance: None,
+            });
+        }
+        // Boxed: the local path's future stays as small as it was.
+        let outcome =
+            Box::pin(credits.reserve(key, reservation.held, config.free_credits, rate_limit)).await;
+        match outcome {
+            Ok(Held {
+                member,
+                balance,
+                standing,
+            }) => {
+                self.know(key, balance);
+                reservation.member = Some(member);
+                reservation.balance = balance;
+                Ok(Reserved {
+                    reservation,
+                    standing,
+                    balance: Some(balance),
+                })
+            }
+            Err(refusal) => {
+                // Nothing was held: nothing to give back.
+                reservation.settled = true;
+                Err(match refusal {
+                    Refusal::Exhausted { balance, standing } => {
+                        self.know(key, balance);
+                        NoCredit::OutOfCredits(standing)
+                    }
+                    Refusal::Unavailable => NoCredit::Unavailable,
+                    Refusal::RateLimited(wait) => NoCredit::RateLimited(wait),
+                })
+            }
+        }
+    }
+
+    /// Remembers `key`'s balance as the shared store last said it.
+    fn know(&self, key: &str, balance: u64) {
+        let mut accounts = self.lock();
+        account_of(&mut accounts, key).granted = balance;
+    }
+
+    /// `key`'s account as the shared store keeps it (`redis`: one round
+    /// trip); `None` with local books.
+    pub async fn shared_statement(
+        &self,
+        key: &str,
+        config: BillingConfig,
+    ) -> Option<Result<Statement, crate::shared::StateError>> {
+        let Books::Shared(credits) = &self.books else {
+            return None;
+        };
+        let statement = credits.statement(key, config.free_credits).await;
+        if let Ok(statement) = &statement {
+            self.know(key, statement.remaining);
+        }
+        Some(statement)
+    }
+
+    /// A reservation of what an answer of `endpoint` may cost, not yet
+    /// booked anywhere.
+    fn reservation(
+        self: &Arc<Self>,
+        key: &str,
+        endpoint: Endpoint,
+        cacheable: bool,
+        config: BillingConfig,
+    ) -> Reservation {
+        let fresh = config.costs.fresh(endpoint);
+        let cached = config.costs.cached(endpoint);
+        let held = if cacheable { fresh.max(cached) } else { fresh };
+        Reservation {
+            billing: self.clone(),
+            key: key.to_owned(),
+            endpoint,
+            held,
+            fresh,
+            cached,
+            free_credits: config.free_credits,
+            settled: false,
+            member: None,
+            balance: config.free_credits,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Accounts> {
+        lock(&self.accounts)
+    }
+
+    /// Holds what an answer of `endpoint` may cost `key`: the larger of its
+    /// fresh and cached costs when the answer may come from the cache
+    /// (`cacheable`), its fresh cost otherwise. Under `enforce`, refuses
+    /// when that is more than the balance left after what is already held.
+    pub fn reserve(
+        self: &Arc<Self>,
+        key: &str,
+        endpoint: Endpoint,
+        cacheable: bool,
+        config: BillingConfig,
+    ) -> Result<Reservation, OutOfCredits> {
+        let fresh = config.costs.fresh(endpoint);
+        let cached = config.costs.cached(endpoint);
+        let held = if cacheable { fresh.max(cached) } else { fresh };
+        let mut accounts = self.lock();
+        let account = account_of(&mut accounts, key);
+        let available = account
+            .remaining(config.free_credits)
+            .saturating_sub(account.reserved);
+        if config.enforce && held > 0 && u64::from(held) > available {
+            return Err(OutOfCredits);
+        }
+        account.reserved += u64::from(held);
+        Ok(Reservation {
+            billing: self.clone(),
+            key: key.to_owned(),
+            endpoint,
+            held,
+            fresh,
+            cached,
+            free_credits: config.free_credits,
+            settled: false,
+            member: None,
+            balance: config.free_credits,
+        })
+    }
+
+    /// `key`'s balance now (`redis`: as this replica last heard it).
+    pub fn remaining(&self, key: &str, config: BillingConfig) -> u64 {
+        if let Books::Shared(_) = self.books {
+            return self
+                .lock()
+                .get(key)
+                .map_or(config.free_credits, |a| a.granted);
+        }
+        self.lock()
+            .get(key)
+            .map_or(config.free_credits, |a| a.remaining(config.free_credits))
+    }
+
+    /// `key`'s account now.
+    pub fn statement(&self, key: &str, config: BillingConfig) -> Statement {
+        let today = day_of(SystemTime::now());
+        let accounts = self.lock();
+        let account = accounts.get(key).copied().unwrap_or_default();
+        Statement {
+            remaining: account.remaining(config.free_credits),
+            used_today: if account.day == today {
+                account.spent_today
+            } else {
+                0
+            },
+            used_total: account.spent,
         }
     }
 
@@ -226,47 +526,84 @@ impl Billing {
     }
 }
 
+/// `key`'s account, created empty; allocates the name only the first time.
+fn account_of<'a>(accounts: &'a mut Accounts, key: &str) -> &'a mut Account {
+    if !accounts.contains_key(key) {
+        accounts.insert(key.to_owned(), Account::default());
+    }
+    accounts.get_mut(key).expect("inserted above")
+}
+
+/// Locks the accounts whether or not a thread panicked holding them: each
+/// critical section is a few additions that leave them whole.
+fn lock(accounts: &Mutex<Accounts>) -> MutexGuard<'_, Accounts> {
+    accounts.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 impl Reservation {
-    /// The answer was delivered: its credits are spent, in the account, the
-    /// ledger and the metric alike. Returns the amount, for the answer's
-    /// `meta.credits_used`.
-    pub fn commit(mut self) -> u32 {
-        if let Books::Shared(credits) = &self.billing.books {
-            self.settled = true;
-            credits.commit(&self.key, self.held.take(), self.amount);
-        } else {
-            self.settle(true);
-            if let Books::Local(ledger) = &self.billing.books {
-                ledger.record(&self.key, self.amount);
+    /// The answer was delivered (from the cache when `cached`): its cost is
+    /// spent, in the account, the ledger and the metric alike, and the rest
+    /// of what was held is released.
+    pub fn commit(mut self, cached: bool) -> Charge {
+        let credits = if cached { self.cached } else { self.fresh };
+        let billing = self.billing.clone();
+        let remaining = match &billing.books {
+            Books::Local(ledger) => {
+                let remaining = self.settle(Some(credits));
+                ledger.record(&self.key, self.endpoint, credits);
+                remaining
             }
-        }
-        crate::metrics::credits(u64::from(self.amount));
-        self.amount
+            Books::Shared(credits_in_store) => {
+                self.settled = true;
+                credits_in_store.commit(
+                    &self.key,
+                    self.endpoint,
+                    self.member.take().map(|m| (m, self.held)),
+                    credits,
+                );
+                let remaining = self.balance.saturating_sub(u64::from(credits));
+                self.billing.know(&self.key, remaining);
+                remaining
+            }
+        };
+        crate::metrics::credits(u64::from(credits));
+        Charge { credits, remaining }
     }
 
-    fn settle(&mut self, spend: bool) {
-        if std::mem::replace(&mut self.settled, true) {
-            return;
-        }
-        if let Books::Shared(credits) = &self.billing.books {
-            if let Some(member) = self.held.take() {
-                credits.refund(&self.key, member, self.amount);
-            }
-            return;
-        }
-        let amount = u64::from(self.amount);
+    /// Releases what was held, spending `spend` of it; the balance after.
+    fn settle(&mut self, spend: Option<u32>) -> u64 {
         let mut accounts = self.billing.lock();
-        let account = accounts.entry(self.key.clone()).or_default();
-        account.reserved = account.reserved.saturating_sub(amount);
-        if spend {
-            account.spent += amount;
+        let account = account_of(&mut accounts, &self.key);
+        if std::mem::replace(&mut self.settled, true) {
+            return account.remaining(self.free_credits);
         }
+        account.reserved = account.reserved.saturating_sub(u64::from(self.held));
+        if let Some(spend) = spend {
+            let spend = u64::from(spend);
+            let today = day_of(SystemTime::now());
+            if account.day != today {
+                account.day = today;
+                account.spent_today = 0;
+            }
+            account.spent += spend;
+            account.spent_today += spend;
+        }
+        account.remaining(self.free_credits)
     }
 }
 
 impl Drop for Reservation {
     fn drop(&mut self) {
-        self.settle(false);
+        if let Books::Shared(credits) = &self.billing.books {
+            self.settled = true;
+            if let Some(member) = self.member.take() {
+                credits.refund(&self.key, member, self.held);
+            }
+            return;
+        }
+        if !self.settled {
+            self.settle(None);
+        }
     }
 }
 
@@ -278,7 +615,12 @@ mod tests {
     const ENFORCED: BillingConfig = BillingConfig {
         enforce: true,
         free_credits: 3,
+        costs: Costs {
+            fresh: [1; Endpoint::ALL.len()],
+            cached: None,
+        },
     };
+    const E: Endpoint = Endpoint::Post;
 
     /// A billing on a fresh ledger in a scratch folder of the target dir.
     fn billing(name: &str) -> (Arc<Billing>, std::path::PathBuf) {
@@ -289,56 +631,139 @@ mod tests {
         (Arc::new(Billing::open(ledger).unwrap()), dir)
     }
 
-    #[tokio::test]
-    async fn reservations_cannot_overspend_and_failures_refund() {
+    #[test]
+    fn reservations_cannot_overspend_and_failures_refund() {
         let (billing, dir) = billing("overspend");
         billing
-            .reserve("a", 1, ENFORCED, None)
-            .await
+            .reserve("a", E, false, ENFORCED)
             .unwrap()
-            .commit();
-        let first = billing.reserve("a", 1, ENFORCED, None).await.unwrap();
-        let second = billing.reserve("a", 1, ENFORCED, None).await.unwrap();
+            .commit(false);
+        let first = billing.reserve("a", E, false, ENFORCED).unwrap();
+        let second = billing.reserve("a", E, false, ENFORCED).unwrap();
         assert_eq!(
-            billing.reserve("a", 1, ENFORCED, None).await.err(),
-            Some(NoCredit::OutOfCredits),
+            billing.reserve("a", E, false, ENFORCED).err(),
+            Some(OutOfCredits),
             "held counts"
         );
         drop(second);
-        assert_eq!(first.commit(), 1);
-        assert_eq!(billing.spent("a"), 2);
         assert_eq!(
-            billing.reserve("a", 2, ENFORCED, None).await.err(),
-            Some(NoCredit::OutOfCredits),
+            first.commit(false),
+            Charge {
+                credits: 1,
+                remaining: 1
+            }
+        );
+        assert_eq!(billing.spent("a"), 2);
+        let mut two = ENFORCED;
+        two.costs.fresh = [2; Endpoint::ALL.len()];
+        assert_eq!(
+            billing.reserve("a", E, false, two).err(),
+            Some(OutOfCredits),
             "more than what is left"
         );
         billing
-            .reserve("a", 1, ENFORCED, None)
-            .await
+            .reserve("a", E, false, ENFORCED)
             .unwrap()
-            .commit();
+            .commit(false);
         assert_eq!(
-            billing.reserve("a", 1, ENFORCED, None).await.err(),
-            Some(NoCredit::OutOfCredits)
+            billing.reserve("a", E, false, ENFORCED).err(),
+            Some(OutOfCredits)
         );
-        assert!(
-            billing.reserve("b", 1, ENFORCED, None).await.is_ok(),
-            "per key"
-        );
-        billing.close().unwrap();
-        let spent = billing.ledger().unwrap().lifetime_credits().unwrap();
-        assert_eq!(spent.get("a"), Some(&3), "the ledger booked what was spent");
+        assert!(billing.reserve("b", E, false, ENFORCED).is_ok(), "per key");
+        billing.ledger().flush().unwrap();
+        let spent = billing.ledger().spent("").unwrap();
+        assert_eq!(spent["a"].total, 3, "the ledger booked what was spent");
         let _ = std::fs::remove_dir_all(dir);
     }
 
-    #[tokio::test]
-    async fn without_enforcement_credits_are_only_counted() {
+    #[test]
+    fn without_enforcement_credits_are_only_counted() {
         let (billing, dir) = billing("counted");
         let open = BillingConfig::default();
         for _ in 0..200 {
-            billing.reserve("a", 1, open, None).await.unwrap().commit();
+            billing.reserve("a", E, false, open).unwrap().commit(false);
         }
         assert_eq!(billing.spent("a"), 200);
+        assert_eq!(billing.remaining("a", open), 0, "never below 0");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn costs_per_endpoint_and_for_cached_answers() {
+        let (billing, dir) = billing("costs");
+        let mut config = ENFORCED;
+        config.free_credits = 10;
+        config.costs.fresh[Costs::slot(Endpoint::Comments)] = 3;
+        config.costs.cached = Some(0);
+        let fresh = billing
+            .reserve("a", Endpoint::Comments, true, config)
+            .unwrap();
+        assert_eq!(fresh.held, 3, "the larger of the two");
+        assert_eq!(fresh.commit(false).credits, 3);
+        let hit = billing
+            .reserve("a", Endpoint::Comments, true, config)
+            .unwrap();
+        assert_eq!(
+            hit.commit(true),
+            Charge {
+                credits: 0,
+                remaining: 7
+            }
+        );
+        config.costs.cached = Some(8);
+        let uncacheable = billing
+            .reserve("a", Endpoint::Comments, false, config)
+            .unwrap();
+        assert_eq!(uncacheable.held, 3, "a cache that is off never answers");
+        drop(uncacheable);
+        assert_eq!(
+            billing.reserve("a", Endpoint::Comments, true, config).err(),
+            Some(OutOfCredits),
+            "8 held for a possible hit, 7 left"
+        );
+        assert_eq!(billing.statement("a", config).used_total, 3);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn grants_raise_the_balance_now_and_after_a_restart() {
+        let dir =
+            std::env::temp_dir().join(format!("socialgate-billing-grants-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let path = dir.join("usage.db");
+        crate::ledger::grant(&path, "a", 2, None).unwrap();
+        let ledger = Ledger::open(&path, Duration::from_millis(10)).unwrap();
+        let billing = Arc::new(Billing::open(ledger).unwrap());
+        assert_eq!(billing.remaining("a", ENFORCED), 5, "3 free + 2 granted");
+        for _ in 0..5 {
+            billing
+                .reserve("a", E, false, ENFORCED)
+                .unwrap()
+                .commit(false);
+        }
+        assert!(billing.reserve("a", E, false, ENFORCED).is_err());
+        crate::ledger::grant(&path, "a", 1, Some("top-up")).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while billing.remaining("a", ENFORCED) == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the grant never arrived"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let statement = billing.statement("a", ENFORCED);
+        assert_eq!(
+            statement,
+            Statement {
+                remaining: 1,
+                used_today: 5,
+                used_total: 5
+            }
+        );
+        billing.ledger().close().unwrap();
+        drop(billing);
+        let again = Billing::open(Ledger::open(&path, Duration::from_secs(3600)).unwrap()).unwrap();
+        assert_eq!(again.statement("a", ENFORCED), statement);
         let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -1,15 +1,16 @@
-//! The command line: `serve` (the default), `demo`, `keys`, `check` and
-//! `plugin` (the provider author's `new` and `inspect`).
+//! The command line: `serve` (the default), `demo`, `keys`, `credits`,
+//! `check` and `plugin` (the provider author's `new` and `inspect`).
 //!
 //! Every failure ends as one line on stderr naming the file and the reason,
-//! and a non-zero exit.
+//! and a non-zero exit: 2 for a command used wrongly (clap's usage errors,
+//! a bad `AMOUNT`), 1 for anything else.
 
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
 
 use std::sync::Arc;
 
@@ -54,6 +55,9 @@ enum Command {
     /// Manage API keys.
     #[command(subcommand)]
     Keys(KeysCommand),
+    /// Credit packs: credits granted to a key that never expire.
+    #[command(subcommand)]
+    Credits(CreditsCommand),
     /// Validate the configuration and load every plugin.
     Check,
     /// Write a new provider crate, or inspect a built plugin library.
@@ -85,6 +89,43 @@ enum PluginCommand {
 }
 
 #[derive(Subcommand)]
+enum CreditsCommand {
+    /// Add AMOUNT credits to the account of the key named NAME; they never
+    /// expire, and a running server counts them within 2 s.
+    Grant {
+        name: String,
+        /// A whole number of credits, at least 1.
+        // Taken as text (a `-1` too), so a bad one gets our one-line error.
+        #[arg(allow_hyphen_values = true)]
+        amount: String,
+        /// Why (an order number, say); shown by `credits show`.
+        #[arg(long)]
+        note: Option<String>,
+    },
+    /// A key's grants, the credits it spent and its balance.
+    Show {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// How `keys usage` groups its rows.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum UsageBy {
+    /// Per key and UTC day.
+    Day,
+    /// Per key, UTC day and endpoint.
+    Endpoint,
+}
+
+/// The most credits one grant may add: far above any pack, far below where
+/// sums could overflow.
+const MAX_GRANT: u64 = 1_000_000_000_000;
+/// The longest note a grant keeps.
+const MAX_NOTE_CHARS: usize = 500;
+
+#[derive(Subcommand)]
 enum KeysCommand {
     /// Issue a key; it is printed once, on stdout.
     Issue {
@@ -110,6 +151,9 @@ enum KeysCommand {
         /// Only days from this one on, as YYYY-MM-DD.
         #[arg(long)]
         since: Option<String>,
+        /// `endpoint` adds the endpoint to each row.
+        #[arg(long, value_enum, default_value = "day")]
+        by: UsageBy,
         #[arg(long)]
         json: bool,
     },
@@ -121,7 +165,11 @@ pub fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("socialgate: {e}");
-            ExitCode::FAILURE
+            if matches!(e, RunError::Usage(_)) {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }
@@ -135,6 +183,10 @@ fn run(cli: Cli) -> Result<(), RunError> {
     if let Command::Keys(command) = command {
         let _logging = crate::logging::init(cli.log_format.unwrap_or_default());
         return keys(&cli.config, command);
+    }
+    if let Command::Credits(command) = command {
+        let _logging = crate::logging::init(cli.log_format.unwrap_or_default());
+        return credits(&cli.config, command);
     }
     if let Command::Demo { fail_primary } = command {
         let _logging = crate::logging::init(cli.log_format.unwrap_or_default());
@@ -204,9 +256,24 @@ fn keys(config_path: &Path, command: KeysCommand) -> Result<(), RunError> {
             ))
         }
         KeysCommand::List { json } => print_keys(&mut stdout, &file.records()?, json)?,
-        KeysCommand::Usage { since, json } => {
-            let rows = crate::ledger::usage(&files.ledger.path, since.as_deref())?;
-            print_usage_rows(&mut stdout, &rows, json)?;
+        KeysCommand::Usage { since, by, json } => {
+            let path = &files.ledger.path;
+            let since = since.as_deref();
+            if by == UsageBy::Endpoint {
+                let rows = crate::ledger::usage_by_endpoint(path, since)?;
+                if json {
+                    writeln!(stdout, "{}", to_json(&rows)?)?;
+                } else {
+                    print_usage_by_endpoint(&mut stdout, &rows)?;
+                }
+            } else {
+                let rows = crate::ledger::usage(path, since)?;
+                if json {
+                    writeln!(stdout, "{}", to_json(&rows)?)?;
+                } else {
+                    print_usage(&mut stdout, &rows)?;
+                }
+            }
         }
     }
     Ok(())
@@ -239,13 +306,23 @@ async fn shared_keys(redis: &RedisConfig, command: KeysCommand) -> Result<(), Ru
             let records = keys.records().await.map_err(KeysError::from)?;
             print_keys(&mut stdout, &records, json)?;
         }
-        KeysCommand::Usage { since, json } => {
+        KeysCommand::Usage { since, by, json } => {
             if let Some(day) = &since {
                 crate::ledger::check_day(day)?;
             }
             let credits = Credits::new(shared.clone());
-            let rows = credits.usage(since.as_deref()).await?;
-            print_usage_rows(&mut stdout, &rows, json)?;
+            let since = since.as_deref();
+            if by == UsageBy::Endpoint {
+                let rows = credits.usage_by_endpoint(since).await?;
+                if json {
+                    writeln!(stdout, "{}", to_json(&rows)?)?;
+                } else {
+                    print_usage_by_endpoint(&mut stdout, &rows)?;
+                }
+            } else {
+                let rows = credits.usage(since).await?;
+                print_usage_rows(&mut stdout, &rows, json)?;
+            }
         }
     }
     Ok(())
@@ -308,6 +385,190 @@ fn plugin(command: PluginCommand) -> Result<(), RunError> {
         }
         PluginCommand::Inspect { library } => {
             writeln!(stdout, "{}", crate::scaffold::inspect(&library)?)?;
+        }
+    }
+    Ok(())
+}
+
+fn to_json(value: &impl serde::Serialize) -> std::io::Result<String> {
+    serde_json::to_string(value).map_err(std::io::Error::other)
+}
+
+/// `AMOUNT` of `credits grant`: a whole number from 1 to [`MAX_GRANT`].
+fn parse_amount(text: &str) -> Result<u64, RunError> {
+    text.parse::<u64>()
+        .ok()
+        .filter(|n| (1..=MAX_GRANT).contains(n) && text.bytes().all(|b| b.is_ascii_digit()))
+        .ok_or_else(|| {
+            RunError::Usage(format!(
+                "credits grant: AMOUNT must be a whole number of credits from 1 to {MAX_GRANT}; got `{}`",
+                text.escape_debug()
+            ))
+        })
+}
+
+fn credits(config_path: &Path, command: CreditsCommand) -> Result<(), RunError> {
+    let files = KeyFiles::load(config_path)?;
+    if let StateConfig::Redis(redis) = &files.state {
+        let redis = redis.clone();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        return runtime.block_on(shared_credits(&redis, &files.billing, command));
+    }
+    let file = KeysFileAt(&files.keys_file);
+    let path = &files.ledger.path;
+    let mut stdout = std::io::stdout().lock();
+    match command {
+        CreditsCommand::Grant { name, amount, note } => {
+            let amount = parse_grant(&amount, note.as_deref())?;
+            // Only a key that exists may be credited: a typo must not
+            // strand a paid pack under a name nobody holds.
+            if !file.records()?.iter().any(|r| r.name == name) {
+                return Err(crate::auth::KeysError::Unknown(name).into());
+            }
+            let grant = crate::ledger::grant(path, &name, amount, note.as_deref())?;
+            writeln!(
+                stdout,
+                "granted {} credits to {name} at {}",
+                grant.amount, grant.at
+            )?;
+        }
+        CreditsCommand::Show { name, json } => {
+            let book = crate::ledger::book(path, &name)?;
+            let known = file.records()?.iter().any(|r| r.name == name);
+            print_book(&mut stdout, &name, known, &book, &files.billing, json)?;
+        }
+    }
+    Ok(())
+}
+
+/// A grant's AMOUNT and `--note`, checked.
+fn parse_grant(amount: &str, note: Option<&str>) -> Result<u64, RunError> {
+    let amount = parse_amount(amount)?;
+    if let Some(note) = note {
+        if note.chars().count() > MAX_NOTE_CHARS || note.chars().any(char::is_control) {
+            return Err(RunError::Usage(format!(
+                "credits grant: --note must be at most {MAX_NOTE_CHARS} characters on one line"
+            )));
+        }
+    }
+    Ok(amount)
+}
+
+/// The `credits` commands on the shared store: grants are kept there, so
+/// every replica counts them at its next reservation.
+async fn shared_credits(
+    redis: &RedisConfig,
+    billing: &crate::billing::BillingConfig,
+    command: CreditsCommand,
+) -> Result<(), RunError> {
+    let shared = Arc::new(Shared::connect(redis)?);
+    let records = SharedKeys(&shared)
+        .records()
+        .await
+        .map_err(KeysError::from)?;
+    let credits = Credits::new(shared.clone());
+    let mut stdout = std::io::stdout().lock();
+    match command {
+        CreditsCommand::Grant { name, amount, note } => {
+            let amount = parse_grant(&amount, note.as_deref())?;
+            // As with local books: a typo must not strand a paid pack.
+            if !records.iter().any(|r| r.name == name) {
+                return Err(KeysError::Unknown(name).into());
+            }
+            let grant = credits.grant(&name, amount, note.as_deref()).await?;
+            writeln!(
+                stdout,
+                "granted {} credits to {name} at {}",
+                grant.amount, grant.at
+            )?;
+        }
+        CreditsCommand::Show { name, json } => {
+            let book = credits.book(&name).await?;
+            let known = records.iter().any(|r| r.name == name);
+            print_book(&mut stdout, &name, known, &book, billing, json)?;
+        }
+    }
+    Ok(())
+}
+
+/// `credits show`: a key's grants, spending and balance.
+fn print_book(
+    stdout: &mut impl Write,
+    name: &str,
+    known: bool,
+    book: &crate::ledger::Book,
+    billing: &crate::billing::BillingConfig,
+    json: bool,
+) -> Result<(), RunError> {
+    if !known && book.grants.is_empty() && book.spent == 0 {
+        return Err(crate::auth::KeysError::Unknown(name.to_owned()).into());
+    }
+    let free = billing.free_credits;
+    let granted = book
+        .grants
+        .iter()
+        .fold(0u64, |sum, g| sum.saturating_add(g.amount));
+    let balance = free.saturating_add(granted).saturating_sub(book.spent);
+    if json {
+        let value = serde_json::json!({
+            "name": name,
+            "free_credits": free,
+            "grants": book.grants,
+            "granted": granted,
+            "spent": book.spent,
+            "balance": balance,
+        });
+        writeln!(stdout, "{value}")?;
+    } else {
+        writeln!(stdout, "{name}")?;
+        writeln!(stdout, "  free credits  {free:>12}")?;
+        for g in &book.grants {
+            let note = g.note.as_deref().unwrap_or("");
+            writeln!(stdout, "  granted       {:>12}  {}  {note}", g.amount, g.at)?;
+        }
+        writeln!(stdout, "  spent         {:>12}", book.spent)?;
+        writeln!(stdout, "  balance       {balance:>12}")?;
+    }
+    Ok(())
+}
+
+/// A table per key: one line per day and endpoint, then the key's total.
+fn print_usage_by_endpoint(
+    out: &mut impl Write,
+    rows: &[crate::ledger::EndpointUsageRow],
+) -> std::io::Result<()> {
+    if rows.is_empty() {
+        return writeln!(out, "no usage recorded");
+    }
+    let width = rows.iter().map(|r| r.key.len()).max().unwrap_or(3).max(3);
+    writeln!(
+        out,
+        "{:<width$}  {:<10}  {:<8}  {:>8}  {:>8}",
+        "key", "day", "endpoint", "requests", "credits"
+    )?;
+    for (i, row) in rows.iter().enumerate() {
+        writeln!(
+            out,
+            "{:<width$}  {:<10}  {:<8}  {:>8}  {:>8}",
+            row.key,
+            row.day,
+            row.endpoint.as_deref().unwrap_or("-"),
+            row.requests,
+            row.credits
+        )?;
+        let last_of_key = rows.get(i + 1).is_none_or(|next| next.key != row.key);
+        if last_of_key {
+            let (requests, credits) = rows
+                .iter()
+                .filter(|r| r.key == row.key)
+                .fold((0, 0), |(q, c), r| (q + r.requests, c + r.credits));
+            writeln!(
+                out,
+                "{:<width$}  {:<10}  {:<8}  {requests:>8}  {credits:>8}",
+                "", "total", ""
+            )?;
         }
     }
     Ok(())

@@ -13,16 +13,17 @@ pub enum ApiError {
     MissingApiKey,
     #[error("the API key is not valid")]
     InvalidApiKey,
-    /// A parameter is missing or malformed; the message names it.
-    #[error("{0}")]
-    InvalidParameter(String),
+    /// A parameter (or request header) is missing or malformed: `param`
+    /// names it (`error.param`), and so does the message.
+    #[error("{message}")]
+    InvalidParameter { param: String, message: String },
     #[error("no platform named `{0}`")]
     PlatformNotFound(String),
     #[error("platform `{0}` is planned but not available yet")]
     PlatformNotAvailable(String),
     #[error("no such endpoint; see GET /v1/{{platform}}/{{endpoint}}")]
     EndpointNotFound,
-    #[error("only GET is allowed")]
+    #[error("only GET, HEAD and OPTIONS are allowed")]
     MethodNotAllowed,
     #[error("the requested user or post does not exist")]
     ResourceNotFound,
@@ -49,6 +50,16 @@ pub enum ApiError {
     /// A bug. Logged with detail where it happens, answered without.
     #[error("internal error")]
     Internal,
+    /// The request head was larger than `max_header_bytes` (refused before
+    /// any check; see `http::refusal`).
+    #[error("the request's headers are too large")]
+    HeadersTooLarge,
+    /// The request target was longer than the server reads.
+    #[error("the request's URI is too long")]
+    UriTooLong,
+    /// The request line or a header could not be parsed as HTTP.
+    #[error("the request is not well-formed HTTP")]
+    MalformedRequest,
 }
 
 impl ApiError {
@@ -57,7 +68,7 @@ impl ApiError {
         match self {
             ApiError::MissingApiKey => "MISSING_API_KEY",
             ApiError::InvalidApiKey => "INVALID_API_KEY",
-            ApiError::InvalidParameter(_) => "INVALID_PARAMETER",
+            ApiError::InvalidParameter { .. } => "INVALID_PARAMETER",
             ApiError::PlatformNotFound(_) => "PLATFORM_NOT_FOUND",
             ApiError::PlatformNotAvailable(_) => "PLATFORM_NOT_AVAILABLE",
             ApiError::EndpointNotFound => "ENDPOINT_NOT_FOUND",
@@ -70,13 +81,20 @@ impl ApiError {
             ApiError::ServiceUnavailable { .. } => "SERVICE_UNAVAILABLE",
             ApiError::RateLimited { .. } => "RATE_LIMITED",
             ApiError::Internal => "INTERNAL_ERROR",
+            ApiError::HeadersTooLarge => "HEADERS_TOO_LARGE",
+            ApiError::UriTooLong => "URI_TOO_LONG",
+            ApiError::MalformedRequest => "MALFORMED_REQUEST",
         }
     }
 
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::MissingApiKey | ApiError::InvalidApiKey => StatusCode::UNAUTHORIZED,
-            ApiError::InvalidParameter(_) => StatusCode::BAD_REQUEST,
+            ApiError::InvalidParameter { .. } | ApiError::MalformedRequest => {
+                StatusCode::BAD_REQUEST
+            }
+            ApiError::HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            ApiError::UriTooLong => StatusCode::URI_TOO_LONG,
             ApiError::PlatformNotFound(_)
             | ApiError::EndpointNotFound
             | ApiError::ResourceNotFound => StatusCode::NOT_FOUND,
@@ -104,15 +122,52 @@ impl ApiError {
         }
     }
 
+    /// Parameter `param` refused for `reason` ("is required", ...).
+    pub fn invalid(param: &str, reason: impl std::fmt::Display) -> ApiError {
+        ApiError::InvalidParameter {
+            param: param.to_owned(),
+            message: format!("parameter `{param}` {reason}"),
+        }
+    }
+
+    /// The parameter an error is about (`error.param`), for
+    /// `INVALID_PARAMETER`.
+    pub fn param(&self) -> Option<&str> {
+        match self {
+            ApiError::InvalidParameter { param, .. } => Some(param),
+            _ => None,
+        }
+    }
+
+    /// `X-API-Key` sent more than once: refused rather than reduced to one
+    /// of them, as a repeated query parameter is.
+    pub fn repeated_api_key() -> ApiError {
+        ApiError::InvalidParameter {
+            param: "X-API-Key".into(),
+            message: "the X-API-Key header must be sent once".into(),
+        }
+    }
+
+    /// The error hyper's own refusal of a request head with `status` stands
+    /// for, if it is one hyper answers by itself.
+    pub fn of_unparsed_head(status: u16) -> Option<ApiError> {
+        match status {
+            400 => Some(ApiError::MalformedRequest),
+            414 => Some(ApiError::UriTooLong),
+            431 => Some(ApiError::HeadersTooLarge),
+            _ => None,
+        }
+    }
+
     /// A `cursor` that this listing did not issue (tampered, foreign, or
     /// from before a restart without `cursor_key_env`).
     pub fn bad_cursor() -> ApiError {
-        ApiError::InvalidParameter("parameter `cursor` is not a cursor this listing issued".into())
+        ApiError::invalid("cursor", "is not a cursor this listing issued")
     }
 
     /// A `cursor` whose provider is no longer in the chain.
     pub fn expired_cursor() -> ApiError {
-        ApiError::InvalidParameter("parameter `cursor` has expired; start the listing again".into())
+        ApiError::invalid("cursor", "has expired; start the listing again")
     }
 
     /// A platform name echoed back, cut to a sane length.
@@ -131,10 +186,11 @@ mod tests {
             (ApiError::MissingApiKey, "MISSING_API_KEY", 401),
             (ApiError::InvalidApiKey, "INVALID_API_KEY", 401),
             (
-                ApiError::InvalidParameter("parameter `id` is required".into()),
+                ApiError::invalid("id", "is required"),
                 "INVALID_PARAMETER",
                 400,
             ),
+            (ApiError::repeated_api_key(), "INVALID_PARAMETER", 400),
             (ApiError::platform_not_found("x"), "PLATFORM_NOT_FOUND", 404),
             (
                 ApiError::PlatformNotAvailable("x".into()),
@@ -175,11 +231,40 @@ mod tests {
                 429,
             ),
             (ApiError::Internal, "INTERNAL_ERROR", 500),
+            (ApiError::MalformedRequest, "MALFORMED_REQUEST", 400),
+            (ApiError::UriTooLong, "URI_TOO_LONG", 414),
+            (ApiError::HeadersTooLarge, "HEADERS_TOO_LARGE", 431),
         ];
         for (error, code, status) in table {
             assert_eq!(error.code(), code);
             assert_eq!(error.status().as_u16(), status, "{code}");
         }
+    }
+
+    #[test]
+    fn invalid_parameters_name_the_parameter_in_param_and_message() {
+        let e = ApiError::invalid("count", "must be an integer from 1 to 30");
+        assert_eq!(e.param(), Some("count"));
+        assert_eq!(
+            e.to_string(),
+            "parameter `count` must be an integer from 1 to 30"
+        );
+        assert_eq!(ApiError::bad_cursor().param(), Some("cursor"));
+        assert_eq!(ApiError::repeated_api_key().param(), Some("X-API-Key"));
+        assert_eq!(ApiError::MissingApiKey.param(), None);
+    }
+
+    #[test]
+    fn hypers_own_refusals_map_to_catalogue_errors() {
+        for (status, code) in [
+            (400, "MALFORMED_REQUEST"),
+            (414, "URI_TOO_LONG"),
+            (431, "HEADERS_TOO_LARGE"),
+        ] {
+            let e = ApiError::of_unparsed_head(status).expect("mapped");
+            assert_eq!((e.status().as_u16(), e.code()), (status, code));
+        }
+        assert_eq!(ApiError::of_unparsed_head(404), None);
     }
 
     #[test]

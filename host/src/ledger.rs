@@ -1,15 +1,27 @@
 //! The usage ledger: how many requests and credits each key used on each UTC
-//! day, kept in a SQLite file (`[ledger] path`) that `socialgate keys usage`
-//! reads, even while the server runs.
+//! day and endpoint, and the credit packs granted to each key, kept in a
+//! SQLite file (`[ledger] path`) that `socialgate keys usage` and
+//! `socialgate credits` read and write, even while the server runs.
 //!
 //! Counting must never slow a request, so [`Ledger::record`] only adds to an
-//! in-memory map of `(day, key) -> counts`; a background thread writes that
-//! map in one transaction every `flush_every`, and [`Ledger::flush`] (called at
-//! graceful shutdown, and by `Drop`) writes the rest. One transaction per batch
-//! also means one disk sync per batch instead of one per request. The map holds
-//! one entry per key per day, so it stays small. A failed write keeps the counts
-//! pending for the next try. The database is in WAL mode, so readers (the
-//! `keys usage` command) never wait for the writer, nor the writer for them.
+//! in-memory map of `(day, key) -> counts per endpoint`; a background thread
+//! writes that map in one transaction every `flush_every`, and
+//! [`Ledger::flush`] (called at graceful shutdown, and by `Drop`) writes the
+//! rest. One transaction per batch also means one disk sync per batch instead
+//! of one per request. The map holds one entry per key per day, so it stays
+//! small. A failed write keeps the counts pending for the next try. The
+//! database is in WAL mode, so readers (the `keys usage` command) never wait
+//! for the writer, nor the writer for them.
+//!
+//! Grants are written by the `credits grant` command, another process: the
+//! same background thread reads the ones it has not seen after each write
+//! and hands them to whoever [watches](Ledger::watch_grants) them (billing),
+//! so a grant reaches a running server within about `flush_every`, and the
+//! request path never reads the file.
+//!
+//! Schema versions: 1 counted per key and day; 2 adds the endpoint to each
+//! count (a version-1 file's counts keep an empty endpoint) and the grants
+//! table. A server, or `credits grant`, migrates a version-1 file in place.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -17,26 +29,36 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use plugin_api::Timestamp;
-use rusqlite::{params, Connection, OpenFlags, TransactionBehavior};
+use plugin_api::{Endpoint, Timestamp};
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 
 /// The schema this code writes, in `PRAGMA user_version`; a newer file is
 /// refused rather than misread.
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 2;
 
 /// How long a statement waits for another process's lock before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS usage (
+const USAGE_TABLE: &str = "CREATE TABLE usage (
     key TEXT NOT NULL,
     day TEXT NOT NULL,
+    endpoint TEXT NOT NULL DEFAULT '',
     requests INTEGER NOT NULL,
     credits INTEGER NOT NULL,
-    PRIMARY KEY (key, day)
+    PRIMARY KEY (key, day, endpoint)
 )";
 
-const UPSERT: &str = "INSERT INTO usage (key, day, requests, credits) VALUES (?1, ?2, ?3, ?4)
-    ON CONFLICT (key, day) DO UPDATE SET
+const GRANTS_TABLE: &str = "CREATE TABLE grants (
+    id INTEGER PRIMARY KEY,
+    key TEXT NOT NULL,
+    amount INTEGER NOT NULL,
+    at TEXT NOT NULL,
+    note TEXT
+)";
+
+const UPSERT: &str = "INSERT INTO usage (key, day, endpoint, requests, credits)
+    VALUES (?1, ?2, ?3, ?4, ?5)
+    ON CONFLICT (key, day, endpoint) DO UPDATE SET
         requests = requests + excluded.requests,
         credits = credits + excluded.credits";
 
@@ -109,27 +131,64 @@ impl Counts {
     }
 }
 
+/// Counts of one key and day, one slot per endpoint (in [`Endpoint::ALL`]
+/// order): a fixed array, so counting a request never allocates.
+type PerEndpoint = [Counts; Endpoint::ALL.len()];
+
+/// The slot of `endpoint` in a [`PerEndpoint`].
+fn slot(endpoint: Endpoint) -> usize {
+    Endpoint::ALL
+        .iter()
+        .position(|e| *e == endpoint)
+        .unwrap_or_default()
+}
+
 /// Pending counts by day, then by key name: nested so that `record` finds an
 /// existing entry without allocating.
-type Pending = HashMap<String, HashMap<String, Counts>>;
+type Pending = HashMap<String, HashMap<String, PerEndpoint>>;
+
+/// Credits granted to a key, as the server learns of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewGrant {
+    pub key: String,
+    pub amount: u64,
+}
+
+/// What receives grants the writer thread finds.
+type GrantHook = Box<dyn Fn(&[NewGrant]) + Send>;
+
+/// Grants already handed on, and to whom.
+struct GrantWatch {
+    /// The highest grant `id` handed on.
+    last_id: i64,
+    hook: Option<GrantHook>,
+}
 
 /// What the request path, the writer thread and `Drop` share.
 struct Shared {
     path: PathBuf,
     pending: Mutex<Pending>,
-    /// The one writing connection. Lock order: `conn`, then `pending`.
+    /// The one writing connection. Lock order: `grants`, `conn`, `pending`.
     conn: Mutex<Connection>,
+    grants: Mutex<GrantWatch>,
     /// Set by `Drop` to stop the writer thread, which waits on `wake`.
     stop: Mutex<bool>,
     wake: Condvar,
 }
 
 impl Shared {
+    fn sql_error(&self) -> impl Fn(rusqlite::Error) -> LedgerError + '_ {
+        |source| LedgerError::Sql {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
     /// See [`Ledger::flush`].
     fn flush(&self) -> Result<(), LedgerError> {
         let mut conn = lock(&self.conn);
-        // Taken while holding `conn`, so `lifetime_credits` never sees counts
-        // that are in neither the map nor the file.
+        // Taken while holding `conn`, so `spent` never sees counts that are
+        // in neither the map nor the file.
         let batch = std::mem::take(&mut *lock(&self.pending));
         if batch.is_empty() {
             return Ok(());
@@ -141,16 +200,62 @@ impl Shared {
                 for (day, keys) in batch {
                     let now = pending.entry(day).or_default();
                     for (key, counts) in keys {
-                        now.entry(key).or_default().add(counts);
+                        let into = now.entry(key).or_default();
+                        for (into, counts) in into.iter_mut().zip(counts) {
+                            into.add(counts);
+                        }
                     }
                 }
-                Err(LedgerError::Sql {
-                    path: self.path.clone(),
-                    source,
-                })
+                Err(self.sql_error()(source))
             }
         }
     }
+
+    /// Hands grants not seen yet to the hook, if one watches.
+    fn poll_grants(&self) -> Result<(), LedgerError> {
+        let mut watch = lock(&self.grants);
+        if watch.hook.is_none() {
+            // Nobody to tell: keep them for the first watcher.
+            return Ok(());
+        }
+        let found = {
+            let conn = lock(&self.conn);
+            let mut statement = conn
+                .prepare_cached("SELECT id, key, amount FROM grants WHERE id > ?1 ORDER BY id")
+                .map_err(self.sql_error())?;
+            let rows = statement
+                .query_map([watch.last_id], |row| {
+                    Ok((
+                        row.get::<_, i64>(0)?,
+                        NewGrant {
+                            key: row.get(1)?,
+                            amount: to_u64(row.get(2)?),
+                        },
+                    ))
+                })
+                .map_err(self.sql_error())?;
+            rows.collect::<Result<Vec<_>, _>>()
+                .map_err(self.sql_error())?
+        };
+        let Some(&(last_id, _)) = found.last() else {
+            return Ok(());
+        };
+        watch.last_id = last_id;
+        let grants: Vec<NewGrant> = found.into_iter().map(|(_, g)| g).collect();
+        if let Some(hook) = &watch.hook {
+            hook(&grants);
+        }
+        Ok(())
+    }
+}
+
+/// Credits a key has spent, as the ledger knows at start-up.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Spent {
+    /// Since the ledger began.
+    pub total: u64,
+    /// On the UTC day asked about.
+    pub today: u64,
 }
 
 /// The server's usage ledger; see the module doc.
@@ -162,31 +267,21 @@ pub struct Ledger {
 
 impl Ledger {
     /// Opens (creating if needed, parent folders too) the database at `path`,
-    /// sets WAL mode and a busy timeout, creates the schema, and starts a
-    /// background thread that writes pending counts every `flush_every` (1 s in
-    /// production: a crash loses at most that much, and one transaction a
-    /// second costs nothing). Blocking: call it at start-up, not on a request.
+    /// sets WAL mode and a busy timeout, creates or migrates the schema, and
+    /// starts a background thread that writes pending counts (and reads new
+    /// grants) every `flush_every` (1 s in production: a crash loses at most
+    /// that much, and one transaction a second costs nothing). Blocking:
+    /// call it at start-up, not on a request.
     pub fn open(path: &Path, flush_every: Duration) -> Result<Ledger, LedgerError> {
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(|source| LedgerError::Folder {
-                path: path.to_owned(),
-                source,
-            })?;
-        }
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
-            | OpenFlags::SQLITE_OPEN_CREATE
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn =
-            Connection::open_with_flags(path, flags).map_err(|source| LedgerError::Open {
-                path: path.to_owned(),
-                source,
-            })?;
-        prepare_for_writing(&conn, path)?;
-
+        let conn = open_for_writing(path)?;
         let shared = Arc::new(Shared {
             path: path.to_owned(),
             pending: Mutex::new(HashMap::new()),
             conn: Mutex::new(conn),
+            grants: Mutex::new(GrantWatch {
+                last_id: 0,
+                hook: None,
+            }),
             stop: Mutex::new(false),
             wake: Condvar::new(),
         });
@@ -206,15 +301,16 @@ impl Ledger {
         })
     }
 
-    /// Counts one answered request of `credits` for the key named `key` (its
-    /// name, never the secret) on the current UTC day. Never blocks on I/O: it
-    /// only adds to the in-memory map, under a lock held for that addition.
-    pub fn record(&self, key: &str, credits: u32) {
-        self.record_on(key, &utc_day(SystemTime::now()), credits);
+    /// Counts one answered request of `endpoint` costing `credits` for the
+    /// key named `key` (its name, never the secret) on the current UTC day.
+    /// Never blocks on I/O: it only adds to the in-memory map, under a lock
+    /// held for that addition.
+    pub fn record(&self, key: &str, endpoint: Endpoint, credits: u32) {
+        self.record_on(key, &utc_day(SystemTime::now()), endpoint, credits);
     }
 
     /// [`Ledger::record`] on a given day, so tests choose the clock.
-    fn record_on(&self, key: &str, day: &str, credits: u32) {
+    fn record_on(&self, key: &str, day: &str, endpoint: Endpoint, credits: u32) {
         let one = Counts {
             requests: 1,
             credits: u64::from(credits),
@@ -224,12 +320,11 @@ impl Ledger {
             Some(keys) => keys,
             None => pending.entry(day.to_owned()).or_default(),
         };
-        match keys.get_mut(key) {
-            Some(counts) => counts.add(one),
-            None => {
-                keys.insert(key.to_owned(), one);
-            }
-        }
+        let counts = match keys.get_mut(key) {
+            Some(counts) => counts,
+            None => keys.entry(key.to_owned()).or_default(),
+        };
+        counts[slot(endpoint)].add(one);
     }
 
     /// Writes everything pending now, in one transaction (an UPSERT adding to
@@ -240,36 +335,68 @@ impl Ledger {
         self.shared.flush()
     }
 
-    /// Lifetime credits of every key (written + pending), for billing at
-    /// start-up. Blocking.
-    pub fn lifetime_credits(&self) -> Result<HashMap<String, u64>, LedgerError> {
+    /// From now on, hands every grant in the file to `hook`: at once the
+    /// grants already there (before this returns), then new ones as the
+    /// writer thread finds them, each exactly once. Blocking.
+    pub fn watch_grants(
+        &self,
+        hook: impl Fn(&[NewGrant]) + Send + 'static,
+    ) -> Result<(), LedgerError> {
+        lock(&self.shared.grants).hook = Some(Box::new(hook));
+        self.shared.poll_grants()
+    }
+
+    /// Credits each key spent (written + pending), in all and on `today`
+    /// (`YYYY-MM-DD`), for billing at start-up. Blocking.
+    pub fn spent(&self, today: &str) -> Result<HashMap<String, Spent>, LedgerError> {
         let shared = &*self.shared;
-        let sql_error = |source| LedgerError::Sql {
-            path: shared.path.clone(),
-            source,
-        };
         let conn = lock(&shared.conn);
-        let mut totals = HashMap::new();
+        let mut totals: HashMap<String, Spent> = HashMap::new();
         let mut statement = conn
-            .prepare("SELECT key, SUM(credits) FROM usage GROUP BY key")
-            .map_err(sql_error)?;
+            .prepare(
+                "SELECT key, SUM(credits), SUM(CASE WHEN day = ?1 THEN credits ELSE 0 END)
+                 FROM usage GROUP BY key",
+            )
+            .map_err(shared.sql_error())?;
         let rows = statement
-            .query_map([], |row| {
-                Ok((row.get::<_, String>(0)?, to_u64(row.get::<_, i64>(1)?)))
+            .query_map([today], |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    Spent {
+                        total: to_u64(row.get(1)?),
+                        today: to_u64(row.get(2)?),
+                    },
+                ))
             })
-            .map_err(sql_error)?;
+            .map_err(shared.sql_error())?;
         for row in rows {
-            let (key, credits) = row.map_err(sql_error)?;
-            totals.insert(key, credits);
+            let (key, spent) = row.map_err(shared.sql_error())?;
+            totals.insert(key, spent);
         }
         // Still holding `conn`: no flush can move counts between the two reads.
-        for keys in lock(&shared.pending).values() {
+        for (day, keys) in lock(&shared.pending).iter() {
             for (key, counts) in keys {
-                let total: &mut u64 = totals.entry(key.clone()).or_default();
-                *total = total.saturating_add(counts.credits);
+                let credits = counts
+                    .iter()
+                    .fold(0u64, |sum, c| sum.saturating_add(c.credits));
+                let spent = totals.entry(key.clone()).or_default();
+                spent.total = spent.total.saturating_add(credits);
+                if day == today {
+                    spent.today = spent.today.saturating_add(credits);
+                }
             }
         }
         Ok(totals)
+    }
+
+    /// Lifetime credits of every key (written + pending).
+    #[cfg(test)]
+    fn lifetime_credits(&self) -> Result<HashMap<String, u64>, LedgerError> {
+        Ok(self
+            .spent("")?
+            .into_iter()
+            .map(|(key, spent)| (key, spent.total))
+            .collect())
     }
 }
 
@@ -311,16 +438,25 @@ pub struct UsageRow {
     pub credits: u64,
 }
 
-/// Reads usage on or after `since` (a `YYYY-MM-DD` day), ordered by key then
-/// day. Opens the file read-only, so it works while a server writes to it
-/// (WAL); a missing file means no usage yet: an empty list.
-pub fn usage(path: &Path, since: Option<&str>) -> Result<Vec<UsageRow>, LedgerError> {
-    if let Some(day) = since {
-        check_day(day)?;
-    }
+/// One row of `keys usage --by endpoint`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct EndpointUsageRow {
+    pub key: String,
+    /// The UTC day, `YYYY-MM-DD`.
+    pub day: String,
+    /// `None` for counts from before endpoints were counted (schema 1).
+    pub endpoint: Option<String>,
+    pub requests: u64,
+    pub credits: u64,
+}
+
+/// A read-only connection to the ledger at `path` and its schema version;
+/// `None` when there is no file (nothing counted or granted yet). Works
+/// while a server writes to it (WAL).
+fn open_for_reading(path: &Path) -> Result<Option<(Connection, i64)>, LedgerError> {
     match path.try_exists() {
         Ok(true) => {}
-        Ok(false) => return Ok(Vec::new()),
+        Ok(false) => return Ok(None),
         // Unknown (say, no permission on a folder): let SQLite report it.
         Err(_) => {}
     }
@@ -332,18 +468,48 @@ pub fn usage(path: &Path, since: Option<&str>) -> Result<Vec<UsageRow>, LedgerEr
         path: path.to_owned(),
         source,
     })?;
-    let sql_error = |source| LedgerError::Sql {
-        path: path.to_owned(),
-        source,
-    };
-    conn.busy_timeout(BUSY_TIMEOUT).map_err(sql_error)?;
+    conn.busy_timeout(BUSY_TIMEOUT)
+        .map_err(|source| LedgerError::Sql {
+            path: path.to_owned(),
+            source,
+        })?;
     let version = check_version(&conn, path)?;
+    Ok(Some((conn, version)))
+}
+
+fn check_since(since: Option<&str>) -> Result<(), LedgerError> {
+    since.map_or(Ok(()), check_day)
+}
+
+/// `day` is a `YYYY-MM-DD` day (also what the shared store's usage takes).
+pub fn check_day(day: &str) -> Result<(), LedgerError> {
+    match Timestamp::parse(&format!("{day}T00:00:00Z")) {
+        Some(_) => Ok(()),
+        None => Err(LedgerError::BadDate(day.to_owned())),
+    }
+}
+
+/// Reads usage on or after `since` (a `YYYY-MM-DD` day) per key and day (all
+/// endpoints together), ordered by key then day. A missing file means no
+/// usage yet: an empty list.
+pub fn usage(path: &Path, since: Option<&str>) -> Result<Vec<UsageRow>, LedgerError> {
+    check_since(since)?;
+    let Some((conn, version)) = open_for_reading(path)? else {
+        return Ok(Vec::new());
+    };
     if version == 0 {
         // Created but never given a schema: nothing counted yet.
         return Ok(Vec::new());
     }
+    let sql_error = |source| LedgerError::Sql {
+        path: path.to_owned(),
+        source,
+    };
     let mut statement = conn
-        .prepare("SELECT key, day, requests, credits FROM usage WHERE day >= ?1 ORDER BY key, day")
+        .prepare(
+            "SELECT key, day, SUM(requests), SUM(credits) FROM usage WHERE day >= ?1
+             GROUP BY key, day ORDER BY key, day",
+        )
         .map_err(sql_error)?;
     let rows = statement
         .query_map([since.unwrap_or("")], |row| {
@@ -358,12 +524,150 @@ pub fn usage(path: &Path, since: Option<&str>) -> Result<Vec<UsageRow>, LedgerEr
     rows.collect::<Result<_, _>>().map_err(sql_error)
 }
 
-/// `day` is a `YYYY-MM-DD` day.
-pub fn check_day(day: &str) -> Result<(), LedgerError> {
-    match Timestamp::parse(&format!("{day}T00:00:00Z")) {
-        Some(_) => Ok(()),
-        None => Err(LedgerError::BadDate(day.to_owned())),
+/// [`usage`] per key, day and endpoint, ordered by key, day, then endpoint
+/// (counts from before endpoints were counted first).
+pub fn usage_by_endpoint(
+    path: &Path,
+    since: Option<&str>,
+) -> Result<Vec<EndpointUsageRow>, LedgerError> {
+    check_since(since)?;
+    let Some((conn, version)) = open_for_reading(path)? else {
+        return Ok(Vec::new());
+    };
+    let sql = match version {
+        0 => return Ok(Vec::new()),
+        // Not migrated yet: no endpoint column.
+        1 => "SELECT key, day, '', requests, credits FROM usage WHERE day >= ?1 ORDER BY key, day",
+        _ => {
+            "SELECT key, day, endpoint, requests, credits FROM usage WHERE day >= ?1
+             ORDER BY key, day, endpoint"
+        }
+    };
+    let sql_error = |source| LedgerError::Sql {
+        path: path.to_owned(),
+        source,
+    };
+    let mut statement = conn.prepare(sql).map_err(sql_error)?;
+    let rows = statement
+        .query_map([since.unwrap_or("")], |row| {
+            let endpoint: String = row.get(2)?;
+            Ok(EndpointUsageRow {
+                key: row.get(0)?,
+                day: row.get(1)?,
+                endpoint: (!endpoint.is_empty()).then_some(endpoint),
+                requests: to_u64(row.get(3)?),
+                credits: to_u64(row.get(4)?),
+            })
+        })
+        .map_err(sql_error)?;
+    rows.collect::<Result<_, _>>().map_err(sql_error)
+}
+
+/// One credit pack granted to a key.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Grant {
+    pub amount: u64,
+    /// When it was granted, `YYYY-MM-DDTHH:MM:SSZ`.
+    pub at: String,
+    pub note: Option<String>,
+}
+
+/// What the ledger holds for one key: its grants, oldest first, and the
+/// credits it spent (as written: a running server writes about once a
+/// second).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Book {
+    pub grants: Vec<Grant>,
+    pub spent: u64,
+}
+
+/// Adds a grant of `amount` credits to `key`, now, with `note`; creates (or
+/// migrates) the ledger file if needed. Safe while a server has the file
+/// open: the write waits its turn, and the server picks the grant up.
+pub fn grant(
+    path: &Path,
+    key: &str,
+    amount: u64,
+    note: Option<&str>,
+) -> Result<Grant, LedgerError> {
+    let conn = open_for_writing(path)?;
+    let grant = Grant {
+        amount,
+        at: now_timestamp(),
+        note: note.map(str::to_owned),
+    };
+    conn.execute(
+        "INSERT INTO grants (key, amount, at, note) VALUES (?1, ?2, ?3, ?4)",
+        params![key, to_i64(amount), grant.at, grant.note],
+    )
+    .map_err(|source| LedgerError::Sql {
+        path: path.to_owned(),
+        source,
+    })?;
+    Ok(grant)
+}
+
+/// What the ledger at `path` holds for `key`; a missing file holds nothing.
+pub fn book(path: &Path, key: &str) -> Result<Book, LedgerError> {
+    let Some((conn, version)) = open_for_reading(path)? else {
+        return Ok(Book::default());
+    };
+    if version == 0 {
+        return Ok(Book::default());
     }
+    let sql_error = |source| LedgerError::Sql {
+        path: path.to_owned(),
+        source,
+    };
+    let spent: Option<i64> = conn
+        .query_row(
+            "SELECT SUM(credits) FROM usage WHERE key = ?1",
+            [key],
+            |row| row.get(0),
+        )
+        .optional()
+        .map_err(sql_error)?
+        .flatten();
+    let mut book = Book {
+        grants: Vec::new(),
+        spent: spent.map_or(0, to_u64),
+    };
+    if version >= 2 {
+        let mut statement = conn
+            .prepare("SELECT amount, at, note FROM grants WHERE key = ?1 ORDER BY id")
+            .map_err(sql_error)?;
+        let rows = statement
+            .query_map([key], |row| {
+                Ok(Grant {
+                    amount: to_u64(row.get(0)?),
+                    at: row.get(1)?,
+                    note: row.get(2)?,
+                })
+            })
+            .map_err(sql_error)?;
+        book.grants = rows.collect::<Result<_, _>>().map_err(sql_error)?;
+    }
+    Ok(book)
+}
+
+/// A writing connection to `path` (created with its parent folders if
+/// needed) in WAL mode, with a busy timeout and the current schema.
+fn open_for_writing(path: &Path) -> Result<Connection, LedgerError> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|source| LedgerError::Folder {
+            path: path.to_owned(),
+            source,
+        })?;
+    }
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(|source| LedgerError::Open {
+        path: path.to_owned(),
+        source,
+    })?;
+    prepare_for_writing(&conn, path)?;
+    Ok(conn)
 }
 
 /// WAL mode, busy timeout and schema, on a freshly opened writing connection.
@@ -383,13 +687,39 @@ fn prepare_for_writing(conn: &Connection, path: &Path) -> Result<(), LedgerError
         });
     }
     if check_version(conn, path)? < SCHEMA_VERSION {
-        // IMMEDIATE: two servers starting at once take turns here.
-        conn.execute_batch(&format!(
-            "BEGIN IMMEDIATE; {SCHEMA}; PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
-        ))
-        .map_err(sql_error)?;
+        // IMMEDIATE: two processes starting at once take turns here, and
+        // the second finds the work done.
+        conn.execute_batch("BEGIN IMMEDIATE").map_err(sql_error)?;
+        let upgraded = upgrade(conn, path);
+        let end = if upgraded.is_ok() {
+            "COMMIT"
+        } else {
+            "ROLLBACK"
+        };
+        let ended = conn.execute_batch(end).map_err(sql_error);
+        upgraded.and(ended)?;
     }
     Ok(())
+}
+
+/// Brings the schema to [`SCHEMA_VERSION`], inside the caller's transaction.
+fn upgrade(conn: &Connection, path: &Path) -> Result<(), LedgerError> {
+    let steps = match check_version(conn, path)? {
+        0 => format!("{USAGE_TABLE}; {GRANTS_TABLE};"),
+        // Counts of version 1 keep their key and day, with no endpoint.
+        1 => format!(
+            "ALTER TABLE usage RENAME TO usage_v1; {USAGE_TABLE};
+             INSERT INTO usage (key, day, endpoint, requests, credits)
+                 SELECT key, day, '', requests, credits FROM usage_v1;
+             DROP TABLE usage_v1; {GRANTS_TABLE};"
+        ),
+        _ => return Ok(()),
+    };
+    conn.execute_batch(&format!("{steps} PRAGMA user_version = {SCHEMA_VERSION};"))
+        .map_err(|source| LedgerError::Sql {
+            path: path.to_owned(),
+            source,
+        })
 }
 
 /// The file's schema version; an error if newer than this code's.
@@ -414,21 +744,28 @@ fn write_batch(conn: &mut Connection, batch: &Pending) -> Result<(), rusqlite::E
     {
         let mut upsert = tx.prepare_cached(UPSERT)?;
         for (day, keys) in batch {
-            for (key, counts) in keys {
-                upsert.execute(params![
-                    key,
-                    day,
-                    to_i64(counts.requests),
-                    to_i64(counts.credits)
-                ])?;
+            for (key, per_endpoint) in keys {
+                for (endpoint, counts) in Endpoint::ALL.iter().zip(per_endpoint) {
+                    if counts.requests == 0 {
+                        continue;
+                    }
+                    upsert.execute(params![
+                        key,
+                        day,
+                        endpoint.as_str(),
+                        to_i64(counts.requests),
+                        to_i64(counts.credits)
+                    ])?;
+                }
             }
         }
     }
     tx.commit()
 }
 
-/// The writer thread: a flush every `every` until `Drop` sets `stop`. Logs
-/// when writes start failing and when they recover, not once a second.
+/// The writer thread: a flush, then a look for new grants, every `every`
+/// until `Drop` sets `stop`. Logs when this starts failing and when it
+/// recovers, not once a second.
 fn write_periodically(shared: &Shared, every: Duration) {
     let ledger_path = shared.path.display();
     let mut failing = false;
@@ -442,7 +779,8 @@ fn write_periodically(shared: &Shared, every: Duration) {
             return;
         }
         drop(stop);
-        match (shared.flush(), failing) {
+        let done = shared.flush().and_then(|()| shared.poll_grants());
+        match (done, failing) {
             (Ok(()), true) => {
                 failing = false;
                 tracing::info!(path = %ledger_path, "usage ledger writes again");
@@ -475,8 +813,7 @@ fn to_u64(count: i64) -> u64 {
 
 /// The UTC day of `now`, `YYYY-MM-DD`. A clock before 1970 counts on
 /// 1970-01-01 and one past 9999 on 9999-12-31 rather than fail a request.
-/// The UTC day of `now`, `YYYY-MM-DD`: the ledger's unit (and the shared
-/// store's).
+/// The ledger's unit, and the shared store's.
 pub fn utc_day(now: SystemTime) -> String {
     let seconds = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let seconds = i64::try_from(seconds).unwrap_or(i64::MAX);
@@ -484,6 +821,15 @@ pub fn utc_day(now: SystemTime) -> String {
         Some(instant) => instant.to_string()[..10].to_owned(),
         None => "9999-12-31".to_owned(),
     }
+}
+
+/// Now, `YYYY-MM-DDTHH:MM:SSZ`.
+pub fn now_timestamp() -> String {
+    let seconds = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    Timestamp::from_unix(i64::try_from(seconds).unwrap_or(i64::MAX))
+        .map_or_else(|| "9999-12-31T23:59:59Z".to_owned(), |t| t.to_string())
 }
 
 #[cfg(test)]
@@ -534,12 +880,12 @@ mod tests {
     fn counts_add_up_across_flushes_and_days() {
         let dir = TempDir::new("add-up");
         let ledger = Ledger::open(&dir.db(), HOUR).unwrap();
-        ledger.record_on("bob", "2026-01-01", 3);
-        ledger.record_on("alice", "2026-01-01", 1);
-        ledger.record_on("alice", "2026-01-01", 2);
+        ledger.record_on("bob", "2026-01-01", Endpoint::Post, 3);
+        ledger.record_on("alice", "2026-01-01", Endpoint::Post, 1);
+        ledger.record_on("alice", "2026-01-01", Endpoint::Post, 2);
         ledger.flush().unwrap();
-        ledger.record_on("alice", "2026-01-01", 4);
-        ledger.record_on("alice", "2026-01-02", 5);
+        ledger.record_on("alice", "2026-01-01", Endpoint::Post, 4);
+        ledger.record_on("alice", "2026-01-02", Endpoint::Post, 5);
         ledger.flush().unwrap();
         assert_eq!(
             usage(&dir.db(), None).unwrap(),
@@ -559,7 +905,7 @@ mod tests {
         let dir = TempDir::new("since");
         let ledger = Ledger::open(&dir.db(), HOUR).unwrap();
         for day in ["2025-12-31", "2026-01-01", "2026-01-02"] {
-            ledger.record_on("alice", day, 1);
+            ledger.record_on("alice", day, Endpoint::Post, 1);
         }
         ledger.flush().unwrap();
         let days = |since| -> Vec<String> {
@@ -596,11 +942,11 @@ mod tests {
     fn lifetime_credits_include_pending_counts() {
         let dir = TempDir::new("lifetime");
         let ledger = Ledger::open(&dir.db(), HOUR).unwrap();
-        ledger.record_on("alice", "2026-01-01", 10);
-        ledger.record_on("bob", "2026-01-01", 1);
+        ledger.record_on("alice", "2026-01-01", Endpoint::Post, 10);
+        ledger.record_on("bob", "2026-01-01", Endpoint::Post, 1);
         ledger.flush().unwrap();
-        ledger.record_on("alice", "2026-01-02", 5);
-        ledger.record_on("carol", "2026-01-02", 2);
+        ledger.record_on("alice", "2026-01-02", Endpoint::Post, 5);
+        ledger.record_on("carol", "2026-01-02", Endpoint::Post, 2);
         let totals = ledger.lifetime_credits().unwrap();
         let expected = HashMap::from([
             ("alice".to_owned(), 15),
@@ -616,11 +962,11 @@ mod tests {
     fn drop_flushes_and_a_reopened_ledger_sees_everything() {
         let dir = TempDir::new("reopen");
         let ledger = Ledger::open(&dir.db(), HOUR).unwrap();
-        ledger.record_on("alice", "2026-01-01", 2);
+        ledger.record_on("alice", "2026-01-01", Endpoint::Post, 2);
         ledger.flush().unwrap();
-        ledger.record_on("alice", "2026-01-01", 3);
+        ledger.record_on("alice", "2026-01-01", Endpoint::Post, 3);
         let today = utc_day(SystemTime::now());
-        ledger.record("bob", 7);
+        ledger.record("bob", Endpoint::Post, 7);
         let tomorrow_maybe = utc_day(SystemTime::now());
         // The writer waits an hour: dropping must wake it, not wait.
         drop(ledger);
@@ -640,7 +986,7 @@ mod tests {
     fn the_writer_thread_flushes_on_its_own() {
         let dir = TempDir::new("background");
         let ledger = Ledger::open(&dir.db(), Duration::from_millis(10)).unwrap();
-        ledger.record_on("alice", "2026-01-01", 2);
+        ledger.record_on("alice", "2026-01-01", Endpoint::Post, 2);
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while usage(&dir.db(), None).unwrap().is_empty() {
             assert!(std::time::Instant::now() < deadline, "never written");
@@ -661,7 +1007,7 @@ mod tests {
             let ledger = Arc::clone(&ledger);
             std::thread::spawn(move || {
                 for i in 0..ROUNDS {
-                    ledger.record_on("alice", "2026-01-01", 1);
+                    ledger.record_on("alice", "2026-01-01", Endpoint::Post, 1);
                     if i % 10 == 0 {
                         ledger.flush().unwrap();
                     }
@@ -693,7 +1039,7 @@ mod tests {
         lock(&ledger.shared.conn)
             .busy_timeout(Duration::from_millis(20))
             .unwrap();
-        ledger.record_on("alice", "2026-01-01", 4);
+        ledger.record_on("alice", "2026-01-01", Endpoint::Post, 4);
         // Another process holds the write lock.
         let other = Connection::open(dir.db()).unwrap();
         other.execute_batch("BEGIN IMMEDIATE").unwrap();
@@ -703,7 +1049,7 @@ mod tests {
             "names the file: {error}"
         );
         assert_eq!(ledger.lifetime_credits().unwrap()["alice"], 4);
-        ledger.record_on("alice", "2026-01-01", 1);
+        ledger.record_on("alice", "2026-01-01", Endpoint::Post, 1);
         other.execute_batch("ROLLBACK").unwrap();
         ledger.flush().unwrap();
         assert_eq!(
@@ -754,5 +1100,138 @@ mod tests {
         assert_eq!(at(1_763_769_599), "2025-11-21");
         assert_eq!(at(1_763_769_600), "2025-11-22");
         assert_eq!(utc_day(UNIX_EPOCH - Duration::from_secs(1)), "1970-01-01");
+    }
+
+    #[test]
+    fn counts_are_kept_per_endpoint_and_summed_per_day() {
+        let dir = TempDir::new("endpoints");
+        let ledger = Ledger::open(&dir.db(), HOUR).unwrap();
+        ledger.record_on("alice", "2026-01-01", Endpoint::Comments, 2);
+        ledger.record_on("alice", "2026-01-01", Endpoint::Comments, 2);
+        ledger.record_on("alice", "2026-01-01", Endpoint::Profile, 1);
+        ledger.flush().unwrap();
+        ledger.record_on("alice", "2026-01-01", Endpoint::Profile, 1);
+        ledger.flush().unwrap();
+        assert_eq!(
+            usage(&dir.db(), None).unwrap(),
+            [row("alice", "2026-01-01", 4, 6)]
+        );
+        let by = |endpoint: &str, requests, credits| EndpointUsageRow {
+            key: "alice".into(),
+            day: "2026-01-01".into(),
+            endpoint: Some(endpoint.into()),
+            requests,
+            credits,
+        };
+        assert_eq!(
+            usage_by_endpoint(&dir.db(), None).unwrap(),
+            [by("comments", 2, 4), by("profile", 2, 2)]
+        );
+    }
+
+    #[test]
+    fn a_version_1_file_is_migrated_in_place_keeping_its_counts() {
+        let dir = TempDir::new("migrate");
+        std::fs::create_dir_all(dir.db().parent().unwrap()).unwrap();
+        {
+            let old = Connection::open(dir.db()).unwrap();
+            old.execute_batch(
+                "PRAGMA journal_mode = WAL;
+                 CREATE TABLE usage (key TEXT NOT NULL, day TEXT NOT NULL,
+                     requests INTEGER NOT NULL, credits INTEGER NOT NULL,
+                     PRIMARY KEY (key, day));
+                 INSERT INTO usage VALUES ('alice', '2026-01-01', 3, 3), ('bob', '2026-01-02', 1, 1);
+                 PRAGMA user_version = 1;",
+            )
+            .unwrap();
+        }
+        // Read before any migration: the old file as it is.
+        let before = usage(&dir.db(), None).unwrap();
+        assert_eq!(
+            before,
+            [
+                row("alice", "2026-01-01", 3, 3),
+                row("bob", "2026-01-02", 1, 1)
+            ]
+        );
+        assert_eq!(
+            usage_by_endpoint(&dir.db(), None).unwrap()[0].endpoint,
+            None
+        );
+        assert_eq!(book(&dir.db(), "alice").unwrap().spent, 3);
+
+        let ledger = Ledger::open(&dir.db(), HOUR).unwrap();
+        assert_eq!(ledger.lifetime_credits().unwrap()["alice"], 3);
+        ledger.record_on("alice", "2026-01-01", Endpoint::Post, 2);
+        ledger.flush().unwrap();
+        assert_eq!(
+            usage(&dir.db(), None).unwrap(),
+            [
+                row("alice", "2026-01-01", 4, 5),
+                row("bob", "2026-01-02", 1, 1)
+            ],
+            "old counts and new ones add up per day"
+        );
+        let alice: Vec<_> = usage_by_endpoint(&dir.db(), None)
+            .unwrap()
+            .into_iter()
+            .filter(|r| r.key == "alice")
+            .map(|r| (r.endpoint, r.credits))
+            .collect();
+        assert_eq!(alice, [(None, 3), (Some("post".to_owned()), 2)]);
+        let version: i64 = Connection::open(dir.db())
+            .unwrap()
+            .pragma_query_value(None, "user_version", |row| row.get(0))
+            .unwrap();
+        assert_eq!(version, SCHEMA_VERSION);
+        drop(ledger);
+        // Opening again migrates nothing twice.
+        let ledger = Ledger::open(&dir.db(), HOUR).unwrap();
+        assert_eq!(ledger.lifetime_credits().unwrap()["alice"], 5);
+    }
+
+    #[test]
+    fn grants_reach_the_watcher_once_each_old_ones_at_once() {
+        let dir = TempDir::new("grants");
+        let ledger = Ledger::open(&dir.db(), Duration::from_millis(10)).unwrap();
+        let first = grant(&dir.db(), "alice", 10, Some("pack A")).unwrap();
+        assert_eq!(first.amount, 10);
+        assert!(Timestamp::parse(&first.at).is_some(), "{}", first.at);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sink = seen.clone();
+        ledger
+            .watch_grants(move |grants| lock(&sink).extend_from_slice(grants))
+            .unwrap();
+        let alice = |amount| NewGrant {
+            key: "alice".into(),
+            amount,
+        };
+        assert_eq!(*lock(&seen), [alice(10)], "existing grants before serving");
+        grant(&dir.db(), "alice", 5, None).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while lock(&seen).len() < 2 {
+            assert!(std::time::Instant::now() < deadline, "never seen");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(*lock(&seen), [alice(10), alice(5)], "each exactly once");
+        let book = book(&dir.db(), "alice").unwrap();
+        assert_eq!(book.grants.len(), 2);
+        assert_eq!(book.grants[0].note.as_deref(), Some("pack A"));
+        assert_eq!(book.grants[1].note, None);
+    }
+
+    #[test]
+    fn spent_today_counts_only_that_day() {
+        let dir = TempDir::new("today");
+        let ledger = Ledger::open(&dir.db(), HOUR).unwrap();
+        ledger.record_on("alice", "2026-01-01", Endpoint::Post, 4);
+        ledger.flush().unwrap();
+        ledger.record_on("alice", "2026-01-02", Endpoint::Post, 2);
+        ledger.record_on("alice", "2026-01-02", Endpoint::Search, 1);
+        assert_eq!(
+            ledger.spent("2026-01-02").unwrap()["alice"],
+            Spent { total: 7, today: 3 }
+        );
     }
 }

@@ -6,12 +6,17 @@
 //! A request flows one way through these modules:
 //!
 //! - [`http::server`] accepts connections (for every listener, with the
-//!   same hardening); [`http::api`] runs each request's checks in order
-//!   (method, key, platform, endpoint, parameters) and answers with
-//!   [`http::response`]'s envelopes.
+//!   same hardening; HTTP/1.1 and HTTP/2, over [`http::tls`] when
+//!   configured; heads hyper refuses made envelopes by [`http::refusal`]);
+//!   [`http::api`] runs each request's checks in order (method, key,
+//!   platform, endpoint, parameters), answers a key's `GET /v1/account`,
+//!   and answers with [`http::response`]'s envelopes, represented for the
+//!   caller by [`http::encoding`] (codings, entity tags) and [`http::cors`].
 //! - [`auth`] recognises API keys (and issues and revokes them);
-//!   [`billing`] decides whether a key may spend and books what it spent,
-//!   in the [`ledger`] (credits per key and day, in SQLite).
+//!   [`billing`] says what an answer costs, whether a key may spend it
+//!   (free credits plus credit packs, less what it spent) and books what
+//!   it spent, in the [`ledger`] (credits per key, day and endpoint, and
+//!   the packs granted, in SQLite).
 //! - [`routing`] is the table from platform and endpoint to a chain of
 //!   providers; [`state`] holds the current table as one swappable snapshot.
 //! - [`cache`] keeps answers for their time to live and shares one fetch

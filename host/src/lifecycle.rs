@@ -7,7 +7,7 @@
 //!
 //! 1. [`load`]: a warning for each trusted file others could change (see
 //!    [`crate::files`]), plugins loaded and providers set up, chains
-//!    assembled, keys read. Touches nothing a running server owns (no
+//!    assembled, keys read, the TLS certificate and key read. Touches nothing a running server owns (no
 //!    ledger, no pruning).
 //! 2. Signals (SIGTERM, ctrl-c, SIGHUP) are registered and file watches
 //!    set: before anything is announced, since a signal that arrives
@@ -16,18 +16,19 @@
 //! 3. The ledger is opened (or, with `[state] backend = "redis"`, the
 //!    shared store connected and the keys read from it: a start without
 //!    them fails), stale plugin copies pruned, the listeners bound, and
-//!    `listening on http://ADDR` printed (then the admin listener's line).
+//!    `listening on http://ADDR` (`https://` with TLS) printed (then the
+//!    admin listener's line).
 //!
 //! # Shutdown
 //!
 //! One [`CancellationToken`] is what the public listener, the admin
-//! listener and the reloader wait on. On SIGTERM or ctrl-c, in this order:
+//! listener, the reloader and the TLS files' follower wait on. On SIGTERM or ctrl-c, in this order:
 //!
 //! 1. The server stops being ready (`/readyz` answers 503), for load
 //!    balancers still probing over open connections.
 //! 2. The token fires: both listeners stop accepting, and their open
 //!    connections finish the request in flight, for at most
-//!    `shutdown_grace_ms`; the reloader stops.
+//!    `shutdown_grace_ms`; the reloader and the TLS follower stop.
 //! 3. The ledger writes what is pending and its writer thread ends (with
 //!    `redis`: the settling task writes what it holds, the keys follower
 //!    stops): last, once no request can count a credit any more.
@@ -45,6 +46,7 @@ use crate::auth::KeysError;
 use crate::billing::Billing;
 use crate::config::{Config, ConfigError};
 use crate::cursor::CursorSealer;
+use crate::http::tls::{Tls, TlsError};
 use crate::http::{admin, api, server};
 use crate::ledger::{Ledger, LedgerError};
 use crate::metrics::MetricsError;
@@ -86,17 +88,22 @@ pub enum RunError {
         source: std::io::Error,
     },
     #[error(transparent)]
+    Tls(#[from] TlsError),
+    #[error(transparent)]
     Plugin(#[from] crate::scaffold::ScaffoldError),
-    #[error("{0}")]
-    Io(#[from] std::io::Error),
+    /// A command used wrongly (a bad argument): exit code 2.
     #[error("{0}")]
     Usage(String),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
 }
 
 /// What a successful [`load`] found, for `check`'s report.
 pub struct Loaded {
     pub snapshot: Snapshot,
     pub loader: Loader,
+    /// The public listener's TLS, when configured.
+    pub tls: Option<Tls>,
 }
 
 /// Step 1: everything a start loads from `config`, and nothing a running
@@ -117,7 +124,18 @@ pub fn load(config: &Config) -> Result<Loaded, RunError> {
         None,
         shared_keys,
     )?;
-    Ok(Loaded { snapshot, loader })
+    let tls = config
+        .process
+        .listener
+        .tls
+        .as_ref()
+        .map(Tls::load)
+        .transpose()?;
+    Ok(Loaded {
+        snapshot,
+        loader,
+        tls,
+    })
 }
 
 /// `socialgate check`: [`load`], then one line saying what it found.
@@ -156,13 +174,14 @@ pub async fn serve(
     let Loaded {
         mut snapshot,
         loader,
+        tls,
     } = load(&config)?;
 
     let mut signals = Signals::register()?;
     let watch = Watch::start(&config);
 
     let metrics = crate::metrics::install()?;
-    let listener = config.process.listener;
+    let listener = config.process.listener.clone();
     let shared = match &config.process.state {
         StateConfig::Local => None,
         StateConfig::Redis(redis) => {
@@ -180,7 +199,7 @@ pub async fn serve(
         None => None,
     };
     let local = public.local_addr()?;
-    announce(&app, local, admin.as_ref())?;
+    announce(&app, local, tls.is_some(), admin.as_ref())?;
     on_ready(local);
 
     let shutdown = CancellationToken::new();
@@ -190,6 +209,7 @@ pub async fn serve(
         "public",
         public,
         listener.hardening,
+        tls.as_ref().map(Tls::acceptor),
         shutdown.clone(),
         move |request| {
             let app = serving_app.clone();
@@ -201,9 +221,16 @@ pub async fn serve(
             "admin",
             admin,
             listener.hardening,
+            None,
             shutdown.clone(),
             admin::handler(app.clone(), metrics),
         )));
+    }
+    if let Some(tls) = tls {
+        let shutdown = shutdown.clone();
+        listeners.push(tokio::spawn(
+            async move { tls.follow_files(shutdown).await },
+        ));
     }
     let reloads = signals.forward_hangups(shutdown.clone());
     let reloader =
@@ -290,7 +317,12 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, RunError> {
 
 /// Logs what was loaded and prints the addresses on stdout. Only now, so a
 /// failed start prints nothing but its one error line.
-fn announce(app: &App, public: SocketAddr, admin: Option<&TcpListener>) -> std::io::Result<()> {
+fn announce(
+    app: &App,
+    public: SocketAddr,
+    tls: bool,
+    admin: Option<&TcpListener>,
+) -> std::io::Result<()> {
     let snapshot = app.snapshot();
     tracing::info!(
         platforms = snapshot.routes.platform_count(),
@@ -314,7 +346,8 @@ fn announce(app: &App, public: SocketAddr, admin: Option<&TcpListener>) -> std::
         );
     }
     let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "listening on http://{public}")?;
+    let scheme = if tls { "https" } else { "http" };
+    writeln!(stdout, "listening on {scheme}://{public}")?;
     if let Some(admin) = admin {
         writeln!(stdout, "admin listening on http://{}", admin.local_addr()?)?;
     }

@@ -53,10 +53,18 @@ impl Api {
 
     /// Any method on `path`, with this client's key.
     pub async fn request(&self, method: &str, path: &str) -> Answer {
+        self.request_with(method, path, &[]).await
+    }
+
+    /// Any method on `path`, with this client's key and `headers`.
+    pub async fn request_with(&self, method: &str, path: &str, headers: &[(&str, &str)]) -> Answer {
         let method = reqwest::Method::from_bytes(method.as_bytes()).expect("a valid method");
         let mut request = self.client.request(method, format!("{}{path}", self.base));
         if let Some(key) = &self.key {
             request = request.header("X-API-Key", key);
+        }
+        for (name, value) in headers {
+            request = request.header(*name, *value);
         }
         let response = request
             .send()
@@ -106,6 +114,28 @@ impl Answer {
             headers,
             text,
             json,
+        }
+    }
+
+    /// An answer as read off a connection: a status line, headers, a
+    /// blank line and the body (for exchanges no client library would send).
+    pub fn parse_raw(raw: &str) -> Answer {
+        let (head, text) = raw.split_once("\r\n\r\n").unwrap_or((raw, ""));
+        let mut lines = head.split("\r\n");
+        let status = lines
+            .next()
+            .and_then(|l| l.split(' ').nth(1))
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("no status line: {raw:?}"));
+        let headers = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+            .collect();
+        Answer {
+            status,
+            headers,
+            text: text.to_owned(),
+            json: serde_json::from_str(text).unwrap_or(Value::Null),
         }
     }
 
@@ -205,13 +235,17 @@ impl Answer {
         self
     }
 
-    /// Asserts a 400 `INVALID_PARAMETER` whose message names `param` in
-    /// backticks.
+    /// Asserts a 400 `INVALID_PARAMETER` whose `error.param` is `param`
+    /// and whose message names it in backticks.
     pub fn assert_invalid(&self, param: &str) -> &Answer {
         self.assert_error(400, "INVALID_PARAMETER");
         assert!(
             self.error_message().contains(&format!("`{param}`")),
             "the message must name `{param}`: {self:?}"
+        );
+        assert_eq!(
+            self.json["error"]["param"], param,
+            "error.param names the parameter: {self:?}"
         );
         self
     }

@@ -228,7 +228,13 @@ impl Contract {
         let mut problems = Vec::new();
 
         let media = &response["content"]["application/json"];
-        if media.is_null() {
+        if response.get("content").is_none() {
+            if !answer.text.is_empty() {
+                problems.push(format!(
+                    "#{pointer} describes no content, the answer has a body"
+                ));
+            }
+        } else if media.is_null() {
             problems.push(format!("#{pointer} describes no application/json content"));
         } else {
             let content_type = answer.header("content-type").unwrap_or("");
@@ -242,6 +248,16 @@ impl Contract {
                 for e in self.errors(&schema, &answer.json) {
                     problems.push(format!("body {e}"));
                 }
+            }
+        }
+
+        // The codes a status carries are its response's examples.
+        if let Some(code) = answer.json["error"]["code"].as_str() {
+            let codes = self.example_codes(pointer);
+            if !codes.iter().any(|c| c == code) {
+                problems.push(format!(
+                    "code {code} is not among the response's examples {codes:?}"
+                ));
             }
         }
 
@@ -337,6 +353,19 @@ impl Contract {
             }
         }
         errors
+    }
+
+    /// The error codes of the examples of the response at `pointer`.
+    pub fn example_codes(&self, pointer: &str) -> Vec<String> {
+        let examples = &self.document.pointer(pointer).expect("a response")["content"]
+            ["application/json"]["examples"];
+        examples
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter_map(|(_, e)| e["value"]["error"]["code"].as_str())
+            .map(str::to_owned)
+            .collect()
     }
 
     /// How many answers were checked.

@@ -25,6 +25,9 @@ pub const PROCESS_TIMEOUT: Duration = Duration::from_secs(20);
 /// The exact prefix of the line `serve` prints once bound.
 pub const LISTENING_PREFIX: &str = "listening on http://";
 
+/// The same line when the public listener serves TLS.
+pub const TLS_LISTENING_PREFIX: &str = "listening on https://";
+
 /// The exact prefix of the line `serve` prints for the admin listener.
 pub const ADMIN_LISTENING_PREFIX: &str = "admin listening on http://";
 
@@ -283,7 +286,10 @@ impl Server {
         let stderr_of = |path: &PathBuf| std::fs::read_to_string(path).unwrap_or_default();
         match lines_rx.recv_timeout(PROCESS_TIMEOUT) {
             Ok(line) => {
-                let Some(addr) = line.strip_prefix(LISTENING_PREFIX) else {
+                let addr = line
+                    .strip_prefix(LISTENING_PREFIX)
+                    .or_else(|| line.strip_prefix(TLS_LISTENING_PREFIX));
+                let Some(addr) = addr else {
                     let _ = child.kill();
                     let _ = child.wait();
                     panic!(

@@ -1,10 +1,12 @@
 //! The OpenAPI document cannot drift: it validates as OpenAPI 3.1 against
 //! the kept meta-schema, it is served byte for byte without a key, and every
-//! endpoint (first pages and next pages) and every error code but
-//! `INTERNAL_ERROR`, answered by running servers, validates against the
-//! schema and headers the document gives for its path, method and status.
+//! endpoint (first pages and next pages), `GET /v1/account`, and every error
+//! code but `INTERNAL_ERROR`, answered by running servers, validates against
+//! the schema and headers the document gives for its path, method and
+//! status (with the billing and rate-limit headers where they are set).
 //! The test fails when a code of the document's `ErrorCode` enum, or a status
-//! it lists for an operation (but 500), was never answered.
+//! it lists for an operation (but 500), was never answered, and when an
+//! error's code is not among its response's examples.
 
 use std::time::{Duration, Instant};
 
@@ -28,21 +30,43 @@ const SEARCH: &str = "/v1/shortvideo/search?query=luna";
 /// The five endpoints with valid parameters.
 const ENDPOINTS: [&str; 5] = [PROFILE, POSTS, POST, COMMENTS, SEARCH];
 const PUBLIC: [&str; 3] = ["/healthz", "/readyz", "/v1/openapi.json"];
+/// The key's own account.
+const ACCOUNT: &str = "/v1/account";
 
 /// Sends `method path` and checks the answer against the document, and
 /// that `meta.request_id` of an envelope is the `X-Request-Id` header.
 ///
-/// Every answer is `Cache-Control: no-store` (the document's introduction
-/// says so), and the parameters of a successful `/v1` request are ones the
-/// document accepts.
+/// `Cache-Control` is what the document's introduction says (data answers
+/// `private` with their freshness, the document `public`, others
+/// `no-store`), and the parameters of a successful `/v1` request are ones
+/// the document accepts.
 async fn check(contract: &Contract, api: &Api, method: &str, path: &str) -> Answer {
-    let answer = api.request(method, path).await;
+    check_with(contract, api, method, path, &[]).await
+}
+
+/// [`check`] with request headers.
+async fn check_with(
+    contract: &Contract,
+    api: &Api,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Answer {
+    let answer = api.request_with(method, path, headers).await;
     contract.check(method, path, &answer);
     assert_request_id_matches(&answer);
-    assert_eq!(
-        answer.header("cache-control"),
-        Some("no-store"),
-        "{method} {path}: {answer:?}"
+    let cache_control = answer.header("cache-control").unwrap_or_default();
+    let fresh = matches!(answer.status, 200 | 304);
+    let expected = if fresh && path.starts_with("/v1/openapi.json") {
+        cache_control == "public, max-age=300"
+    } else if fresh && path.starts_with("/v1/shortvideo/") {
+        cache_control.starts_with("private, max-age=") || cache_control == "private, no-cache"
+    } else {
+        cache_control == "no-store"
+    };
+    assert!(
+        expected,
+        "{method} {path}: Cache-Control {cache_control:?}: {answer:?}"
     );
     if answer.status == 200 && path.starts_with("/v1/shortvideo/") {
         let errors = contract.parameter_errors(method, path);
@@ -175,24 +199,34 @@ fn the_checker_refuses_answers_that_drift() {
         json!({"success": false, "error": {"code": code, "message": "m"},
                "meta": {"credits_used": 0, "request_id": "r"}})
     };
-    let e400 = "/components/schemas/Error400";
+    let schema = "/components/schemas/Error";
     assert!(contract
-        .errors(e400, &error("INVALID_PARAMETER"))
+        .errors(schema, &error("INVALID_PARAMETER"))
         .is_empty());
-    assert!(!contract
-        .errors(e400, &error("RESOURCE_NOT_FOUND"))
-        .is_empty());
-    assert!(!contract
-        .errors(
-            "/components/schemas/Error404Route",
-            &error("RESOURCE_NOT_FOUND")
-        )
-        .is_empty());
+    let mut with_param = error("INVALID_PARAMETER");
+    with_param["error"]["param"] = json!("count");
+    assert!(contract.errors(schema, &with_param).is_empty());
+    assert!(!contract.errors(schema, &error("NO_SUCH_CODE")).is_empty());
     let mut charged = error("UPSTREAM_UNAVAILABLE");
     charged["meta"]["credits_used"] = json!(1);
-    assert!(!contract
-        .errors("/components/schemas/Error502", &charged)
-        .is_empty());
+    assert!(!contract.errors(schema, &charged).is_empty());
+    // Which codes a status carries: its response's examples.
+    let codes = |name: &str| contract.example_codes(&format!("/components/responses/{name}"));
+    assert!(codes("BadRequest").contains(&"INVALID_PARAMETER".to_owned()));
+    assert!(!codes("BadRequest").contains(&"RESOURCE_NOT_FOUND".to_owned()));
+    assert!(!codes("RouteNotFound").contains(&"RESOURCE_NOT_FOUND".to_owned()));
+    // Every code has an example.
+    let mut examples = Vec::new();
+    for name in contract.document()["components"]["responses"]
+        .as_object()
+        .expect("responses")
+        .keys()
+    {
+        examples.extend(codes(name));
+    }
+    for code in contract.error_codes() {
+        assert!(examples.contains(&code), "{code} has no example");
+    }
 }
 
 #[tokio::test]
@@ -281,6 +315,9 @@ async fn main_server(contract: &Contract) {
     let ready = expect(contract, &anonymous, "GET", "/readyz", 200, None).await;
     assert_eq!(ready.json["status"], "ready");
     expect(contract, api, "GET", "/v1/openapi.json", 200, None).await;
+    let account = expect(contract, api, "GET", ACCOUNT, 200, None).await;
+    assert_eq!(account.data()["name"], "e2e", "{account:?}");
+    assert_eq!(account.data()["rate_limit"], Value::Null, "{account:?}");
 
     // Every endpoint, and the next page of every list.
     for path in [PROFILE, POST] {
@@ -328,15 +365,40 @@ async fn main_server(contract: &Contract) {
         Some("INVALID_PARAMETER"),
     )
     .await;
-    // HEAD is not GET: 405 too, with the headers (a HEAD answer has no body).
-    for path in ENDPOINTS.iter().chain(PUBLIC.iter()) {
-        let a = api.request("HEAD", path).await;
-        assert_eq!(a.status, 405, "HEAD {path}: {a:?}");
-        assert_eq!(a.header("allow"), Some("GET"), "HEAD {path}: {a:?}");
-        assert!(a.header("x-request-id").is_some(), "HEAD {path}: {a:?}");
+    // HEAD is GET without a body; a matching If-None-Match is 304.
+    for path in ENDPOINTS.iter().chain(PUBLIC.iter()).chain([&ACCOUNT]) {
+        let get = api.get(path).await;
+        let head = api.request("HEAD", path).await;
+        assert_eq!(head.status, get.status, "HEAD {path}: {head:?}");
+        assert!(head.text.is_empty(), "HEAD {path}: {head:?}");
+        assert!(
+            head.header("x-request-id").is_some(),
+            "HEAD {path}: {head:?}"
+        );
+        if let Some(etag) = get.header("etag") {
+            let a = check_with(contract, api, "GET", path, &[("if-none-match", etag)]).await;
+            assert_eq!(a.status, 304, "{path}: {a:?}");
+            assert_eq!(a.header("etag"), Some(etag), "{path}: {a:?}");
+        }
     }
-    // 401 on every endpoint, 405 on every path.
-    for path in ENDPOINTS {
+    // A head the server cannot read: the envelope, on every path.
+    let filler = "a".repeat(20_000);
+    for path in ENDPOINTS.iter().chain(PUBLIC.iter()) {
+        let a = check_with(contract, api, "GET", path, &[("x-filler", &filler)]).await;
+        a.assert_error(431, "HEADERS_TOO_LARGE");
+    }
+    for path in PUBLIC {
+        let raw = raw_exchange(
+            stack.server.addr(),
+            &format!("GET {path} HTTP/1.1\r\nHost: x\r\nBad Header: 1\r\n\r\n"),
+        )
+        .await;
+        let a = Answer::parse_raw(&raw);
+        contract.check("GET", path, &a);
+        a.assert_error(400, "MALFORMED_REQUEST");
+    }
+    // 401 on every endpoint (with its challenge), 405 on every path.
+    for path in ENDPOINTS.into_iter().chain([ACCOUNT]) {
         expect(
             contract,
             &anonymous,
@@ -356,10 +418,10 @@ async fn main_server(contract: &Contract) {
         )
         .await;
     }
-    for path in ENDPOINTS.iter().chain(PUBLIC.iter()) {
+    for path in ENDPOINTS.iter().chain(PUBLIC.iter()).chain([&ACCOUNT]) {
         for method in ["POST", "DELETE"] {
             let a = expect(contract, api, method, path, 405, Some("METHOD_NOT_ALLOWED")).await;
-            assert_eq!(a.header("allow"), Some("GET"), "{a:?}");
+            assert_eq!(a.header("allow"), Some("GET, HEAD, OPTIONS"), "{a:?}");
         }
     }
     // 404: the user or post does not exist.
@@ -414,6 +476,40 @@ async fn main_server(contract: &Contract) {
     }
     for path in [POSTS, COMMENTS, SEARCH] {
         check(contract, api, "GET", path).await.assert_success(true);
+    }
+}
+
+/// Sends `request` as it is and reads the answer to the end.
+async fn raw_exchange(addr: std::net::SocketAddr, request: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("can connect");
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .expect("can send");
+    let mut answer = Vec::new();
+    let read = stream.read_to_end(&mut answer);
+    let _ = tokio::time::timeout(Duration::from_secs(5), read).await;
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// A target longer than hyper reads (64 KiB), with heads allowed to be
+/// that large: 414 on every path.
+async fn uri_too_long(contract: &Contract) {
+    let (_config, server, _api) = start(
+        ConfigBuilder::new()
+            .server_line("max_header_bytes = 131072")
+            .platform("shortvideo", "planned", &[]),
+    );
+    let long = "a".repeat(70_000);
+    for path in ENDPOINTS.iter().chain(PUBLIC.iter()) {
+        let separator = if path.contains('?') { '&' } else { '?' };
+        let request = format!("GET {path}{separator}x={long} HTTP/1.1\r\nHost: x\r\n\r\n");
+        let a = Answer::parse_raw(&raw_exchange(server.addr(), &request).await);
+        contract.check("GET", path, &a);
+        a.assert_error(414, "URI_TOO_LONG");
     }
 }
 
@@ -495,7 +591,7 @@ async fn overload(contract: &Contract) {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    for path in ENDPOINTS {
+    for path in ENDPOINTS.into_iter().chain([ACCOUNT]) {
         let a = expect(contract, &stack.api, "GET", path, 503, Some("OVERLOADED")).await;
         assert!(a.header("retry-after").is_some(), "{a:?}");
     }
@@ -526,23 +622,32 @@ async fn deadline(contract: &Contract) {
     );
 }
 
-/// A rate limit of 6 requests and 1 free credit per key under enforced
-/// billing: one success, then 402 on every endpoint (with no upstream call),
-/// then 429 on every endpoint.
+/// A rate limit of 7 requests and 1 free credit per key under enforced
+/// billing: one success and the account, then 402 on every endpoint (with
+/// no upstream call), then 429 on every endpoint and the account; each
+/// with the credit and rate-limit headers.
 async fn credits_then_rate_limit(contract: &Contract) {
     let stack = Stack::builder()
-        .raw("[rate_limit]\nper_second = 0.01\nburst = 6\n\n[billing]\nenforce = true\nfree_credits = 1")
+        .raw("[rate_limit]\nper_second = 0.01\nburst = 7\n\n[billing]\nenforce = true\nfree_credits = 1")
         .start()
         .await;
     stack.primary.serve_fixtures().await;
     stack.fallback.serve_fixtures().await;
     let api = &stack.api;
-    check(contract, api, "GET", PROFILE)
-        .await
-        .assert_success(false);
+    let standing = |a: &Answer| {
+        for name in ["x-credits-remaining", "ratelimit-policy", "ratelimit"] {
+            assert!(a.header(name).is_some(), "{name} missing: {a:?}");
+        }
+    };
+    let first = check(contract, api, "GET", PROFILE).await;
+    first.assert_success(false);
+    standing(&first);
+    let account = expect(contract, api, "GET", ACCOUNT, 200, None).await;
+    standing(&account);
+    assert_eq!(account.data()["credits_remaining"], 0, "{account:?}");
     let upstream_calls = stack.primary.request_count().await + stack.fallback.request_count().await;
     for path in ENDPOINTS {
-        expect(
+        let a = expect(
             contract,
             api,
             "GET",
@@ -551,14 +656,16 @@ async fn credits_then_rate_limit(contract: &Contract) {
             Some("INSUFFICIENT_CREDITS"),
         )
         .await;
+        standing(&a);
     }
     assert_eq!(
         stack.primary.request_count().await + stack.fallback.request_count().await,
         upstream_calls,
         "402 is answered before any upstream call"
     );
-    for path in ENDPOINTS {
+    for path in ENDPOINTS.into_iter().chain([ACCOUNT]) {
         let a = expect(contract, api, "GET", path, 429, Some("RATE_LIMITED")).await;
+        standing(&a);
         let wait: u64 = a
             .header("retry-after")
             .and_then(|v| v.parse().ok())
@@ -600,6 +707,7 @@ async fn every_endpoint_and_every_error_code_answers_as_the_document_says() {
     deadline(&contract).await;
     credits_then_rate_limit(&contract).await;
     shared_store_away(&contract).await;
+    uri_too_long(&contract).await;
 
     let seen = contract.codes_seen();
     let documented = contract.error_codes();

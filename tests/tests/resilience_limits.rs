@@ -126,7 +126,7 @@ async fn a_slow_client_is_closed_while_others_are_served() {
 }
 
 #[tokio::test]
-async fn a_head_over_max_header_bytes_is_refused() {
+async fn a_head_over_max_header_bytes_is_refused_with_the_json_envelope() {
     let stack = Stack::builder()
         .search_order(None)
         .server_line("max_header_bytes = 8192")
@@ -151,10 +151,24 @@ async fn a_head_over_max_header_bytes_is_refused() {
     let big = tokio::task::spawn_blocking(move || exchange(20_000))
         .await
         .expect("the exchange finished");
+    // The JSON envelope, with a request ID, like every other refusal.
     assert!(
-        big.is_empty() || big.starts_with("HTTP/1.1 431"),
-        "a 20 kB head: 431 or closed, got {big:?}"
+        big.starts_with("HTTP/1.1 431"),
+        "a 20 kB head: 431, got {big:?}"
     );
+    let (head, body) = big.split_once("\r\n\r\n").expect("a head and a body");
+    let head = head.to_ascii_lowercase();
+    assert!(
+        head.contains("\r\ncontent-type: application/json"),
+        "{big:?}"
+    );
+    let id = head
+        .lines()
+        .find_map(|l| l.strip_prefix("x-request-id: "))
+        .unwrap_or_else(|| panic!("431 carries X-Request-Id: {big:?}"));
+    let json: serde_json::Value = serde_json::from_str(body).expect("a JSON body");
+    assert_eq!(json["error"]["code"], "HEADERS_TOO_LARGE", "{big:?}");
+    assert_eq!(json["meta"]["request_id"], id, "{big:?}");
     // A head under the limit is served, and the server carries on.
     let small = tokio::task::spawn_blocking(move || exchange(4_000))
         .await

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use plugin_api::ffi::AttemptHandle;
-use plugin_api::{Call, Done, ErrorKind, Next, ProviderError};
+use plugin_api::{Call, Done, Endpoint, ErrorKind, Next, ProviderError};
 use tokio::time::{timeout, Instant};
 
 use self::decision::{Failure, Then};
@@ -251,13 +251,30 @@ fn judge(
         }
         Err(failed) => failed,
     };
-    tracing::warn!(
-        provider = %provider.name,
-        endpoint = %call.endpoint(),
-        kind = %error.kind(),
-        "attempt failed: {}",
-        error.message()
-    );
+    // "Not found" and refused input are normal answers to a caller, not
+    // an operator's problem: WARN is kept for what an operator acts on.
+    let level = match (error.kind(), call.endpoint()) {
+        (ErrorKind::NotFound, Endpoint::Search) => tracing::Level::DEBUG,
+        (ErrorKind::NotFound | ErrorKind::InvalidInput, _) => tracing::Level::INFO,
+        _ => tracing::Level::WARN,
+    };
+    macro_rules! attempt_failed {
+        ($level:expr) => {
+            tracing::event!(
+                $level,
+                provider = %provider.name,
+                endpoint = %call.endpoint(),
+                kind = %error.kind(),
+                "attempt failed: {}",
+                error.message()
+            )
+        };
+    }
+    match level {
+        tracing::Level::DEBUG => attempt_failed!(tracing::Level::DEBUG),
+        tracing::Level::INFO => attempt_failed!(tracing::Level::INFO),
+        _ => attempt_failed!(tracing::Level::WARN),
+    }
     let failure = Failure {
         kind: error.kind(),
         retry_after: error.retry_after_hint(),

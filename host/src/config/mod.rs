@@ -4,13 +4,14 @@
 //!
 //! # Two parts, two lifetimes
 //!
-//! - [`ProcessConfig`]: listeners, connection limits, state folder, ledger,
-//!   cursor key, proxy, log format, where shared state lives. Fixed for the life of a process: a
+//! - [`ProcessConfig`]: listeners (and the paths of their TLS files),
+//!   connection limits, state folder, ledger, cursor key, proxy, log
+//!   format, where shared state lives. Fixed for the life of a process: a
 //!   reload that changes one logs "restart to apply" (see
 //!   [`ProcessConfig::changed_settings`]) and otherwise ignores it.
 //! - [`ServingConfig`]: platforms, providers, keys file, request deadline,
-//!   rate limits, billing, the cache's times to live. Swapped whole by every
-//!   reload.
+//!   rate limits, billing, the cache's times to live, CORS origins.
+//!   Swapped whole by every reload.
 //!
 //! Which part a setting lives in is the one place that says whether a
 //! reload applies it.
@@ -40,6 +41,7 @@ use serde::Deserialize;
 use crate::billing::{BillingConfig, RawBilling};
 use crate::cache::{CacheConfig, RawCache};
 use crate::cursor::CursorConfig;
+use crate::http::cors::{CorsConfig, RawCors};
 use crate::http::server::ListenerConfig;
 use crate::ledger::{LedgerConfig, RawLedger};
 use crate::logging::LogFormat;
@@ -130,6 +132,8 @@ pub struct ServingConfig {
     pub billing: BillingConfig,
     /// `[cache]` but `max_bytes`.
     pub cache: CacheConfig,
+    /// `[server.cors]`: which origins browsers may read answers from.
+    pub cors: CorsConfig,
 }
 
 impl ProcessConfig {
@@ -227,6 +231,9 @@ pub struct RawServer {
     pub cursor_ttl_s: Option<u64>,
     pub upstream_proxy: Option<String>,
     pub log_format: Option<LogFormat>,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    pub cors: Option<RawCors>,
 }
 
 /// What a section's `from_raw` needs: where the config is, how to read the
@@ -238,7 +245,7 @@ pub struct Context<'a> {
 }
 
 impl<'a> Context<'a> {
-    /// A context for unit tests of a section's `from_raw`.
+    /// A context for a section's own tests: `path`'s folder, `env`.
     #[cfg(test)]
     pub fn for_tests(path: &'a Path, env: &'a dyn Fn(&str) -> Option<String>) -> Context<'a> {
         Context {
@@ -395,6 +402,7 @@ impl Config {
             rate_limit: RateLimitConfig::from_raw(raw.rate_limit, &cx)?,
             billing: BillingConfig::from_raw(raw.billing, &cx)?,
             cache: CacheConfig::from_raw(&raw.cache, &cx)?,
+            cors: CorsConfig::from_raw(server.cors.as_ref(), &cx)?,
         };
         Ok(Config {
             path: path.to_owned(),
@@ -417,7 +425,7 @@ fn named_tables<R, T>(
         .collect()
 }
 
-/// The files the `keys` commands work on. Read through the same parser as
+/// The files the `keys` and `credits` commands work on. Read through the same parser as
 /// a whole config (syntax, unknown keys, the same defaults), but needing
 /// neither secrets nor plugins: key commands must work where the server's
 /// environment is absent.
@@ -426,6 +434,8 @@ pub struct KeyFiles {
     pub ledger: LedgerConfig,
     /// With `redis`, keys and usage are in the shared store, not the files.
     pub state: StateConfig,
+    /// For the balances `credits show` prints.
+    pub billing: BillingConfig,
 }
 
 impl KeyFiles {
@@ -440,6 +450,7 @@ impl KeyFiles {
             keys_file: crate::auth::keys_file_from_raw(&raw.server, &cx),
             ledger: LedgerConfig::from_raw(&raw.ledger, &cx),
             state: StateConfig::from_raw(&raw.state, &cx)?,
+            billing: BillingConfig::from_raw(raw.billing, &cx)?,
         })
     }
 }

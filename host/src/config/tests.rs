@@ -233,6 +233,27 @@ fn every_process_setting_needs_a_restart() {
         current.process.changed_settings(&both.process),
         ["[server] cursor_key_previous_env"]
     );
+    // TLS files come in pairs; a new path for either needs a restart (their
+    // contents are followed while serving).
+    let tls = |cert: &str| {
+        parse(&with_server_line(&format!(
+            "tls_cert = \"{cert}\"\ntls_key = \"key.pem\""
+        )))
+        .unwrap()
+        .process
+    };
+    assert_eq!(
+        base.changed_settings(&tls("cert.pem")),
+        ["[server] tls_cert", "[server] tls_key"]
+    );
+    assert_eq!(
+        tls("cert.pem").changed_settings(&tls("other.pem")),
+        ["[server] tls_cert"]
+    );
+    let alone = parse(&with_server_line("tls_cert = \"cert.pem\"")).unwrap_err();
+    assert!(alone
+        .to_string()
+        .contains("tls_cert and tls_key go together"));
 }
 
 #[test]
@@ -268,6 +289,7 @@ fn no_serving_setting_needs_a_restart() {
         format!("{GOOD}\n[cache]\nnot_found_ttl_s = 0\n"),
         format!("{GOOD}\n[cache]\nstale_if_error_s = 5\n"),
         format!("{GOOD}\n[cache.ttl_s]\ncomments = 0\n"),
+        format!("{GOOD}\n[server.cors]\nallowed_origins = [\"*\"]\n"),
     ];
     let base = parse(GOOD).unwrap();
     for text in &cases {

@@ -545,7 +545,15 @@ impl Drop for Sandbox {
 /// sandbox is dropped.
 async fn serve(listener: TcpListener, double: Double, shutdown: CancellationToken) {
     let handler = move |req: Request<Incoming>| async move { handle(double, &req) };
-    crate::http::server::serve("sandbox", listener, Hardening::default(), shutdown, handler).await
+    crate::http::server::serve(
+        "sandbox",
+        listener,
+        Hardening::default(),
+        None,
+        shutdown,
+        handler,
+    )
+    .await
 }
 
 fn handle(double: Double, req: &Request<Incoming>) -> Response<Full<Bytes>> {

@@ -1,11 +1,24 @@
-//! One request, through its checks in a fixed order: public paths first
-//! (`/healthz`, `/readyz`), then overload, method, key, rate limit, platform,
-//! endpoint, parameters, credits, and finally the failover chain. Each check answers
-//! from the error catalogue; nothing after a failed check runs, so invalid
-//! input never reaches an upstream.
+//! One request, through its checks in a fixed order: `OPTIONS` and the
+//! public paths first (`/healthz`, `/readyz`, `/v1/openapi.json`), then
+//! overload, method, key, rate limit, platform, endpoint, parameters,
+//! credits, and finally the failover chain. Each check answers from the
+//! error catalogue; nothing after a failed check runs, so invalid input
+//! never reaches an upstream.
 //!
-//! Every answer carries the request's ID, and every request ends in one log
-//! line and its metrics.
+//! `HEAD` is `GET` without the body: it passes the same checks and costs
+//! what the `GET` would. A data answer carries a strong `ETag` over its
+//! data; a request whose `If-None-Match` matches it gets `304` and is not
+//! charged. Then every answer is represented for its caller: CORS headers
+//! ([`super::cors`]), a content coding ([`super::encoding`]), no body for
+//! `HEAD`.
+//!
+//! `GET /v1/account` answers right after the rate limit, with what the key
+//! may read of its own account; it costs nothing.
+//!
+//! Every answer carries the request's ID, and every answer to a request
+//! whose key was accepted says where the key stands: `X-Credits-Remaining`
+//! when billing is enforced, `RateLimit-Policy` and `RateLimit` when a rate
+//! limit is set. Every request ends in one log line and its metrics.
 
 use std::borrow::Cow;
 use std::panic::AssertUnwindSafe;
@@ -13,31 +26,46 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
-use hyper::body::Incoming;
-use hyper::header::{HeaderValue, AGE, CACHE_CONTROL};
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Body as _, Incoming};
+use hyper::header::{
+    HeaderMap, HeaderValue, ACCEPT_ENCODING, AGE, CACHE_CONTROL, CONTENT_ENCODING, CONTENT_LENGTH,
+    CONTENT_TYPE, ETAG,
+};
 use hyper::{Method, Request, Response, StatusCode};
 use plugin_api::Call;
 use tracing::Instrument;
 
 use super::answer::{self, Ask, Unanswered};
-use super::request_id;
+use super::encoding::{self, Precompressed};
 use super::response::{self, Body};
+use super::{cors, request_id};
 use crate::billing::{NoCredit, Reservation};
 use crate::cache::freshness::Directives;
-use crate::cache::status::CacheStatus;
+use crate::cache::status::{CacheStatus, Forward};
 use crate::chain::{ChainError, Journal};
 use crate::cursor::{CursorError, Listing, Position};
 use crate::error::ApiError;
 use crate::metrics::{self, RouteLabels};
 use crate::resilience::concurrency::InFlight;
 use crate::resilience::deadline::Deadline;
-use crate::resilience::rate_limit::retry_after_secs;
+use crate::resilience::rate_limit::{retry_after_secs, RateLimitConfig, Standing};
 use crate::routing::{Chain, Provider};
 use crate::state::{App, Snapshot};
 
 const API_KEY_HEADER: &str = "x-api-key";
 /// RFC 9211.
 const CACHE_STATUS: &str = "cache-status";
+/// The key's balance after this answer's charge, when billing is enforced.
+const CREDITS_REMAINING: &str = "x-credits-remaining";
+/// draft-ietf-httpapi-ratelimit-headers.
+const RATELIMIT_POLICY: &str = "ratelimit-policy";
+const RATELIMIT: &str = "ratelimit";
+/// The path of a key's own account.
+const ACCOUNT_PATH: &str = "/v1/account";
+/// The OpenAPI document changes only with the binary: caches may keep it a
+/// while, and revalidate with its `ETag`.
+const DOCUMENT_CACHE_CONTROL: &str = "public, max-age=300";
 
 /// What a request did, for its log line.
 #[derive(Default)]
@@ -48,6 +76,10 @@ struct Report {
     /// What the cache did, for data answers.
     cache: Option<CacheStatus>,
     journal: Journal,
+    /// Where the key's rate-limit bucket stands, once checked.
+    rate: Option<Standing>,
+    /// The key's balance after the answer's charge, once charged.
+    remaining: Option<u64>,
 }
 
 /// Answers one request; never fails, never panics out.
@@ -73,9 +105,13 @@ pub async fn handle(app: &App, request: Request<Incoming>) -> Response<Body> {
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(request_id::HEADER, value);
     }
+    if let Some(key) = &report.key {
+        set_standing_headers(app, &snapshot, key, &report, &mut response);
+    }
+    let path = request.uri().path();
+    let response = represent(&snapshot, &request, path == OPENAPI_PATH, response);
 
     let elapsed = started.elapsed();
-    let path = request.uri().path();
     let status = response.status().as_u16();
     if !is_public(path) {
         let labels = RouteLabels::of(&snapshot, path);
@@ -103,11 +139,96 @@ pub async fn handle(app: &App, request: Request<Incoming>) -> Response<Body> {
     response
 }
 
-/// The OpenAPI 3.1 description of this API, kept in the repository.
-const OPENAPI: &str = include_str!("../../../openapi/openapi.json");
+/// The OpenAPI 3.1 description of this API, kept in the repository, in
+/// every coding.
+static OPENAPI: Precompressed = Precompressed::new(include_bytes!("../../../openapi/openapi.json"));
+const OPENAPI_PATH: &str = "/v1/openapi.json";
 
 fn is_public(path: &str) -> bool {
-    matches!(path, "/healthz" | "/readyz" | "/v1/openapi.json")
+    matches!(path, "/healthz" | "/readyz" | OPENAPI_PATH)
+}
+
+/// The answer as its caller takes it: CORS headers, a content coding when
+/// asked for and worth it, no body for `HEAD` (its `Content-Length` stays
+/// what the `GET` would have).
+fn represent(
+    snapshot: &Snapshot,
+    request: &Request<Incoming>,
+    public: bool,
+    response: Response<Body>,
+) -> Response<Body> {
+    let (mut parts, body) = response.into_parts();
+    cors::decorate(
+        &snapshot.serving.cors,
+        public,
+        request.headers(),
+        &mut parts.headers,
+    );
+    let head = *request.method() == Method::HEAD;
+    let length = body.size_hint().exact().unwrap_or(0);
+    let compressible = length >= encoding::MIN_COMPRESSED_BYTES as u64
+        && !parts.headers.contains_key(CONTENT_ENCODING)
+        && parts
+            .headers
+            .get(CONTENT_TYPE)
+            .is_some_and(|t| t.as_bytes().starts_with(b"application/json"));
+    if !compressible && !head {
+        return Response::from_parts(parts, body);
+    }
+    // A `Full` body is one ready frame: collecting it does not wait.
+    let Some(Ok(collected)) = body.collect().now_or_never() else {
+        return Response::from_parts(parts, Full::default());
+    };
+    let mut bytes = collected.to_bytes();
+    if compressible {
+        encoding::vary_on_encoding(&mut parts.headers);
+        if let Some(coding) = encoding::negotiate(request.headers().get_all(ACCEPT_ENCODING).iter())
+        {
+            bytes = coding.encode(&bytes, true);
+            encoding::mark_encoded(&mut parts.headers, coding);
+        }
+    }
+    if head {
+        parts
+            .headers
+            .insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+        return Response::from_parts(parts, Full::default());
+    }
+    Response::from_parts(parts, Full::new(bytes))
+}
+
+/// `/v1/openapi.json`: cacheable, with an `ETag`, in the coding asked for.
+fn openapi_document(request: &HeaderMap) -> Response<Body> {
+    static TAG: std::sync::LazyLock<HeaderValue> =
+        std::sync::LazyLock::new(|| encoding::etag(&[OPENAPI.identity()]));
+    let mut response = if encoding::not_modified(request, &TAG) {
+        not_modified()
+    } else {
+        let coding = encoding::negotiate(request.get_all(ACCEPT_ENCODING).iter());
+        let mut response = response::json_response(StatusCode::OK, OPENAPI.get(coding));
+        encoding::vary_on_encoding(response.headers_mut());
+        response.headers_mut().insert(ETAG, TAG.clone());
+        if let Some(coding) = coding {
+            encoding::mark_encoded(response.headers_mut(), coding);
+        }
+        response
+    };
+    let headers = response.headers_mut();
+    headers.insert(
+        CACHE_CONTROL,
+        HeaderValue::from_static(DOCUMENT_CACHE_CONTROL),
+    );
+    if !headers.contains_key(ETAG) {
+        headers.insert(ETAG, TAG.clone());
+    }
+    response
+}
+
+/// A `304 Not Modified`: no body; the caller adds the validators.
+fn not_modified() -> Response<Body> {
+    let mut response = Response::new(Full::default());
+    *response.status_mut() = StatusCode::NOT_MODIFIED;
+    response
 }
 
 async fn route(
@@ -119,15 +240,26 @@ async fn route(
 ) -> Result<Response<Body>, ApiError> {
     let path = request.uri().path();
     let method = request.method();
+    // hyper refuses most heads over the limit itself (see `refusal`), but
+    // not one that arrives whole in a read buffer grown by earlier requests.
+    if head_size(request) > app.process.listener.hardening.max_header_bytes {
+        return Err(ApiError::HeadersTooLarge);
+    }
+    // `OPTIONS` (and a browser's preflight, which carries no key) is
+    // answered on every path, before anything is spent on it.
+    if *method == Method::OPTIONS {
+        return Ok(response::options());
+    }
+    let reads = matches!(*method, Method::GET | Method::HEAD);
 
     if is_public(path) {
-        if *method != Method::GET {
+        if !reads {
             return Err(ApiError::MethodNotAllowed);
         }
         return Ok(match path {
             "/healthz" => response::plain_json(StatusCode::OK, r#"{"status":"ok"}"#),
             "/readyz" => readiness(app, snapshot),
-            _ => response::plain_json(StatusCode::OK, OPENAPI),
+            _ => openapi_document(request.headers()),
         });
     }
     // Held until the answer is built, or while the upstream work of an
@@ -135,7 +267,7 @@ async fn route(
     let slot = app.in_flight.try_enter().ok_or(ApiError::Overloaded {
         retry_after_secs: 1,
     })?;
-    if *method != Method::GET {
+    if !reads {
         return Err(ApiError::MethodNotAllowed);
     }
 
@@ -152,24 +284,24 @@ async fn route(
         }
         Some(limiter) => {
             let verdict = match &app.shared {
-                None => limiter.check(key, tokio::time::Instant::now()),
+                None => limiter.check(key, tokio::time::Instant::now()).map(Some),
                 // Boxed: the local path's future stays as small as it was.
                 Some(shared) => Box::pin(shared.rate_limit(key, limiter.config())).await,
             };
-            verdict.map_err(rate_limited)?;
+            take_verdict(verdict, report)?;
             None
         }
         None => None,
     };
+    if path == ACCOUNT_PATH {
+        take_deferred_limit(app, key, deferred_limit, report).await?;
+        return account(app, snapshot, key, id).await;
+    }
 
     let parsed = match parse(app, snapshot, request) {
         Ok(parsed) => parsed,
         Err(error) => {
-            if let (Some(config), Some(shared)) = (deferred_limit, &app.shared) {
-                Box::pin(shared.rate_limit(key, config))
-                    .await
-                    .map_err(rate_limited)?;
-            }
+            take_deferred_limit(app, key, deferred_limit, report).await?;
             return Err(error);
         }
     };
@@ -182,17 +314,37 @@ async fn route(
     } = parsed;
 
     // Held before any upstream call, refunded unless the answer is delivered.
-    let credits = app
+    let cacheable = snapshot.serving.cache.ttl(endpoint).is_some();
+    let reserved = app
         .billing
-        .reserve(key, billing.cost(endpoint), billing, deferred_limit)
-        .await
-        .map_err(|refused| match refused {
-            NoCredit::OutOfCredits => ApiError::InsufficientCredits,
-            NoCredit::Unavailable => ApiError::ServiceUnavailable {
-                retry_after_secs: 1,
-            },
-            NoCredit::RateLimited(wait) => rate_limited(wait),
-        })?;
+        .reserve_for(key, endpoint, cacheable, billing, deferred_limit)
+        .await;
+    let credits = match reserved {
+        Ok(reserved) => {
+            if reserved.standing.is_some() {
+                report.rate = reserved.standing;
+            }
+            report.remaining = reserved.balance;
+            reserved.reservation
+        }
+        Err(refused) => {
+            return Err(match refused {
+                NoCredit::OutOfCredits(standing) => {
+                    if standing.is_some() {
+                        report.rate = standing;
+                    }
+                    ApiError::InsufficientCredits
+                }
+                NoCredit::Unavailable => ApiError::ServiceUnavailable {
+                    retry_after_secs: 1,
+                },
+                NoCredit::RateLimited(wait) => {
+                    report.rate = Some(Standing::exhausted(wait));
+                    rate_limited(wait)
+                }
+            })
+        }
+    };
 
     let ask = Ask {
         platform,
@@ -223,7 +375,11 @@ async fn route(
             report.cache = status;
             let error = match error {
                 ChainError::NotFound => ApiError::ResourceNotFound,
-                ChainError::InvalidInput(message) => ApiError::InvalidParameter(message),
+                // A provider refuses the value of the endpoint's subject.
+                ChainError::InvalidInput(message) => ApiError::InvalidParameter {
+                    param: subject_param(endpoint).to_owned(),
+                    message,
+                },
                 ChainError::Exhausted => ApiError::UpstreamUnavailable {
                     retry_after_secs: None,
                 },
@@ -255,16 +411,34 @@ async fn route(
             app.cursors.seal(listing_of(platform, &call), &position)
         })
     });
-    let credits_used = credits.commit();
+    // The tag covers what the answer says (its data, and where its next
+    // page starts), not `meta`'s per-request facts.
+    let position = data
+        .next_cursor
+        .as_ref()
+        .map(|c| c.as_bytes())
+        .unwrap_or_default();
+    let etag = encoding::etag(&[platform.as_bytes(), &data.json, position]);
+    let age = found.cached.then(|| found.entry.age());
+    if encoding::not_modified(request.headers(), &etag) {
+        // Nothing is delivered: the reservation is refunded when dropped.
+        drop(credits);
+        let mut response = not_modified();
+        response.headers_mut().insert(ETAG, etag);
+        set_cache_headers(&mut response, &found.status, age);
+        return Ok(response);
+    }
+    let charge = credits.commit(found.cached);
+    report.remaining = Some(charge.remaining);
     let mut response = response::success(
         platform,
         &data.json,
-        credits_used,
+        charge.credits,
         found.cached,
         next_cursor.as_ref().map(|c| c.as_deref()),
         id,
     );
-    let age = found.cached.then(|| found.entry.age());
+    response.headers_mut().insert(ETAG, etag);
     set_cache_headers(&mut response, &found.status, age);
     Ok(response)
 }
@@ -274,6 +448,38 @@ fn rate_limited(wait: Duration) -> ApiError {
     ApiError::RateLimited {
         retry_after_secs: retry_after_secs(wait),
     }
+}
+
+/// A rate limiter's verdict: where the bucket stands, in the report (none
+/// when the shared store could not say: it failed open), or a refusal.
+fn take_verdict(
+    verdict: Result<Option<Standing>, Duration>,
+    report: &mut Report,
+) -> Result<(), ApiError> {
+    match verdict {
+        Ok(standing) => {
+            report.rate = standing;
+            Ok(())
+        }
+        Err(wait) => {
+            report.rate = Some(Standing::exhausted(wait));
+            Err(rate_limited(wait))
+        }
+    }
+}
+
+/// Takes the token a request left for its reservation to take, when it
+/// will not reach one (refused before, or the account).
+async fn take_deferred_limit(
+    app: &App,
+    key: &str,
+    deferred: Option<RateLimitConfig>,
+    report: &mut Report,
+) -> Result<(), ApiError> {
+    if let (Some(config), Some(shared)) = (deferred, &app.shared) {
+        take_verdict(Box::pin(shared.rate_limit(key, config)).await, report)?;
+    }
+    Ok(())
 }
 
 /// A request's platform, endpoint and parameters, as checked.
@@ -315,7 +521,10 @@ fn parse<'a>(
         endpoint,
         params.iter().map(|(k, v)| (k.as_ref(), v.as_ref())),
     )
-    .map_err(|e| ApiError::InvalidParameter(e.to_string()))?;
+    .map_err(|e| ApiError::InvalidParameter {
+        param: e.name.to_owned(),
+        message: e.to_string(),
+    })?;
     let token = params
         .iter()
         .find(|(k, v)| k == "cursor" && !v.is_empty())
@@ -337,17 +546,118 @@ fn parse<'a>(
     })
 }
 
+/// `GET /v1/account`: the key's balance, usage, costs and rate limit (with
+/// shared books, read from the store: one round trip).
+async fn account(
+    app: &App,
+    snapshot: &Snapshot,
+    key: &str,
+    id: &str,
+) -> Result<Response<Body>, ApiError> {
+    let billing = snapshot.serving.billing;
+    let statement = match Box::pin(app.billing.shared_statement(key, billing)).await {
+        None => app.billing.statement(key, billing),
+        Some(Ok(statement)) => statement,
+        Some(Err(_)) => {
+            return Err(ApiError::ServiceUnavailable {
+                retry_after_secs: 1,
+            })
+        }
+    };
+    Ok(response::account(
+        &response::Account {
+            name: key,
+            credits_remaining: statement.remaining,
+            credits_used_today: statement.used_today,
+            credits_used_total: statement.used_total,
+            billing_enforced: billing.enforce,
+            costs: billing.costs,
+            rate_limit: snapshot.serving.rate_limit,
+        },
+        id,
+    ))
+}
+
+/// `X-Credits-Remaining` when billing is enforced, `RateLimit-Policy` and
+/// `RateLimit` when a rate limit is set, on an answer to `key`.
+fn set_standing_headers(
+    app: &App,
+    snapshot: &Snapshot,
+    key: &str,
+    report: &Report,
+    response: &mut Response<Body>,
+) {
+    let headers = response.headers_mut();
+    let billing = snapshot.serving.billing;
+    if billing.enforce {
+        // A charged answer knows its balance; any other was charged nothing.
+        let remaining = report
+            .remaining
+            .unwrap_or_else(|| app.billing.remaining(key, billing));
+        headers.insert(CREDITS_REMAINING, HeaderValue::from(remaining));
+    }
+    if let (Some(limiter), Some(standing)) = (&snapshot.rate_limiter, report.rate) {
+        headers.insert(RATELIMIT_POLICY, limiter.policy_header().clone());
+        headers.insert(RATELIMIT, standing.header());
+    }
+}
+
+/// About the bytes of a request's head as sent in HTTP/1.1.
+fn head_size<B>(request: &Request<B>) -> usize {
+    let uri = request.uri();
+    let target = uri.path_and_query().map_or(0, |pq| pq.as_str().len())
+        + uri.authority().map_or(0, |a| a.as_str().len());
+    let line = request.method().as_str().len() + target + 12;
+    request
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + 4)
+        .sum::<usize>()
+        + line
+}
+
+/// The parameter that names what an endpoint looks up.
+fn subject_param(endpoint: plugin_api::Endpoint) -> &'static str {
+    use plugin_api::Endpoint;
+    match endpoint {
+        Endpoint::Profile | Endpoint::Posts => "username",
+        Endpoint::Post | Endpoint::Comments => "id",
+        Endpoint::Search => "query",
+    }
+}
+
 /// What a request holds while upstream work runs for it.
 struct Held {
     _slot: InFlight,
     credits: Reservation,
 }
 
-/// `Cache-Status`, and `Age` for an answer from the cache.
+/// `Cache-Status`, and `Age` for an answer from the cache. A data
+/// answer's `Cache-Control` says how long it stays fresh here (`private`:
+/// it was asked for with a key); errors stay `no-store`.
 fn set_cache_headers(response: &mut Response<Body>, status: &CacheStatus, age: Option<Duration>) {
+    let data = matches!(response.status(), StatusCode::OK | StatusCode::NOT_MODIFIED);
     let headers = response.headers_mut();
     if let Ok(value) = HeaderValue::from_str(&status.header_value()) {
         headers.insert(CACHE_STATUS, value);
+    }
+    if data {
+        let fresh_for = match *status {
+            CacheStatus::Hit { ttl } => Some(ttl.max(0) as u64),
+            CacheStatus::Fetched {
+                forward: Forward::Bypass,
+                ..
+            } => None,
+            CacheStatus::Fetched { stored, .. } => Some(stored.unwrap_or(0)),
+            CacheStatus::StaleIfError { .. } => Some(0),
+        };
+        let value = match fresh_for {
+            Some(secs) => HeaderValue::from_str(&format!("private, max-age={secs}")),
+            None => Ok(HeaderValue::from_static("private, no-cache")),
+        };
+        if let Ok(value) = value {
+            headers.insert(CACHE_CONTROL, value);
+        }
     }
     if let Some(age) = age {
         headers.insert(AGE, HeaderValue::from(age.as_secs()));
@@ -425,9 +735,12 @@ fn authenticate<'s>(
     snapshot: &'s Snapshot,
     request: &Request<Incoming>,
 ) -> Result<&'s str, ApiError> {
-    let presented = request
-        .headers()
-        .get(API_KEY_HEADER)
+    let mut sent = request.headers().get_all(API_KEY_HEADER).iter();
+    let presented = sent.next();
+    if sent.next().is_some() {
+        return Err(ApiError::repeated_api_key());
+    }
+    let presented = presented
         .filter(|v| !v.is_empty())
         .ok_or(ApiError::MissingApiKey)?;
     snapshot

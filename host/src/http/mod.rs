@@ -1,10 +1,17 @@
-//! The HTTP surfaces. Public: the listener ([`server`]), the checks every
-//! request passes in order ([`api`]), request IDs ([`request_id`]) and the
-//! JSON envelopes ([`response`]). Operators': the [`admin`] listener.
+//! The HTTP surfaces. Public: the listener ([`server`], with [`tls`] and
+//! [`refusal`] of heads hyper cannot read), the checks every request passes
+//! in order ([`api`]), request IDs ([`request_id`]), the JSON envelopes
+//! ([`response`]), and how an answer is represented ([`encoding`]: codings
+//! and entity tags; [`cors`]: browsers). Operators': the [`admin`]
+//! listener.
 
 pub mod admin;
 pub mod answer;
 pub mod api;
+pub mod cors;
+pub mod encoding;
+pub mod refusal;
 pub mod request_id;
 pub mod response;
 pub mod server;
+pub mod tls;

@@ -3,14 +3,23 @@
 
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::header::{HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
+use hyper::header::{
+    HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE,
+};
 use hyper::{Response, StatusCode};
 use plugin_api::Output;
 use serde::ser::{Serialize, Serializer};
 
+use crate::billing::Costs;
 use crate::error::ApiError;
+use crate::resilience::rate_limit::RateLimitConfig;
 
 pub type Body = Full<Bytes>;
+
+/// The methods every path answers (`Allow`).
+pub const ALLOWED_METHODS: &str = "GET, HEAD, OPTIONS";
+/// The challenge of a 401 (RFC 9110 requires one): a key in `X-API-Key`.
+const CHALLENGE: &str = r#"ApiKey realm="socialgate", header="X-API-Key""#;
 
 #[derive(serde::Serialize)]
 struct Meta<'a> {
@@ -50,6 +59,9 @@ struct Failure<'a> {
 struct ErrorBody<'a> {
     code: &'a str,
     message: String,
+    /// For `INVALID_PARAMETER`: the parameter at fault.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    param: Option<&'a str>,
 }
 
 /// An answer's `data`, serialized: what the cache stores and every success
@@ -102,13 +114,84 @@ pub fn success(
     }
 }
 
-/// An error answer; failures cost no credits.
-pub fn error(error: &ApiError, request_id: &str) -> Response<Body> {
+/// `data` of `GET /v1/account`, in the documented key order.
+#[derive(serde::Serialize)]
+pub struct Account<'a> {
+    pub name: &'a str,
+    pub credits_remaining: u64,
+    pub credits_used_today: u64,
+    pub credits_used_total: u64,
+    pub billing_enforced: bool,
+    #[serde(serialize_with = "costs_json")]
+    pub costs: Costs,
+    /// `null` when no rate limit is set.
+    #[serde(serialize_with = "rate_limit_json")]
+    pub rate_limit: Option<RateLimitConfig>,
+}
+
+/// `{"profile": 1, ...}`, in endpoint order.
+fn costs_json<S: Serializer>(costs: &Costs, s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut map = s.serialize_map(Some(plugin_api::Endpoint::ALL.len()))?;
+    for (endpoint, cost) in costs.per_endpoint() {
+        map.serialize_entry(endpoint.as_str(), &cost)?;
+    }
+    map.end()
+}
+
+fn rate_limit_json<S: Serializer>(
+    limit: &Option<RateLimitConfig>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    #[derive(serde::Serialize)]
+    struct Limit {
+        per_second: f64,
+        burst: f64,
+    }
+    limit
+        .map(|l| Limit {
+            per_second: l.per_second,
+            burst: l.burst,
+        })
+        .serialize(s)
+}
+
+/// The answer to `GET /v1/account`: the success envelope without
+/// `platform`; it costs nothing.
+pub fn account(account: &Account<'_>, request_id: &str) -> Response<Body> {
+    #[derive(serde::Serialize)]
+    struct Envelope<'a> {
+        success: bool,
+        data: &'a Account<'a>,
+        meta: Meta<'a>,
+    }
+    let envelope = Envelope {
+        success: true,
+        data: account,
+        meta: Meta {
+            credits_used: 0,
+            cached: None,
+            next_cursor: None,
+            request_id,
+        },
+    };
+    match serde_json::to_vec(&envelope) {
+        Ok(json) => json_response(StatusCode::OK, json),
+        Err(e) => {
+            tracing::error!("cannot serialize an account answer: {e}");
+            error(&ApiError::Internal, request_id)
+        }
+    }
+}
+
+/// The error envelope of `error`, serialized.
+pub fn error_json(error: &ApiError, request_id: &str) -> Vec<u8> {
     let body = Failure {
         success: false,
         error: ErrorBody {
             code: error.code(),
             message: error.to_string(),
+            param: error.param(),
         },
         meta: Meta {
             credits_used: 0,
@@ -117,12 +200,24 @@ pub fn error(error: &ApiError, request_id: &str) -> Response<Body> {
             request_id,
         },
     };
-    let json = serde_json::to_vec(&body).expect("error envelopes always serialize");
-    let mut response = json_response(error.status(), json);
-    if *error == ApiError::MethodNotAllowed {
-        response
-            .headers_mut()
-            .insert(ALLOW, HeaderValue::from_static("GET"));
+    serde_json::to_vec(&body).expect("error envelopes always serialize")
+}
+
+/// An error answer; failures cost no credits.
+pub fn error(error: &ApiError, request_id: &str) -> Response<Body> {
+    let mut response = json_response(error.status(), error_json(error, request_id));
+    match error {
+        ApiError::MethodNotAllowed => {
+            response
+                .headers_mut()
+                .insert(ALLOW, HeaderValue::from_static(ALLOWED_METHODS));
+        }
+        ApiError::MissingApiKey | ApiError::InvalidApiKey => {
+            response
+                .headers_mut()
+                .insert(WWW_AUTHENTICATE, HeaderValue::from_static(CHALLENGE));
+        }
+        _ => {}
     }
     if let Some(secs) = error.retry_after_secs() {
         response
@@ -134,11 +229,23 @@ pub fn error(error: &ApiError, request_id: &str) -> Response<Body> {
 
 /// A small JSON answer for public paths such as `/healthz`.
 pub fn plain_json(status: StatusCode, json: &'static str) -> Response<Body> {
-    json_response(status, json.as_bytes().to_vec())
+    json_response(status, Bytes::from_static(json.as_bytes()))
 }
 
-fn json_response(status: StatusCode, json: Vec<u8>) -> Response<Body> {
-    let mut response = Response::new(Full::new(Bytes::from(json)));
+/// The answer to `OPTIONS`: no content, the methods allowed.
+pub fn options() -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::new()));
+    *response.status_mut() = StatusCode::NO_CONTENT;
+    response
+        .headers_mut()
+        .insert(ALLOW, HeaderValue::from_static(ALLOWED_METHODS));
+    response
+}
+
+/// A JSON answer of `json`; `Cache-Control: no-store` until the caller
+/// says otherwise.
+pub fn json_response(status: StatusCode, json: impl Into<Bytes>) -> Response<Body> {
+    let mut response = Response::new(Full::new(json.into()));
     *response.status_mut() = status;
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));

@@ -13,6 +13,12 @@
 //! fires, the listener stops accepting, every connection is told to finish
 //! its current request, and [`serve`] waits up to `shutdown_grace_ms` for
 //! them.
+//!
+//! Every connection speaks HTTP/1.1 or HTTP/2 (told apart by its first
+//! bytes: ALPN is not needed, so h2c with prior knowledge works too), over
+//! TLS when the listener has it ([`super::tls`]). An HTTP/1 request head
+//! hyper refuses by itself is answered with the JSON envelope
+//! ([`super::refusal`]).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -24,18 +30,21 @@ use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
+use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper::{Request, Response};
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::time::{Instant, Sleep};
+use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
+use super::refusal::Refusals;
 use super::response::Body;
+use super::tls::TlsFiles;
 use crate::config::{ConfigError, Context, RawServer};
 
 const DEFAULT_LISTEN: SocketAddr =
@@ -45,10 +54,14 @@ const DEFAULT_ADMIN_LISTEN: SocketAddr =
 
 /// The listeners and how their connections are treated. Process settings:
 /// a listener is never bound anew.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListenerConfig {
     /// `listen`: the public API.
     pub listen: SocketAddr,
+    /// `tls_cert` and `tls_key`: the public listener serves HTTPS with
+    /// them. Their contents are followed while serving; their paths are
+    /// fixed.
+    pub tls: Option<TlsFiles>,
     /// `admin_listen`: the operators' listener; `None` when `"off"`.
     pub admin_listen: Option<SocketAddr>,
     pub hardening: Hardening,
@@ -110,6 +123,19 @@ impl ListenerConfig {
                 )
             })?),
         };
+        let tls = match (&raw.tls_cert, &raw.tls_key) {
+            (None, None) => None,
+            (Some(cert), Some(key)) => Some(TlsFiles {
+                cert: cx.resolve(cert),
+                key: cx.resolve(key),
+            }),
+            _ => {
+                return Err(cx.invalid(
+                    "[server] tls_cert",
+                    "tls_cert and tls_key go together: set both or neither",
+                ))
+            }
+        };
         let defaults = Hardening::default();
         let max_header_bytes = match raw.max_header_bytes {
             None => defaults.max_header_bytes,
@@ -123,6 +149,7 @@ impl ListenerConfig {
         };
         Ok(ListenerConfig {
             listen,
+            tls,
             admin_listen,
             hardening: Hardening {
                 header_timeout: cx.millis(
@@ -155,6 +182,7 @@ impl ListenerConfig {
     pub fn changed_settings(&self, new: &ListenerConfig) -> Vec<&'static str> {
         let ListenerConfig {
             listen,
+            tls,
             admin_listen,
             hardening:
                 Hardening {
@@ -168,6 +196,14 @@ impl ListenerConfig {
         [
             ("[server] listen", *listen != new.listen),
             ("[server] admin_listen", *admin_listen != new.admin_listen),
+            (
+                "[server] tls_cert",
+                tls.as_ref().map(|t| &t.cert) != new.tls.as_ref().map(|t| &t.cert),
+            ),
+            (
+                "[server] tls_key",
+                tls.as_ref().map(|t| &t.key) != new.tls.as_ref().map(|t| &t.key),
+            ),
             (
                 "[server] header_timeout_ms",
                 *header_timeout != new.hardening.header_timeout,
@@ -199,24 +235,35 @@ impl ListenerConfig {
 /// How often, at most, a listener at its connection cap says so.
 const FULL_WARNING_EVERY: Duration = Duration::from_secs(60);
 
+/// What a client sends first on an HTTP/2 connection (RFC 9113, 3.4).
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
 /// Serves `listener` with `handler` until `shutdown` fires, then drains:
 /// no new connections, each open one finishes its request in flight, for
-/// at most the grace period. `name` says which listener, in logs.
+/// at most the grace period. `name` says which listener, in logs. With
+/// `tls`, every connection is TLS first. HTTP/1.1 and HTTP/2 (by ALPN or
+/// prior knowledge) are served on every connection.
 pub async fn serve<H, F>(
     name: &'static str,
     listener: TcpListener,
     hardening: Hardening,
+    tls: Option<TlsAcceptor>,
     shutdown: CancellationToken,
     handler: H,
 ) where
     H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
-    let mut builder = http1::Builder::new();
-    builder
+    let mut http1 = http1::Builder::new();
+    http1
         .timer(TokioTimer::new())
         .header_read_timeout(hardening.header_timeout)
         .max_buf_size(hardening.max_header_bytes);
+    let mut http2 = http2::Builder::new(TokioExecutor::new());
+    http2
+        .timer(TokioTimer::new())
+        .max_header_list_size(u32::try_from(hardening.max_header_bytes).unwrap_or(u32::MAX));
+    let builders = Arc::new((http1, http2));
     let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(hardening.max_connections));
     let mut warned_full: Option<Instant> = None;
@@ -262,11 +309,29 @@ pub async fn serve<H, F>(
             async move { Ok::<_, Infallible>(response.await) }
         });
         let stream = WriteTimeout::new(stream, hardening.write_timeout);
-        let connection = builder.serve_connection(TokioIo::new(stream), service);
-        let connection = graceful.watch(connection);
+        let opening = Opening {
+            builders: builders.clone(),
+            watcher: graceful.watcher(),
+            // The TLS handshake and the first bytes are part of the head's
+            // time, so a silent client cannot hold its slot either.
+            deadline: Instant::now() + hardening.header_timeout,
+            shutdown: shutdown.clone(),
+        };
+        let tls = tls.clone();
         tokio::spawn(async move {
             let _slot = slot;
-            if let Err(e) = connection.await {
+            let served = match tls {
+                None => opening.serve(stream, service).await,
+                Some(acceptor) => {
+                    let handshake = acceptor.accept(stream);
+                    match tokio::time::timeout_at(opening.deadline, handshake).await {
+                        Ok(Ok(stream)) => opening.serve(stream, service).await,
+                        Ok(Err(e)) => Err(Box::new(e) as BoxError),
+                        Err(_) => Ok(()),
+                    }
+                }
+            };
+            if let Err(e) = served {
                 tracing::debug!(listener = name, %peer, "connection ended: {e}");
             }
         });
@@ -289,6 +354,121 @@ pub async fn serve<H, F>(
             grace_ms = hardening.shutdown_grace.as_millis() as u64,
             "requests still in flight after the grace period; closing them"
         );
+    }
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A connection accepted and not yet handed to hyper.
+struct Opening {
+    builders: Arc<(http1::Builder, http2::Builder<TokioExecutor>)>,
+    watcher: Watcher,
+    /// When the first bytes must have arrived.
+    deadline: Instant,
+    shutdown: CancellationToken,
+}
+
+impl Opening {
+    /// Reads enough to tell HTTP/2 from HTTP/1, then serves the connection
+    /// with the right protocol (HTTP/1 with hyper's bare refusals made into
+    /// envelopes) until it closes or the listener drains.
+    async fn serve<I, S>(self, mut io: I, service: S) -> Result<(), BoxError>
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        S: hyper::service::HttpService<Incoming, ResBody = Body> + Clone + Send + 'static,
+        S::Future: Send + 'static,
+        S::Error: Into<BoxError>,
+    {
+        let mut first = Vec::with_capacity(H2_PREFACE.len());
+        let sniffed = tokio::select! {
+            read = tokio::time::timeout_at(self.deadline, sniff(&mut io, &mut first)) => read,
+            () = self.shutdown.cancelled() => return Ok(()),
+        };
+        match sniffed {
+            Ok(Ok(())) if !first.is_empty() => {}
+            // Silent past the deadline, or gone before a byte.
+            Ok(Ok(())) | Err(_) => return Ok(()),
+            Ok(Err(e)) => return Err(Box::new(e)),
+        }
+        let (http1, http2) = &*self.builders;
+        let io = Prefixed { first, at: 0, io };
+        if io.first == H2_PREFACE {
+            let connection = http2.serve_connection(TokioIo::new(io), service);
+            self.watcher.watch(connection).await.map_err(Into::into)
+        } else {
+            let connection = http1.serve_connection(TokioIo::new(Refusals::new(io)), service);
+            self.watcher.watch(connection).await.map_err(Into::into)
+        }
+    }
+}
+
+/// Reads into `first` while what came is the start of the HTTP/2 preface,
+/// and no further: a byte that differs means HTTP/1.
+async fn sniff<I: AsyncRead + Unpin>(io: &mut I, first: &mut Vec<u8>) -> io::Result<()> {
+    let mut buf = [0u8; 24];
+    while first.len() < H2_PREFACE.len() && H2_PREFACE.starts_with(first) {
+        let want = H2_PREFACE.len() - first.len();
+        let n = io.read(&mut buf[..want]).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        first.extend_from_slice(&buf[..n]);
+    }
+    Ok(())
+}
+
+/// A connection's IO with the bytes read to tell its protocol put back in
+/// front.
+struct Prefixed<T> {
+    first: Vec<u8>,
+    at: usize,
+    io: T,
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Prefixed<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if self.at < self.first.len() {
+            let n = (self.first.len() - self.at).min(buf.remaining());
+            let at = self.at;
+            buf.put_slice(&self.first[at..at + n]);
+            self.at += n;
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Prefixed<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
     }
 }
 

@@ -1,10 +1,18 @@
 //! A token bucket per API key: `per_second` tokens a second, up to `burst`
 //! saved. Checked right after the key, before any upstream call.
+//!
+//! Each check also says where the bucket stands, which the answer tells the
+//! caller in the `RateLimit-Policy` and `RateLimit` fields of
+//! draft-ietf-httpapi-ratelimit-headers (08 and later): the policy is the
+//! bucket as a quota of `burst` requests over the window that refills it
+//! (`"default";q=10;w=2`), the state is the whole tokens left and the
+//! seconds until one more (`"default";r=7;t=1`).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use hyper::header::HeaderValue;
 use tokio::time::Instant;
 
 use serde::Deserialize;
@@ -59,6 +67,44 @@ struct Bucket {
 pub struct RateLimiter {
     config: RateLimitConfig,
     buckets: Mutex<HashMap<String, Bucket>>,
+    /// `RateLimit-Policy`, the same on every answer: formatted once.
+    policy: HeaderValue,
+}
+
+/// Where a key's bucket stands after a check: the `RateLimit` field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Standing {
+    /// Whole tokens left (`r`).
+    pub remaining: u64,
+    /// Seconds until one more token (`t`); 0 when the bucket is full.
+    pub reset_secs: u64,
+}
+
+impl Standing {
+    /// A refused request's: nothing left until `wait` has passed.
+    pub fn exhausted(wait: Duration) -> Standing {
+        Standing {
+            remaining: 0,
+            reset_secs: retry_after_secs(wait),
+        }
+    }
+
+    /// The `RateLimit` field value.
+    pub fn header(&self) -> HeaderValue {
+        let value = format!("\"default\";r={};t={}", self.remaining, self.reset_secs);
+        // Digits and ASCII punctuation only: always a valid header value.
+        HeaderValue::from_str(&value).unwrap_or_else(|_| HeaderValue::from_static(""))
+    }
+}
+
+impl RateLimitConfig {
+    /// The `RateLimit-Policy` field value: `burst` requests (`q`, whole)
+    /// over the seconds an empty bucket takes to fill (`w`, at least 1).
+    pub fn policy_field(&self) -> String {
+        let quota = self.burst.floor() as u64;
+        let window = (self.burst / self.per_second).ceil().max(1.0) as u64;
+        format!("\"default\";q={quota};w={window}")
+    }
 }
 
 impl RateLimiter {
@@ -66,6 +112,8 @@ impl RateLimiter {
         RateLimiter {
             config,
             buckets: Mutex::new(HashMap::new()),
+            policy: HeaderValue::from_str(&config.policy_field())
+                .unwrap_or_else(|_| HeaderValue::from_static("")),
         }
     }
 
@@ -73,20 +121,40 @@ impl RateLimiter {
         self.config
     }
 
-    /// Takes a token for `key`, or says how long until one is there.
-    pub fn check(&self, key: &str, now: Instant) -> Result<(), Duration> {
+    /// The `RateLimit-Policy` field value.
+    pub fn policy_header(&self) -> &HeaderValue {
+        &self.policy
+    }
+
+    /// Takes a token for `key` and says where its bucket stands, or says
+    /// how long until a token is there.
+    pub fn check(&self, key: &str, now: Instant) -> Result<Standing, Duration> {
         let RateLimitConfig { per_second, burst } = self.config;
         let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
-        let bucket = buckets.entry(key.to_owned()).or_insert(Bucket {
-            tokens: burst,
-            at: now,
-        });
+        let bucket = match buckets.get_mut(key) {
+            Some(bucket) => bucket,
+            None => buckets.entry(key.to_owned()).or_insert(Bucket {
+                tokens: burst,
+                at: now,
+            }),
+        };
         let refill = now.saturating_duration_since(bucket.at).as_secs_f64() * per_second;
         bucket.tokens = (bucket.tokens + refill).min(burst);
         bucket.at = now;
         if bucket.tokens >= 1.0 {
             bucket.tokens -= 1.0;
-            Ok(())
+            let whole = bucket.tokens.floor();
+            let reset_secs = if bucket.tokens >= burst {
+                0
+            } else {
+                // Until the fraction grows into one more whole token.
+                let wait = (whole + 1.0 - bucket.tokens) / per_second;
+                retry_after_secs(Duration::from_secs_f64(wait))
+            };
+            Ok(Standing {
+                remaining: whole as u64,
+                reset_secs,
+            })
         } else {
             Err(Duration::from_secs_f64((1.0 - bucket.tokens) / per_second))
         }
@@ -110,8 +178,8 @@ mod tests {
             burst: 3.0,
         });
         let t = Instant::now();
-        for _ in 0..3 {
-            assert!(limiter.check("a", t).is_ok());
+        for left in [2, 1, 0] {
+            assert_eq!(limiter.check("a", t).map(|s| s.remaining), Ok(left));
         }
         let wait = limiter.check("a", t).unwrap_err();
         assert_eq!(wait, Duration::from_millis(500));
@@ -121,6 +189,47 @@ mod tests {
         assert!(
             limiter.check("a", t + Duration::from_secs(60)).is_ok(),
             "refills"
+        );
+    }
+
+    #[test]
+    fn the_fields_say_where_the_bucket_stands() {
+        let config = RateLimitConfig {
+            per_second: 5.0,
+            burst: 10.0,
+        };
+        let limiter = RateLimiter::new(config);
+        assert_eq!(limiter.policy_header(), "\"default\";q=10;w=2");
+        let t = Instant::now();
+        let first = limiter.check("a", t).unwrap();
+        assert_eq!(
+            first,
+            Standing {
+                remaining: 9,
+                reset_secs: 1
+            }
+        );
+        assert_eq!(first.header(), "\"default\";r=9;t=1");
+        for _ in 0..9 {
+            limiter.check("a", t).unwrap();
+        }
+        let wait = limiter.check("a", t).unwrap_err();
+        assert_eq!(Standing::exhausted(wait).header(), "\"default\";r=0;t=1");
+        // A slow bucket: a token every 100 s, so t counts the seconds.
+        let slow = RateLimitConfig {
+            per_second: 0.01,
+            burst: 2.5,
+        };
+        assert_eq!(slow.policy_field(), "\"default\";q=2;w=250");
+        let limiter = RateLimiter::new(slow);
+        let left = limiter.check("a", t).unwrap();
+        assert_eq!(
+            left,
+            Standing {
+                remaining: 1,
+                reset_secs: 50
+            },
+            "1.5 tokens left: half a token to go"
         );
     }
 

@@ -14,8 +14,19 @@
 //!   request path: it is queued here and written by one task every
 //!   [`FLUSH_EVERY`], in one script per batch. A held reservation counts
 //!   until it is released, so the delay never lets a key overspend.
-//! - **Usage** (`{prefix}usage:DAY:NAME`: `requests`, `credits`, indexed in
-//!   `{prefix}usage:index`) is counted in the same script.
+//! - **Usage** (`{prefix}usage:DAY:NAME`: `requests`, `credits`, and the
+//!   same per endpoint as `requests:ENDPOINT`, `credits:ENDPOINT`; indexed
+//!   in `{prefix}usage:index`) is counted in the same script.
+//! - **Grants** (`socialgate credits grant` with a redis config) add to the
+//!   account's `granted` and are listed in `{prefix}grants:NAME`, in one
+//!   transaction: the next reservation on any replica counts them.
+//!
+//! What a reservation holds is the endpoint's cost (the larger of its fresh
+//! and cached costs when the answer may come from the cache); what is
+//! settled is what the delivered answer cost. The script answers the key's
+//! balance (`free_credits` + grants - spent) and, when it took a token,
+//! where the bucket stands, for the answer's `X-Credits-Remaining` and
+//! `RateLimit` fields: no extra round trip.
 //!
 //! While Redis is away, settled credits wait in memory (bounded by
 //! [`MAX_PENDING`] entries; past it new ones are dropped, logged and
@@ -32,10 +43,13 @@ use std::time::Duration;
 use redis::{AsyncCommands, Script};
 use tokio_util::sync::CancellationToken;
 
+use plugin_api::Endpoint;
+
 use super::limits::{BUCKET, PRELUDE};
 use super::{Shared, StateError};
-use crate::ledger::UsageRow;
-use crate::resilience::rate_limit::RateLimitConfig;
+use crate::billing::Statement;
+use crate::ledger::{Book, EndpointUsageRow, Grant, UsageRow};
+use crate::resilience::rate_limit::{retry_after_secs, RateLimitConfig, Standing};
 
 /// How often settled credits are written.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(100);
@@ -51,8 +65,13 @@ const HOLD_FOR_MS: u64 = 10 * 60 * 1000;
 /// `KEYS[2]` as member `ARGV[5]` of `KEYS[3]` until `ARGV[6]` ms from now,
 /// unless `spent + reserved + amount` would pass `ARGV[4]` plus the
 /// account's grants; frees reservations whose holder died first. Answers
-/// `{left, 0}` (held; `left` the balance after it), `{-1, 0}` (out of
-/// credits) or `{-2, wait}` (rate limited: nothing held).
+/// `{0, balance, tokens, reset}` (held; `balance` free + grants - spent -
+/// held before this request: a delivered answer's reservation counts until
+/// it is settled, so back-to-back requests see each other's charges;
+/// `tokens` and `reset` (ms) where the bucket stands,
+/// `tokens` -1 when none was taken), `{-1, balance, tokens, reset}` (out
+/// of credits: nothing held) or
+/// `{-2, wait}` (rate limited: nothing held).
 const RESERVE: &str = r"
 local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
 if #expired > 0 then
@@ -65,27 +84,32 @@ local a = redis.call('HMGET', KEYS[2], 'spent', 'reserved', 'granted')
 local held = (tonumber(a[1]) or 0) + (tonumber(a[2]) or 0)
 local amount = tonumber(ARGV[3])
 local limit = tonumber(ARGV[4]) + (tonumber(a[3]) or 0)
-if held + amount > limit then return {-1, 0} end
+local balance = math.max(0, limit - held)
+if amount > 0 and held + amount > limit then return {-1, balance, rl_left, rl_reset} end
 redis.call('HINCRBY', KEYS[2], 'reserved', amount)
 redis.call('ZADD', KEYS[3], now + tonumber(ARGV[6]), ARGV[5])
-return {limit - held - amount, 0}
+return {0, balance, rl_left, rl_reset}
 ";
 
 /// KEYS[1]: this process's last applied batch number. ARGV[1]: the
-/// prefix, ARGV[2]: this batch's number, then groups of five: `u NAME DAY
-/// REQUESTS CREDITS` (usage) or `r NAME MEMBER AMOUNT -` (a release).
+/// prefix, ARGV[2]: this batch's number, then groups of six: `u NAME DAY
+/// ENDPOINT REQUESTS CREDITS` (usage) or `r NAME MEMBER AMOUNT - -` (a
+/// release).
 const SETTLE: &str = r"
 local seq = tonumber(ARGV[2])
 if seq <= tonumber(redis.call('GET', KEYS[1]) or '0') then return 0 end
 redis.call('SET', KEYS[1], seq, 'EX', 604800)
 local p = ARGV[1]
-for i = 3, #ARGV, 5 do
+for i = 3, #ARGV, 6 do
   local name = ARGV[i + 1]
   if ARGV[i] == 'u' then
-    local day, requests, credits = ARGV[i + 2], tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])
+    local day, ep = ARGV[i + 2], ARGV[i + 3]
+    local requests, credits = tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
     local u = p .. 'usage:' .. day .. ':' .. name
     redis.call('HINCRBY', u, 'requests', requests)
     redis.call('HINCRBY', u, 'credits', credits)
+    redis.call('HINCRBY', u, 'requests:' .. ep, requests)
+    redis.call('HINCRBY', u, 'credits:' .. ep, credits)
     redis.call('SADD', p .. 'usage:index', day .. ' ' .. name)
     redis.call('HINCRBY', p .. 'acct:' .. name, 'spent', credits)
   else
@@ -97,11 +121,26 @@ end
 return 1
 ";
 
+/// Credits held in the store.
+#[derive(Debug)]
+pub struct Held {
+    /// The reservation's member, to settle it with.
+    pub member: String,
+    /// The key's balance (free + grants - spent) before this request.
+    pub balance: u64,
+    /// Where the key's global bucket stands, when a token was taken.
+    pub standing: Option<Standing>,
+}
+
 /// Why a credit could not be reserved.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Refusal {
-    /// The key's balance is spent.
-    Exhausted,
+    /// The key's balance (`balance` left) is less than the cost; the
+    /// bucket's token was taken all the same (`standing`).
+    Exhausted {
+        balance: u64,
+        standing: Option<Standing>,
+    },
     /// Redis did not answer: no credit can be checked.
     Unavailable,
     /// The key's global rate limit refused it first (checked in the same
@@ -112,8 +151,8 @@ pub enum Refusal {
 /// Settled but not yet written.
 #[derive(Default)]
 struct Pending {
-    /// (day, name) -> (requests, credits).
-    usage: HashMap<(String, String), (u64, u64)>,
+    /// (day, name, endpoint) -> (requests, credits).
+    usage: HashMap<(String, String, Endpoint), (u64, u64)>,
     /// (name, member, amount).
     releases: Vec<(String, String, u32)>,
     /// Whether the drop past [`MAX_PENDING`] was logged, for this outage.
@@ -145,8 +184,12 @@ impl Credits {
             replica: replica_id(),
             next: AtomicU64::new(0),
             reserve: Script::new(&format!(
-                "{PRELUDE}\nif tonumber(ARGV[1]) > 0 then\n{BUCKET}\n\
-                 if wait > 0 then return {{-2, wait}} end\nend\n{RESERVE}"
+                "{PRELUDE}\nlocal rl_left, rl_reset = -1, 0\n\
+                 if tonumber(ARGV[1]) > 0 then\n{BUCKET}\n\
+                 if wait > 0 then return {{-2, wait}} end\n\
+                 rl_left = math.floor(tokens)\n\
+                 if tokens < burst then rl_reset = math.ceil((rl_left + 1 - tokens) / rate) end\n\
+                 end\n{RESERVE}"
             )),
             settle: Script::new(SETTLE),
             pending: Mutex::new(Pending::default()),
@@ -160,15 +203,14 @@ impl Credits {
 
     /// Holds `amount` of `name`'s credits (at most `free_credits` plus its
     /// grants, ever), after taking a token of its global bucket when
-    /// `rate_limit` says so (one round trip for both); returns the
-    /// reservation's member, to settle it with.
+    /// `rate_limit` says so (one round trip for both).
     pub async fn reserve(
         &self,
         name: &str,
         amount: u32,
         free_credits: u64,
         rate_limit: Option<RateLimitConfig>,
-    ) -> Result<String, Refusal> {
+    ) -> Result<Held, Refusal> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let member = format!("{amount}:{}:{n:x}", self.replica);
         let (bucket, account, held) = (
@@ -179,7 +221,7 @@ impl Credits {
         let (rate, burst) = rate_limit.map_or((0.0, 0.0), |r| (r.per_second, r.burst));
         let script = &self.reserve;
         let arg = member.clone();
-        let (left, wait_ms): (i64, u64) = self
+        let answer: Vec<i64> = self
             .shared
             .run("reserve", |mut conn| async move {
                 script
@@ -197,27 +239,148 @@ impl Credits {
             })
             .await
             .map_err(|_| Refusal::Unavailable)?;
-        match left {
-            -2 => Err(Refusal::RateLimited(Duration::from_millis(wait_ms))),
-            ..0 => Err(Refusal::Exhausted),
-            _ => Ok(member),
+        let at = |i: usize| answer.get(i).copied().unwrap_or(0);
+        let count = |n: i64| u64::try_from(n).unwrap_or(0);
+        let standing = (at(2) >= 0 && rate_limit.is_some()).then(|| Standing {
+            remaining: count(at(2)),
+            reset_secs: match count(at(3)) {
+                0 => 0,
+                ms => retry_after_secs(Duration::from_millis(ms)),
+            },
+        });
+        match at(0) {
+            -2 => Err(Refusal::RateLimited(Duration::from_millis(count(at(1))))),
+            -1 => Err(Refusal::Exhausted {
+                balance: count(at(1)),
+                standing,
+            }),
+            _ => Ok(Held {
+                member,
+                balance: count(at(1)),
+                standing,
+            }),
         }
     }
 
-    /// A delivered answer of `amount` credits: counted in `name`'s usage of
-    /// today and spent; `held` (its reservation) released.
-    pub fn commit(&self, name: &str, held: Option<String>, amount: u32) {
+    /// A delivered answer of `endpoint` costing `amount` credits: counted
+    /// in `name`'s usage of today and spent; `held` (its reservation and
+    /// what it held) released.
+    pub fn commit(&self, name: &str, endpoint: Endpoint, held: Option<(String, u32)>, amount: u32) {
         let day = super::utc_day();
         let mut pending = self.pending();
         if self.full(&mut pending) {
             return;
         }
-        let counts = pending.usage.entry((day, name.to_owned())).or_default();
+        let counts = pending
+            .usage
+            .entry((day, name.to_owned(), endpoint))
+            .or_default();
         counts.0 += 1;
         counts.1 += u64::from(amount);
-        if let Some(member) = held {
-            pending.releases.push((name.to_owned(), member, amount));
+        if let Some((member, held)) = held {
+            pending.releases.push((name.to_owned(), member, held));
         }
+    }
+
+    /// `name`'s account as the store keeps it, in one round trip: its
+    /// balance (less what is held: an answer not yet settled counts), what
+    /// it spent today and in all (as settled, at most [`FLUSH_EVERY`]
+    /// behind).
+    pub async fn statement(&self, name: &str, free_credits: u64) -> Result<Statement, StateError> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("HMGET")
+            .arg(self.shared.key(&format!("acct:{name}")))
+            .arg("spent")
+            .arg("granted")
+            .arg("reserved")
+            .cmd("HGET")
+            .arg(
+                self.shared
+                    .key(&format!("usage:{}:{name}", super::utc_day())),
+            )
+            .arg("credits");
+        type Counts = ((Option<u64>, Option<u64>, Option<i64>), Option<u64>);
+        let ((spent, granted, reserved), today): Counts = self
+            .shared
+            .run("statement", |mut conn| async move {
+                pipe.query_async(&mut conn).await
+            })
+            .await?;
+        let spent = spent.unwrap_or(0);
+        Ok(Statement {
+            remaining: free_credits
+                .saturating_add(granted.unwrap_or(0))
+                .saturating_sub(spent)
+                .saturating_sub(reserved.map_or(0, |r| u64::try_from(r).unwrap_or(0))),
+            used_today: today.unwrap_or(0),
+            used_total: spent,
+        })
+    }
+
+    /// Grants `amount` credits to `name`: its account's `granted` raised
+    /// and the grant listed, in one transaction.
+    pub async fn grant(
+        &self,
+        name: &str,
+        amount: u64,
+        note: Option<&str>,
+    ) -> Result<Grant, StateError> {
+        let grant = Grant {
+            amount,
+            at: crate::ledger::now_timestamp(),
+            note: note.map(str::to_owned),
+        };
+        let entry =
+            serde_json::json!({"amount": amount, "at": grant.at, "note": grant.note}).to_string();
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .cmd("HINCRBY")
+            .arg(self.shared.key(&format!("acct:{name}")))
+            .arg("granted")
+            .arg(amount)
+            .ignore()
+            .cmd("RPUSH")
+            .arg(self.shared.key(&format!("grants:{name}")))
+            .arg(entry)
+            .ignore();
+        self.shared
+            .run("grant", |mut conn| async move {
+                pipe.query_async::<()>(&mut conn).await
+            })
+            .await?;
+        Ok(grant)
+    }
+
+    /// What the store holds for `name`: its grants, oldest first, and the
+    /// credits it spent (as settled).
+    pub async fn book(&self, name: &str) -> Result<Book, StateError> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("LRANGE")
+            .arg(self.shared.key(&format!("grants:{name}")))
+            .arg(0)
+            .arg(-1)
+            .cmd("HGET")
+            .arg(self.shared.key(&format!("acct:{name}")))
+            .arg("spent");
+        let (entries, spent): (Vec<String>, Option<u64>) = self
+            .shared
+            .run("book", |mut conn| async move {
+                pipe.query_async(&mut conn).await
+            })
+            .await?;
+        let grants = entries
+            .iter()
+            .filter_map(|e| serde_json::from_str::<serde_json::Value>(e).ok())
+            .map(|v| Grant {
+                amount: v["amount"].as_u64().unwrap_or(0),
+                at: v["at"].as_str().unwrap_or_default().to_owned(),
+                note: v["note"].as_str().map(str::to_owned),
+            })
+            .collect();
+        Ok(Book {
+            grants,
+            spent: spent.unwrap_or(0),
+        })
     }
 
     /// A reservation given back: nothing was delivered.
@@ -268,8 +431,11 @@ impl Credits {
         tracing::error!("shared state away at shutdown: settled credits not written");
     }
 
-    /// Usage on or after `since`, ordered by key then day.
-    pub async fn usage(&self, since: Option<&str>) -> Result<Vec<UsageRow>, StateError> {
+    /// Every usage hash on or after `since`, by (key, day), in that order.
+    async fn usage_hashes(
+        &self,
+        since: Option<&str>,
+    ) -> Result<Vec<((String, String), HashMap<String, u64>)>, StateError> {
         let index = self.shared.key("usage:index");
         let entries: Vec<String> = self
             .shared
@@ -287,27 +453,59 @@ impl Credits {
         wanted.sort();
         let mut pipe = redis::pipe();
         for (key, day) in &wanted {
-            pipe.cmd("HMGET")
-                .arg(self.shared.key(&format!("usage:{day}:{key}")))
-                .arg("requests")
-                .arg("credits");
+            pipe.cmd("HGETALL")
+                .arg(self.shared.key(&format!("usage:{day}:{key}")));
         }
-        let counts: Vec<(Option<u64>, Option<u64>)> = self
+        let counts: Vec<HashMap<String, u64>> = self
             .shared
             .run("usage", |mut conn| async move {
                 pipe.query_async(&mut conn).await
             })
             .await?;
-        Ok(wanted
+        Ok(wanted.into_iter().zip(counts).collect())
+    }
+
+    /// Usage on or after `since`, ordered by key then day.
+    pub async fn usage(&self, since: Option<&str>) -> Result<Vec<UsageRow>, StateError> {
+        Ok(self
+            .usage_hashes(since)
+            .await?
             .into_iter()
-            .zip(counts)
-            .map(|((key, day), (requests, credits))| UsageRow {
+            .map(|((key, day), counts)| UsageRow {
                 key,
                 day,
-                requests: requests.unwrap_or(0),
-                credits: credits.unwrap_or(0),
+                requests: counts.get("requests").copied().unwrap_or(0),
+                credits: counts.get("credits").copied().unwrap_or(0),
             })
             .collect())
+    }
+
+    /// [`Credits::usage`] per endpoint, ordered by key, day, then endpoint.
+    pub async fn usage_by_endpoint(
+        &self,
+        since: Option<&str>,
+    ) -> Result<Vec<EndpointUsageRow>, StateError> {
+        let mut rows = Vec::new();
+        for ((key, day), counts) in self.usage_hashes(since).await? {
+            let mut endpoints: Vec<&str> = counts
+                .keys()
+                .filter_map(|field| field.strip_prefix("requests:"))
+                .collect();
+            endpoints.sort_unstable();
+            for endpoint in endpoints {
+                rows.push(EndpointUsageRow {
+                    key: key.clone(),
+                    day: day.clone(),
+                    endpoint: Some(endpoint.to_owned()),
+                    requests: counts[&format!("requests:{endpoint}")],
+                    credits: counts
+                        .get(&format!("credits:{endpoint}"))
+                        .copied()
+                        .unwrap_or(0),
+                });
+            }
+        }
+        Ok(rows)
     }
 }
 
@@ -374,12 +572,13 @@ impl Writer {
         if usage.is_empty() && releases.is_empty() {
             return None;
         }
-        let mut args = Vec::with_capacity((usage.len() + releases.len()) * 5);
-        for ((day, name), (requests, credits)) in usage {
+        let mut args = Vec::with_capacity((usage.len() + releases.len()) * 6);
+        for ((day, name, endpoint), (requests, credits)) in usage {
             args.extend([
                 "u".to_owned(),
                 name,
                 day,
+                endpoint.as_str().to_owned(),
                 requests.to_string(),
                 credits.to_string(),
             ]);
@@ -390,6 +589,7 @@ impl Writer {
                 name,
                 member,
                 amount.to_string(),
+                "-".to_owned(),
                 "-".to_owned(),
             ]);
         }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use redis::Script;
 
 use super::Shared;
-use crate::resilience::rate_limit::RateLimitConfig;
+use crate::resilience::rate_limit::{retry_after_secs, RateLimitConfig, Standing};
 
 /// What every script that takes a token starts with: Redis's clock, in
 /// milliseconds, as `now`, and the bucket's verdict, `wait` and `tokens`.
@@ -46,6 +46,13 @@ redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', now)
 redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate) + 1000)
 ";
 
+/// After [`BUCKET`]: `reset`, the milliseconds until one more whole token
+/// (0 when the bucket is full), for the `RateLimit` field's `t`.
+pub const STANDING: &str = r"
+local reset = 0
+if tokens < burst then reset = math.ceil((math.floor(tokens) + 1 - tokens) / rate) end
+";
+
 /// The bucket script, hashed once.
 pub struct Limits {
     take: Script,
@@ -55,21 +62,22 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             take: Script::new(&format!(
-                "{PRELUDE}{BUCKET}\nreturn {{wait, math.floor(tokens)}}"
+                "{PRELUDE}{BUCKET}\n{STANDING}\nreturn {{wait, math.floor(tokens), reset}}"
             )),
         }
     }
 }
 
 impl Limits {
-    /// Takes a token of `key`'s global bucket, or says how long until one
-    /// is there. Admits when Redis cannot answer.
+    /// Takes a token of `key`'s global bucket and says where it stands, or
+    /// says how long until one is there. Admits when Redis cannot answer
+    /// (then no standing is known).
     pub async fn check(
         &self,
         shared: &Shared,
         key: &str,
         config: RateLimitConfig,
-    ) -> Result<(), Duration> {
+    ) -> Result<Option<Standing>, Duration> {
         let bucket = shared.key(&format!("rl:{key}"));
         let outcome = shared
             .run("rate_limit", |mut conn| async move {
@@ -77,13 +85,20 @@ impl Limits {
                     .key(bucket)
                     .arg(config.per_second)
                     .arg(config.burst)
-                    .invoke_async::<(u64, u64)>(&mut conn)
+                    .invoke_async::<(u64, u64, u64)>(&mut conn)
                     .await
             })
             .await;
         match outcome {
-            Ok((0, _)) | Err(_) => Ok(()),
-            Ok((wait_ms, _)) => Err(Duration::from_millis(wait_ms)),
+            Ok((0, tokens, reset_ms)) => Ok(Some(Standing {
+                remaining: tokens,
+                reset_secs: match reset_ms {
+                    0 => 0,
+                    ms => retry_after_secs(Duration::from_millis(ms)),
+                },
+            })),
+            Err(_) => Ok(None),
+            Ok((wait_ms, _, _)) => Err(Duration::from_millis(wait_ms)),
         }
     }
 }

@@ -169,7 +169,7 @@ impl Shared {
         &self,
         key: &str,
         config: crate::resilience::rate_limit::RateLimitConfig,
-    ) -> Result<(), Duration> {
+    ) -> Result<Option<crate::resilience::rate_limit::Standing>, Duration> {
         self.limits.check(self, key, config).await
     }
 

@@ -1,0 +1,311 @@
+//! How an answer is represented to a caller that can take less: content
+//! codings (gzip, br) chosen by `Accept-Encoding`, and strong `ETag`s with
+//! `If-None-Match`. The decisions (which coding, whether a tag matches) are
+//! pure functions tested beside them; the codecs are flate2's and brotli's.
+//!
+//! Only JSON bodies of at least [`MIN_COMPRESSED_BYTES`] are compressed, and
+//! only for a caller that asks: a small answer costs more to compress than it
+//! saves on the wire. An encoded representation's tag is the identity's with
+//! the coding appended (`"<hash>-gzip"`), so tags stay strong per
+//! representation, and a conditional request matches on the hash: the data
+//! is the same whichever coding carried it.
+
+use std::io::Write;
+use std::sync::OnceLock;
+
+use bytes::Bytes;
+use hyper::header::{HeaderMap, HeaderValue, CONTENT_ENCODING, ETAG, IF_NONE_MATCH, VARY};
+
+/// Smaller bodies are sent as they are.
+pub const MIN_COMPRESSED_BYTES: usize = 1024;
+
+/// A content coding this service produces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Coding {
+    Brotli,
+    Gzip,
+}
+
+impl Coding {
+    /// The `Content-Encoding` token.
+    pub fn token(self) -> &'static str {
+        match self {
+            Coding::Brotli => "br",
+            Coding::Gzip => "gzip",
+        }
+    }
+
+    /// `data` in this coding; `fast` for answers made per request, else
+    /// the smallest (for what is compressed once).
+    pub fn encode(self, data: &[u8], fast: bool) -> Bytes {
+        let mut out = Vec::with_capacity(data.len() / 4 + 64);
+        match self {
+            Coding::Gzip => {
+                let level = flate2::Compression::new(if fast { 4 } else { 9 });
+                let mut encoder = flate2::write::GzEncoder::new(&mut out, level);
+                // Writing to a Vec cannot fail.
+                let _ = encoder.write_all(data);
+                let _ = encoder.finish();
+            }
+            Coding::Brotli => {
+                let params = brotli::enc::BrotliEncoderParams {
+                    quality: if fast { 4 } else { 11 },
+                    lgwin: 20,
+                    ..Default::default()
+                };
+                let _ = brotli::BrotliCompress(&mut &data[..], &mut out, &params);
+            }
+        }
+        Bytes::from(out)
+    }
+}
+
+/// The coding to answer in, from the request's `Accept-Encoding` values:
+/// the acceptable one with the higher weight, `br` on a tie; `None` for
+/// identity. `q=0` refuses a coding; `*` stands for any not named.
+pub fn negotiate<'a>(accept: impl Iterator<Item = &'a HeaderValue>) -> Option<Coding> {
+    let (mut br, mut gzip, mut any) = (None::<u16>, None::<u16>, None::<u16>);
+    for value in accept {
+        let Ok(value) = value.to_str() else { continue };
+        for item in value.split(',') {
+            let mut parts = item.split(';');
+            let name = parts.next().unwrap_or("").trim();
+            let q = parts
+                .filter_map(|p| p.trim().strip_prefix("q="))
+                .next()
+                .map_or(Some(1000), parse_q);
+            let Some(q) = q else { continue };
+            let slot = if name.eq_ignore_ascii_case("br") {
+                &mut br
+            } else if name.eq_ignore_ascii_case("gzip") || name.eq_ignore_ascii_case("x-gzip") {
+                &mut gzip
+            } else if name == "*" {
+                &mut any
+            } else {
+                continue;
+            };
+            *slot = Some(slot.map_or(q, |s| s.max(q)));
+        }
+    }
+    let br = br.or(any).unwrap_or(0);
+    let gzip = gzip.or(any).unwrap_or(0);
+    match (br, gzip) {
+        (0, 0) => None,
+        (br, gzip) if br >= gzip => Some(Coding::Brotli),
+        _ => Some(Coding::Gzip),
+    }
+}
+
+/// A weight `0`..`1` with up to three decimals, in thousandths.
+fn parse_q(q: &str) -> Option<u16> {
+    let (int, frac) = q.split_once('.').unwrap_or((q, ""));
+    if frac.len() > 3 || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let frac: u16 = format!("{frac:0<3}").parse().ok()?;
+    match int {
+        "0" => Some(frac),
+        "1" if frac == 0 => Some(1000),
+        _ => None,
+    }
+}
+
+/// A strong entity tag over `parts` (a fast 128-bit hash).
+pub fn etag(parts: &[&[u8]]) -> HeaderValue {
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    for part in parts {
+        hasher.update(&(part.len() as u64).to_le_bytes());
+        hasher.update(part);
+    }
+    let tag = format!("\"{:032x}\"", hasher.digest128());
+    HeaderValue::from_str(&tag).expect("hex digits are a valid header value")
+}
+
+/// Whether the request's `If-None-Match` matches `etag` (weak comparison,
+/// as RFC 9110 asks of `If-None-Match`; the coding suffix is ignored).
+pub fn not_modified(request: &HeaderMap, etag: &HeaderValue) -> bool {
+    let ours = opaque(etag.as_bytes());
+    request.get_all(IF_NONE_MATCH).iter().any(|value| {
+        value.as_bytes().split(|b| *b == b',').any(|tag| {
+            let tag = tag.trim_ascii();
+            tag == b"*" || opaque(tag) == ours
+        })
+    })
+}
+
+/// An entity tag without `W/`, quotes and coding suffix.
+fn opaque(tag: &[u8]) -> &[u8] {
+    let tag = tag.strip_prefix(b"W/").unwrap_or(tag);
+    let tag = tag
+        .strip_prefix(b"\"")
+        .and_then(|t| t.strip_suffix(b"\""))
+        .unwrap_or(tag);
+    match tag.iter().position(|b| *b == b'-') {
+        Some(at) => &tag[..at],
+        None => tag,
+    }
+}
+
+/// `etag` for the representation in `coding`.
+pub fn etag_for(etag: &HeaderValue, coding: Coding) -> HeaderValue {
+    let bytes = etag.as_bytes();
+    let inner = bytes
+        .strip_prefix(b"\"")
+        .and_then(|t| t.strip_suffix(b"\""))
+        .unwrap_or(bytes);
+    let mut tag = Vec::with_capacity(inner.len() + 8);
+    tag.push(b'"');
+    tag.extend_from_slice(inner);
+    tag.push(b'-');
+    tag.extend_from_slice(coding.token().as_bytes());
+    tag.push(b'"');
+    HeaderValue::from_bytes(&tag).unwrap_or_else(|_| etag.clone())
+}
+
+/// Marks `headers` as those of a body in `coding`: `Content-Encoding`, the
+/// coding's `ETag`.
+pub fn mark_encoded(headers: &mut HeaderMap, coding: Coding) {
+    headers.insert(CONTENT_ENCODING, HeaderValue::from_static(coding.token()));
+    if let Some(tag) = headers.get(ETAG) {
+        let tag = etag_for(tag, coding);
+        headers.insert(ETAG, tag);
+    }
+}
+
+/// Says a cache must key this answer on `Accept-Encoding`.
+pub fn vary_on_encoding(headers: &mut HeaderMap) {
+    headers.append(VARY, HeaderValue::from_static("accept-encoding"));
+}
+
+/// A body kept in every coding, each made once, when first asked for (the
+/// OpenAPI document).
+pub struct Precompressed {
+    identity: Bytes,
+    gzip: OnceLock<Bytes>,
+    br: OnceLock<Bytes>,
+}
+
+impl Precompressed {
+    pub const fn new(identity: &'static [u8]) -> Precompressed {
+        Precompressed {
+            identity: Bytes::from_static(identity),
+            gzip: OnceLock::new(),
+            br: OnceLock::new(),
+        }
+    }
+
+    pub fn identity(&self) -> &Bytes {
+        &self.identity
+    }
+
+    /// The body in `coding`.
+    pub fn get(&self, coding: Option<Coding>) -> Bytes {
+        let once = match coding {
+            None => return self.identity.clone(),
+            Some(Coding::Gzip) => &self.gzip,
+            Some(Coding::Brotli) => &self.br,
+        };
+        once.get_or_init(|| coding.map_or_else(Bytes::new, |c| c.encode(&self.identity, false)))
+            .clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    fn negotiated(values: &[&str]) -> Option<Coding> {
+        let values: Vec<HeaderValue> = values
+            .iter()
+            .map(|v| HeaderValue::from_str(v).unwrap())
+            .collect();
+        negotiate(values.iter())
+    }
+
+    #[test]
+    fn negotiation_picks_the_heavier_acceptable_coding_br_on_a_tie() {
+        use Coding::*;
+        let table: [(&[&str], Option<Coding>); 14] = [
+            (&[], None),
+            (&["identity"], None),
+            (&["gzip"], Some(Gzip)),
+            (&["br"], Some(Brotli)),
+            (&["gzip, deflate, br"], Some(Brotli)),
+            (&["gzip", "br"], Some(Brotli)),
+            (&["br;q=0.5, gzip"], Some(Gzip)),
+            (&["br;q=0, gzip;q=0.1"], Some(Gzip)),
+            (&["gzip;q=0"], None),
+            (&["*"], Some(Brotli)),
+            (&["*;q=0.5, br;q=0"], Some(Gzip)),
+            (&["GZIP"], Some(Gzip)),
+            (&["x-gzip"], Some(Gzip)),
+            (&["br;q=2, gzip;q=nonsense"], None),
+        ];
+        for (accept, expected) in table {
+            assert_eq!(negotiated(accept), expected, "{accept:?}");
+        }
+    }
+
+    #[test]
+    fn encoded_bodies_decode_to_the_original() {
+        let data = br#"{"success":true,"data":[1,2,3]}"#.repeat(100);
+        for fast in [true, false] {
+            let gz = Coding::Gzip.encode(&data, fast);
+            let mut back = Vec::new();
+            flate2::read::GzDecoder::new(&gz[..])
+                .read_to_end(&mut back)
+                .unwrap();
+            assert_eq!(back, data);
+            let br = Coding::Brotli.encode(&data, fast);
+            let mut back = Vec::new();
+            brotli::BrotliDecompress(&mut &br[..], &mut back).unwrap();
+            assert_eq!(back, data);
+            assert!(br.len() < data.len() / 10 && gz.len() < data.len() / 10);
+        }
+    }
+
+    #[test]
+    fn tags_match_by_hash_whatever_the_coding_or_weakness() {
+        let tag = etag(&[b"shortvideo", b"{}"]);
+        assert_ne!(tag, etag(&[b"shortvideo{", b"}"]), "parts are delimited");
+        let gzip = etag_for(&tag, Coding::Gzip);
+        let hash = tag.to_str().unwrap().trim_matches('"').to_owned();
+        assert_eq!(gzip.to_str().unwrap(), format!("\"{hash}-gzip\""));
+        let request = |value: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(IF_NONE_MATCH, HeaderValue::from_str(value).unwrap());
+            h
+        };
+        for matching in [
+            format!("\"{hash}\""),
+            format!("\"{hash}-br\""),
+            format!("W/\"{hash}-gzip\""),
+            format!("\"other\", \"{hash}\""),
+            "*".to_owned(),
+        ] {
+            assert!(not_modified(&request(&matching), &tag), "{matching}");
+        }
+        for other in ["\"other\"", "\"\"", &hash[..8]] {
+            assert!(!not_modified(&request(other), &tag), "{other}");
+        }
+        assert!(!not_modified(&HeaderMap::new(), &tag));
+    }
+
+    #[test]
+    fn weights_parse_as_rfc_9110_writes_them() {
+        for (q, expected) in [
+            ("1", Some(1000)),
+            ("1.000", Some(1000)),
+            ("0.5", Some(500)),
+            ("0.123", Some(123)),
+            ("0", Some(0)),
+            ("1.5", None),
+            ("0.1234", None),
+            ("2", None),
+            ("x", None),
+        ] {
+            assert_eq!(parse_q(q), expected, "{q}");
+        }
+    }
+}

@@ -1,0 +1,381 @@
+//! The HTTP conventions clients, browsers and uptime checkers assume, on the
+//! real server: gzip and br answers that decode to the same JSON, a strong
+//! `ETag` with `304` for a matching `If-None-Match` (at no cost), CORS for
+//! allowed origins only, `HEAD`, HTTP/2 with prior knowledge and over TLS
+//! with ALPN, a TLS certificate replaced on disk served without a restart,
+//! `WWW-Authenticate` on 401, a repeated `X-API-Key` refused, and
+//! `error.param`.
+
+use std::io::Read;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls_pki_types::{CertificateDer, ServerName};
+use serde_json::Value;
+use socialgate_tests::Stack;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+
+const PROFILE: &str = "/v1/shortvideo/profile?username=lunabakes";
+const POSTS: &str = "/v1/shortvideo/posts?username=lunabakes";
+
+/// A raw answer: status, headers, the body as sent (not decoded).
+struct Raw {
+    status: u16,
+    headers: reqwest::header::HeaderMap,
+    body: Bytes,
+}
+
+impl Raw {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+/// `method path` on `stack` with `headers` (and the stack's key), the body
+/// left as the server sent it.
+async fn raw(stack: &Stack, method: &str, path: &str, headers: &[(&str, &str)]) -> Raw {
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("a client");
+    let method = reqwest::Method::from_bytes(method.as_bytes()).expect("a method");
+    let mut request = client
+        .request(method, format!("{}{path}", stack.server.base_url()))
+        .header("x-api-key", &stack.key);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = request.send().await.expect("an answer");
+    Raw {
+        status: response.status().as_u16(),
+        headers: response.headers().clone(),
+        body: response.bytes().await.expect("a body"),
+    }
+}
+
+fn json_of(bytes: &[u8]) -> Value {
+    serde_json::from_slice(bytes).unwrap_or_else(|e| panic!("not JSON ({e}): {bytes:?}"))
+}
+
+/// What stays the same between two answers: all of a document, the
+/// `platform` and `data` of an envelope (its `meta` is per request).
+fn content(answer: &Value) -> Value {
+    match answer.get("meta") {
+        Some(_) => serde_json::json!([answer["platform"], answer["data"]]),
+        None => answer.clone(),
+    }
+}
+
+#[tokio::test]
+async fn gzip_and_br_bodies_decode_to_the_same_json() {
+    let stack = Stack::start().await;
+    stack.primary.serve_fixtures().await;
+    for path in ["/v1/openapi.json", POSTS] {
+        let plain = raw(&stack, "GET", path, &[]).await;
+        assert_eq!(plain.status, 200);
+        assert!(plain.header("content-encoding").is_none());
+        assert!(plain.body.len() >= 1024, "{path} is worth compressing");
+        let expected = json_of(&plain.body);
+
+        let gzip = raw(&stack, "GET", path, &[("accept-encoding", "gzip")]).await;
+        assert_eq!(gzip.header("content-encoding"), Some("gzip"), "{path}");
+        assert_eq!(gzip.header("vary"), Some("accept-encoding"), "{path}");
+        let mut decoded = Vec::new();
+        flate2::read::GzDecoder::new(&gzip.body[..])
+            .read_to_end(&mut decoded)
+            .expect("valid gzip");
+        assert_eq!(content(&json_of(&decoded)), content(&expected), "{path}");
+        assert!(gzip.body.len() < plain.body.len(), "{path}");
+
+        let br = raw(
+            &stack,
+            "GET",
+            path,
+            &[("accept-encoding", "gzip;q=0.5, br")],
+        )
+        .await;
+        assert_eq!(br.header("content-encoding"), Some("br"), "{path}");
+        let mut decoded = Vec::new();
+        brotli::BrotliDecompress(&mut &br.body[..], &mut decoded).expect("valid br");
+        assert_eq!(content(&json_of(&decoded)), content(&expected), "{path}");
+        // A tag per representation, one hash.
+        let tags = [&plain, &gzip, &br].map(|a| a.header("etag").expect("an ETag").to_owned());
+        assert!(
+            tags[1].ends_with("-gzip\"") && tags[2].ends_with("-br\""),
+            "{tags:?}"
+        );
+        assert_eq!(tags[0][..33], tags[1][..33], "{tags:?}");
+    }
+    // Small answers are sent as they are.
+    let small = raw(&stack, "GET", "/healthz", &[("accept-encoding", "br")]).await;
+    assert!(small.header("content-encoding").is_none());
+}
+
+#[tokio::test]
+async fn if_none_match_with_the_etag_gets_304_and_costs_no_credit() {
+    let stack = Stack::builder()
+        .raw("[billing]\nenforce = true\nfree_credits = 2")
+        .start()
+        .await;
+    stack.primary.serve_fixtures().await;
+    let first = raw(&stack, "GET", PROFILE, &[]).await;
+    assert_eq!(first.status, 200);
+    let etag = first.header("etag").expect("an ETag").to_owned();
+    assert!(
+        etag.starts_with('"') && !etag.starts_with("W/"),
+        "strong: {etag}"
+    );
+    assert!(
+        first
+            .header("cache-control")
+            .is_some_and(|c| c.starts_with("private, ")),
+        "private, as asked with a key: {:?}",
+        first.headers
+    );
+    for _ in 0..3 {
+        let again = raw(&stack, "GET", PROFILE, &[("if-none-match", &etag)]).await;
+        assert_eq!(again.status, 304, "{:?}", again.headers);
+        assert!(again.body.is_empty());
+        assert_eq!(again.header("etag"), Some(etag.as_str()));
+        assert!(again.header("x-request-id").is_some());
+    }
+    let other = raw(&stack, "GET", PROFILE, &[("if-none-match", "\"other\"")]).await;
+    assert_eq!(other.status, 200, "a tag that does not match: the answer");
+    // Two credits: the first answer and this one; the 304s cost nothing.
+    let spent = raw(&stack, "GET", PROFILE, &[]).await;
+    assert_eq!(spent.status, 402, "{:?}", json_of(&spent.body));
+}
+
+#[tokio::test]
+async fn a_preflight_from_an_allowed_origin_succeeds_and_others_get_no_cors_headers() {
+    let stack = Stack::builder()
+        .raw("[server.cors]\nallowed_origins = [\"https://app.example\"]")
+        .start()
+        .await;
+    stack.primary.serve_fixtures().await;
+    let preflight = |origin: &'static str| {
+        [
+            ("origin", origin),
+            ("access-control-request-method", "GET"),
+            ("access-control-request-headers", "x-api-key"),
+        ]
+    };
+    let allowed = raw(
+        &stack,
+        "OPTIONS",
+        PROFILE,
+        &preflight("https://app.example"),
+    )
+    .await;
+    assert_eq!(allowed.status, 204);
+    assert_eq!(
+        allowed.header("access-control-allow-origin"),
+        Some("https://app.example")
+    );
+    let headers = allowed.header("access-control-allow-headers").unwrap_or("");
+    assert!(headers.contains("X-API-Key"), "{headers}");
+    assert!(allowed
+        .header("access-control-allow-methods")
+        .is_some_and(|m| m.contains("GET")));
+
+    let other = raw(
+        &stack,
+        "OPTIONS",
+        PROFILE,
+        &preflight("https://evil.example"),
+    )
+    .await;
+    let cors: Vec<_> = other
+        .headers
+        .keys()
+        .filter(|k| k.as_str().starts_with("access-control-"))
+        .collect();
+    assert!(
+        cors.is_empty(),
+        "no CORS headers for another origin: {cors:?}"
+    );
+
+    let get = raw(&stack, "GET", PROFILE, &[("origin", "https://app.example")]).await;
+    assert_eq!(get.status, 200);
+    let exposed = get.header("access-control-expose-headers").unwrap_or("");
+    for name in [
+        "X-Request-Id",
+        "Cache-Status",
+        "RateLimit",
+        "X-Credits-Remaining",
+    ] {
+        assert!(exposed.contains(name), "{name} exposed: {exposed}");
+    }
+    // The document is readable from anywhere.
+    let doc = raw(
+        &stack,
+        "GET",
+        "/v1/openapi.json",
+        &[("origin", "https://evil.example")],
+    )
+    .await;
+    assert_eq!(doc.header("access-control-allow-origin"), Some("*"));
+    assert_eq!(doc.header("cache-control"), Some("public, max-age=300"));
+}
+
+#[tokio::test]
+async fn head_is_get_without_a_body() {
+    let stack = Stack::start().await;
+    stack.primary.serve_fixtures().await;
+    let health = raw(&stack, "HEAD", "/healthz", &[]).await;
+    assert_eq!(health.status, 200);
+    assert!(health.body.is_empty());
+    assert_eq!(health.header("content-length"), Some("15"));
+    assert!(health.header("x-request-id").is_some());
+    let data = raw(&stack, "HEAD", PROFILE, &[]).await;
+    assert_eq!(data.status, 200);
+    assert!(data.body.is_empty());
+    assert!(data.header("etag").is_some());
+}
+
+#[tokio::test]
+async fn a_401_challenges_and_a_repeated_key_is_refused_naming_it() {
+    let stack = Stack::start().await;
+    let anonymous = stack.api.with_key(None).get(PROFILE).await;
+    anonymous.assert_error(401, "MISSING_API_KEY");
+    assert_eq!(
+        anonymous.header("www-authenticate"),
+        Some(r#"ApiKey realm="socialgate", header="X-API-Key""#)
+    );
+    let stranger = stack.api.with_key(Some("sg_not_a_key")).get(PROFILE).await;
+    stranger.assert_error(401, "INVALID_API_KEY");
+    assert!(stranger.header("www-authenticate").is_some());
+
+    let twice = stack
+        .api
+        .request_with("GET", PROFILE, &[("x-api-key", &stack.key)])
+        .await;
+    twice.assert_error(400, "INVALID_PARAMETER");
+    assert_eq!(twice.json["error"]["param"], "X-API-Key", "{twice:?}");
+
+    let count = stack
+        .get("/v1/shortvideo/posts?username=lunabakes&count=0")
+        .await;
+    count.assert_invalid("count");
+    assert_eq!(count.json["error"]["param"], "count");
+    assert_eq!(stack.primary.request_count().await, 0);
+}
+
+/// `GET path` over HTTP/2 on `io`: the status, and the body.
+async fn h2_get<I>(io: I, path: &str) -> (u16, Bytes)
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, connection) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(io))
+            .await
+            .expect("an HTTP/2 handshake");
+    tokio::spawn(connection);
+    let request = hyper::Request::get(format!("http://localhost{path}"))
+        .body(Empty::<Bytes>::new())
+        .expect("a request");
+    let response = sender.send_request(request).await.expect("an answer");
+    assert_eq!(response.version(), hyper::Version::HTTP_2);
+    let status = response.status().as_u16();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("a body")
+        .to_bytes();
+    (status, body)
+}
+
+#[tokio::test]
+async fn http2_with_prior_knowledge_is_answered() {
+    let stack = Stack::start().await;
+    let tcp = TcpStream::connect(stack.server.addr())
+        .await
+        .expect("connects");
+    let (status, body) = h2_get(tcp, "/healthz").await;
+    assert_eq!((status, &body[..]), (200, &br#"{"status":"ok"}"#[..]));
+}
+
+/// A self-signed certificate for `localhost`, as PEM files in `dir`.
+fn write_certificate(dir: &std::path::Path) -> CertificateDer<'static> {
+    let generated =
+        rcgen::generate_simple_self_signed(vec!["localhost".into()]).expect("a certificate");
+    // Written aside and renamed, as a rotation would.
+    for (name, pem) in [
+        ("key.pem", generated.key_pair.serialize_pem()),
+        ("cert.pem", generated.cert.pem()),
+    ] {
+        let aside = dir.join(format!("{name}.new"));
+        std::fs::write(&aside, pem).expect("can write");
+        std::fs::rename(&aside, dir.join(name)).expect("can rename");
+    }
+    generated.cert.der().clone()
+}
+
+/// A TLS connection to `addr` trusting `roots`, offering only `h2`.
+async fn tls_connect(
+    addr: SocketAddr,
+    roots: &[CertificateDer<'static>],
+) -> tokio_rustls::client::TlsStream<TcpStream> {
+    let mut store = rustls::RootCertStore::empty();
+    for root in roots {
+        store.add(root.clone()).expect("a root");
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_root_certificates(store)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let tcp = TcpStream::connect(addr).await.expect("connects");
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("localhost").expect("a name"), tcp)
+        .await
+        .expect("a TLS handshake")
+}
+
+fn served_certificate(tls: &tokio_rustls::client::TlsStream<TcpStream>) -> CertificateDer<'static> {
+    tls.get_ref().1.peer_certificates().expect("a certificate")[0].clone()
+}
+
+#[tokio::test]
+async fn https_with_alpn_h2_is_answered_and_a_replaced_certificate_is_served_without_restart() {
+    let dir = tempfile::tempdir().expect("a folder");
+    let first = write_certificate(dir.path());
+    let stack = Stack::builder()
+        .server_line(&format!(
+            "tls_cert = \"{}\"\ntls_key = \"{}\"",
+            dir.path().join("cert.pem").display(),
+            dir.path().join("key.pem").display()
+        ))
+        .start()
+        .await;
+    let addr = stack.server.addr();
+    let tls = tls_connect(addr, std::slice::from_ref(&first)).await;
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    assert_eq!(served_certificate(&tls), first);
+    let (status, _) = h2_get(tls, "/healthz").await;
+    assert_eq!(status, 200);
+
+    // Rotated on disk: new connections get the new one, no restart.
+    std::thread::sleep(Duration::from_millis(1100));
+    let second = write_certificate(dir.path());
+    let roots = [first.clone(), second.clone()];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let tls = tls_connect(addr, &roots).await;
+        if served_certificate(&tls) == second {
+            let (status, _) = h2_get(tls, "/healthz").await;
+            assert_eq!(status, 200);
+            break;
+        }
+        assert!(Instant::now() < deadline, "the new certificate is served");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
