@@ -7,9 +7,12 @@
 //!   revoked everywhere, the shared cache, usage summed across replicas,
 //!   and Redis killed mid-load then restarted from its AOF (rate limits
 //!   fail open, usage buffered and written once);
-//! - billing enforced: exact credits under concurrency on all three, then
-//!   Redis killed: credits fail closed with 503 `SERVICE_UNAVAILABLE`, the
-//!   last known keys still recognised, `/readyz` 200 `degraded`.
+//! - billing enforced: exact credits (free credits plus a pack granted
+//!   through the shared store) under concurrency on all three, a grant seen
+//!   by every replica within 2 s, a cost of 2 charged 2 whichever replica
+//!   answers, then Redis killed: credits fail closed with 503
+//!   `SERVICE_UNAVAILABLE`, the last known keys still recognised, `/readyz`
+//!   200 `degraded`.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -333,16 +336,38 @@ async fn replicas_share_limits_keys_cache_and_usage_and_survive_a_redis_kill() {
     }
 }
 
+/// `key`'s `GET /v1/account` on `api`.
+async fn account(api: &Api) -> serde_json::Value {
+    let a = api.get("/v1/account").await;
+    assert_eq!(a.status, 200, "{a:?}");
+    a.data().clone()
+}
+
+/// `credits grant NAME AMOUNT` through the shared store.
+fn grant(replicas: &Replicas, name: &str, amount: u64) {
+    let out = replicas.cli(&[
+        "credits",
+        "grant",
+        name,
+        &amount.to_string(),
+        "--note",
+        "pack",
+    ]);
+    assert!(out.success(), "credits grant: {}", out.stderr);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn enforced_credits_are_exact_across_replicas_and_fail_closed_without_redis() {
     // A rate limit the credit test stays within, then runs into.
     let mut replicas = Replicas::start(
         3,
-        "\n[billing]\nenforce = true\nfree_credits = 150\n\n[rate_limit]\nper_second = 1\nburst = 210\n",
+        "\n[billing]\nenforce = true\nfree_credits = 100\n\n[billing.costs]\npost = 2\n\n[rate_limit]\nper_second = 1\nburst = 210\n",
     )
     .await;
     replicas.primary.serve_fixtures().await;
     let key = replicas.issue_everywhere("c").await;
+    // A pack granted in the shared store: 100 free + 50 granted.
+    grant(&replicas, "c", 50);
 
     // 200 requests at once, spread over the three: exactly 150 delivered.
     let apis = clients(&replicas, &key);
@@ -372,6 +397,56 @@ async fn enforced_credits_are_exact_across_replicas_and_fail_closed_without_redi
         usage_requests(&replicas).get("c") == Some(&150)
     });
     assert!(counted.await, "usage: {:?}", usage_requests(&replicas));
+
+    // A grant made through the shared store raises the balance on every
+    // replica within 2 s; a cost of 2 is charged 2 whichever answers.
+    let g = replicas.issue_everywhere("g").await;
+    let gs = clients(&replicas, &g);
+    grant(&replicas, "g", 5);
+    let raised = eventually(Duration::from_secs(2), || async {
+        let mut all = true;
+        for api in &gs {
+            all &= account(api).await["credits_remaining"] == 105;
+        }
+        all
+    });
+    assert!(raised.await, "the grant was not seen everywhere within 2 s");
+    let show = replicas.cli(&["credits", "show", "g", "--json"]);
+    assert!(show.success(), "credits show: {}", show.stderr);
+    let book: serde_json::Value = serde_json::from_str(show.stdout.trim()).unwrap();
+    assert_eq!(book["granted"], 5, "{book}");
+    assert_eq!(book["grants"][0]["note"], "pack", "{book}");
+    const POST: &str = "/v1/shortvideo/post?id=7312345678901234567";
+    for (i, api) in gs.iter().enumerate() {
+        let a = api.get(POST).await;
+        assert_eq!(a.status, 200, "{a:?}");
+        assert_eq!(a.json["meta"]["credits_used"], 2, "{a:?}");
+        let left = (105 - 2 * (i + 1)).to_string();
+        assert_eq!(
+            a.header("x-credits-remaining"),
+            Some(left.as_str()),
+            "{a:?}"
+        );
+    }
+    let charged = eventually(Duration::from_secs(2), || async {
+        let out = replicas.cli(&["keys", "usage", "--by", "endpoint", "--json"]);
+        let rows: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap_or_default();
+        rows.as_array().is_some_and(|rows| {
+            rows.iter().any(|r| {
+                r["key"] == "g"
+                    && r["endpoint"] == "post"
+                    && r["requests"] == 3
+                    && r["credits"] == 6
+            })
+        })
+    });
+    assert!(charged.await, "usage by endpoint: 3 posts, 6 credits");
+    for api in &gs {
+        let statement = account(api).await;
+        assert_eq!(statement["credits_remaining"], 99, "{statement}");
+        assert_eq!(statement["credits_used_total"], 6, "{statement}");
+        assert_eq!(statement["costs"]["post"], 2, "{statement}");
+    }
 
     // The rate limit is taken with the credit (one round trip) or, for a
     // request refused before its credit, just before that answer: the
