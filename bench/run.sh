@@ -57,7 +57,8 @@ TRACE_CONNS=${BENCH_TRACE_CONNS:-32}      # replayer threads, one connection eac
 REDIS_MODE=${BENCH_REDIS:-1}
 REDIS_RATIO=${BENCH_REDIS_RATIO:-0.7}     # redis/local req/s at BENCH_CHECK_CONNS
 REDIS_P50_MS=${BENCH_REDIS_P50_MS:-0.5}   # most p50 redis may add, at 1 connection
-REDIS_FSYNC=${BENCH_REDIS_FSYNC:-always}  # the bench Redis's appendfsync
+# appendfsync of the redis instances' servers; the first is judged.
+REDIS_FSYNC=${BENCH_REDIS_FSYNC:-"everysec always"}
 
 # The fixtures' subjects (tests/src/upstream.rs: LUNA, POST_ID).
 USERNAME=lunabakes
@@ -92,7 +93,8 @@ validate_knobs() {
     is_number "$REDIS_RATIO" || die "BENCH_REDIS_RATIO is not a number: $REDIS_RATIO"
     is_number "$REDIS_P50_MS" || die "BENCH_REDIS_P50_MS is not a number: $REDIS_P50_MS"
     [[ $REDIS_MODE =~ ^(0|1)$ ]] || die "BENCH_REDIS is 0 or 1, not '$REDIS_MODE'"
-    [[ $REDIS_FSYNC =~ ^(always|everysec|no)$ ]] || die "BENCH_REDIS_FSYNC is always, everysec or no"
+    [[ $REDIS_FSYNC =~ ^(always|everysec|no)( (always|everysec|no))*$ ]] ||
+        die "BENCH_REDIS_FSYNC lists always, everysec or no"
     [[ $CACHE_MODE =~ ^(0|1|force)$ ]] || die "BENCH_CACHE is 0, 1 or force, not '$CACHE_MODE'"
     ((TRACE_REQUESTS >= 1 && TRACE_USERS >= 1 && TRACE_CONNS >= 1)) ||
         die "BENCH_TRACE_REQUESTS, BENCH_TRACE_USERS and BENCH_TRACE_CONNS must be >= 1"
@@ -632,64 +634,84 @@ cache_scenarios() {
 }
 
 # ----------------------------------------------------------- shared state
-# The same instance twice, on the same upstream with the same state work per
-# request (a rate limit that never refuses, billing enforced with credits
-# that never run out, cache off as in the side-by-side): once on "local",
-# once on "redis" (a redis-server of its own, AOF with appendfsync
-# $REDIS_FSYNC). Each request then costs redis two scripts (the bucket and
-# the reservation) and a share of the settling batch.
-shared_state() {
-    if [[ $REDIS_MODE != 1 ]]; then
-        log "shared state: skipped (BENCH_REDIS=0)"
-        return
-    fi
-    local dir=$WORK/redis port i local_url redis_url local_key redis_key round conns
-    local local_pid redis_sg_pid redis_pid
+# The same instance on "local" and on "redis", on the same upstream with
+# the same state work per request (a rate limit that never refuses, billing
+# enforced with credits that never run out, cache off as in the
+# side-by-side). Each redis instance has a redis-server of its own, AOF on,
+# one per appendfsync mode in BENCH_REDIS_FSYNC (the first is the one the
+# targets judge). A request of a redis instance costs one script (the
+# bucket and the reservation together) and a share of the settling batch.
+start_redis() {
+    local mode=$1 dir=$WORK/redis-$1 port i
     mkdir -p "$dir"
     port=$(python3 "$SRC/tools.py" free-ports 1)
     redis-server --bind 127.0.0.1 --port "$port" --dir "$dir" --appendonly yes \
-        --appendfsync "$REDIS_FSYNC" --save "" --daemonize no >"$dir/redis.log" 2>&1 &
-    redis_pid=$!
-    PIDS+=("$redis_pid")
+        --appendfsync "$mode" --save "" --daemonize no >"$dir/redis.log" 2>&1 &
+    REDIS_PID=$!
+    PIDS+=("$REDIS_PID")
     for ((i = 0; i < 100; i++)); do
         [[ $(redis-cli -p "$port" ping 2>/dev/null) == PONG ]] && break
         sleep 0.1
     done
     [[ $(redis-cli -p "$port" ping 2>/dev/null) == PONG ]] ||
         die "redis-server did not start: $(tail -n 3 "$dir/redis.log")"
-    log "shared state: redis-server pid $redis_pid on 127.0.0.1:$port, appendfsync $REDIS_FSYNC"
-    export SOCIALGATE_REDIS_URL=redis://127.0.0.1:$port/0
+    REDIS_URL=redis://127.0.0.1:$port/0
+    log "shared state: redis-server pid $REDIS_PID on 127.0.0.1:$port, appendfsync $mode"
+}
+
+shared_state() {
+    if [[ $REDIS_MODE != 1 ]]; then
+        log "shared state: skipped (BENCH_REDIS=0)"
+        return
+    fi
+    local tables round conns mode name pid i
+    local -A url key
+    local -a names pids
     export BENCH_CURSOR_KEY=bench-cursor-key-shared-by-replicas-0123456789
-    local tables=$'[rate_limit]\nper_second = 1000000\nburst = 1000000\n\n[billing]\nenforce = true\nfree_credits = 1000000000000\n'
+    tables=$'[rate_limit]\nper_second = 1000000\nburst = 1000000\n\n[billing]\nenforce = true\nfree_credits = 1000000000000\n'
     tables+=$CACHE_OFF
     write_config "$WORK/sg-state-local" 'cursor_key_env = "BENCH_CURSOR_KEY"' "$tables"
-    write_config "$WORK/sg-state-redis" 'cursor_key_env = "BENCH_CURSOR_KEY"' \
-        "$tables"$'\n\n[state]\nbackend = "redis"\nurl_env = "SOCIALGATE_REDIS_URL"'
-    local_key=$(issue_key "$WORK/sg-state-local" bench)
-    redis_key=$(issue_key "$WORK/sg-state-redis" bench)
+    key[local]=$(issue_key "$WORK/sg-state-local" bench)
     start_socialgate sg-state-local
-    local_url=$SG_URL${SG_PATH[profile]} local_pid=$SG_PID
-    start_socialgate sg-state-redis
-    redis_url=$SG_URL${SG_PATH[profile]} redis_sg_pid=$SG_PID
-    check_socialgate "$local_url" profile "$local_key" >/dev/null
-    check_socialgate "$redis_url" profile "$redis_key" >/dev/null
+    url[local]=$SG_URL${SG_PATH[profile]}
+    names=(local)
+    pids=("$SG_PID")
+    for mode in $REDIS_FSYNC; do
+        start_redis "$mode"
+        pids+=("$REDIS_PID")
+        name=redis-$mode
+        export "SOCIALGATE_REDIS_URL_${mode^^}=$REDIS_URL"
+        write_config "$WORK/sg-state-$name" 'cursor_key_env = "BENCH_CURSOR_KEY"' \
+            "$tables"$'\n\n[state]\nbackend = "redis"\nurl_env = "SOCIALGATE_REDIS_URL_'"${mode^^}"'"'
+        key[$name]=$(issue_key "$WORK/sg-state-$name" bench)
+        start_socialgate "sg-state-$name"
+        url[$name]=$SG_URL${SG_PATH[profile]}
+        names+=("$name")
+        pids+=("$SG_PID")
+    done
+    for name in "${names[@]}"; do
+        check_socialgate "${url[$name]}" profile "${key[$name]}" >/dev/null
+    done
     log "shared state: warm-up ${WARMUP}s per instance"
-    warm "$local_url" "X-API-Key: $local_key"
-    warm "$redis_url" "X-API-Key: $redis_key"
+    for name in "${names[@]}"; do
+        warm "${url[$name]}" "X-API-Key: ${key[$name]}"
+    done
     for ((round = 1; round <= ROUNDS; round++)); do
         log "shared state, round $round/$ROUNDS"
         for conns in 1 "$CHECK_CONNS"; do
-            run_wrk state local profile "$conns" "$round" "$local_url" "X-API-Key: $local_key"
-            run_wrk state redis profile "$conns" "$round" "$redis_url" "X-API-Key: $redis_key"
+            for name in "${names[@]}"; do
+                run_wrk state "$name" profile "$conns" "$round" "${url[$name]}" "X-API-Key: ${key[$name]}"
+            done
         done
     done
     REDIS_VERSION=$(redis-server --version | sed -n 's/.* v=\([0-9.]*\).*/\1/p')
-    stop_pid "$local_pid"
-    forget_pid "$local_pid"
-    stop_pid "$redis_sg_pid"
-    forget_pid "$redis_sg_pid"
-    stop_pid "$redis_pid"
-    forget_pid "$redis_pid"
+    # Latest first: forget_pid fails (and set -e ends the run) unless the
+    # last entry it looks at is the one it removes.
+    for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+        pid=${pids[$i]}
+        stop_pid "$pid"
+        forget_pid "$pid"
+    done
 }
 
 write_meta() {

@@ -2,6 +2,10 @@
 //! changes (or on SIGHUP, which [`crate::lifecycle`] turns into a request
 //! here), build a whole new [`Snapshot`] and swap it in.
 //!
+//! With `[state] backend = "redis"` the keys are not a file's: a reload
+//! keeps the snapshot's, and [`crate::shared::keys::follow`] swaps in the
+//! shared store's when they change.
+//!
 //! The new snapshot is built completely (config parsed and validated,
 //! libraries loaded, providers set up, chains assembled, keys read) before
 //! anything changes; any failure is logged in one line naming the file and
