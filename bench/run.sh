@@ -269,6 +269,8 @@ keys_file = "keys.toml"
 state_dir = "state"
 plugin_dir = "$TARGET_DIR/release"
 shutdown_grace_ms = 2000
+# The same headroom as max_in_flight below: no 503 at 1024 connections.
+max_concurrent_requests = 4096
 $extra
 $tables
 
@@ -280,6 +282,9 @@ providers = ["shortvideo-primary"]
 library = "shortvideo_primary"
 base_url = "http://127.0.0.1:$port"
 api_key_env = "SHORTVIDEO_PRIMARY_KEY"
+# Above the most connections measured (the default, 64, would answer
+# 503 OVERLOADED to the rest of 256 or 1024 uncached requests at once).
+max_in_flight = 4096
 EOF
 }
 

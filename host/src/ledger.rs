@@ -23,6 +23,7 @@
 //! count (a version-1 file's counts keep an empty endpoint) and the grants
 //! table. A server, or `credits grant`, migrates a version-1 file in place.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -306,7 +307,19 @@ impl Ledger {
     /// Never blocks on I/O: it only adds to the in-memory map, under a lock
     /// held for that addition.
     pub fn record(&self, key: &str, endpoint: Endpoint, credits: u32) {
-        self.record_on(key, &utc_day(SystemTime::now()), endpoint, credits);
+        // The day's name is formatted once a day per thread, not per request.
+        thread_local! {
+            static TODAY: RefCell<(u64, String)> = const { RefCell::new((0, String::new())) };
+        }
+        let now = SystemTime::now();
+        let day_number = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()) / 86_400;
+        TODAY.with_borrow_mut(|(number, name)| {
+            if *number != day_number || name.is_empty() {
+                *number = day_number;
+                *name = utc_day(now);
+            }
+            self.record_on(key, name, endpoint, credits);
+        });
     }
 
     /// [`Ledger::record`] on a given day, so tests choose the clock.

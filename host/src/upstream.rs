@@ -44,21 +44,26 @@ impl Origin {
 
     /// Refuses a request the provider may not make: any method but `GET`, or
     /// a URL outside this origin. The message quotes neither, since a URL may
-    /// carry the key.
-    pub fn admit(&self, method: &str, url: &str) -> Result<(), ProviderError> {
+    /// carry the key. An admitted URL comes back parsed, for
+    /// [`UpstreamClient::fetch`]: it is parsed once.
+    pub fn admit(&self, method: &str, url: &str) -> Result<Admitted, ProviderError> {
         if method != "GET" {
             return Err(ProviderError::bad_response(
                 "plugin asked for a request that is not a GET; refused",
             ));
         }
         match reqwest::Url::parse(url) {
-            Ok(url) if url.origin() == self.0 => Ok(()),
+            Ok(url) if url.origin() == self.0 => Ok(Admitted(url)),
             _ => Err(ProviderError::bad_response(
                 "plugin asked for a URL outside its provider's base_url origin; refused",
             )),
         }
     }
 }
+
+/// A URL [`Origin::admit`] let through.
+#[derive(Debug)]
+pub struct Admitted(reqwest::Url);
 
 #[derive(Debug, thiserror::Error)]
 #[error("cannot build the upstream HTTP client: {0}")]
@@ -99,11 +104,12 @@ impl UpstreamClient {
         })
     }
 
-    /// Performs `request`. Transport failures are transient; a body over
-    /// `max_body` bytes is a bad response. Errors never carry the request
-    /// headers.
+    /// Performs `request`, at the URL its provider's origin admitted.
+    /// Transport failures are transient; a body over `max_body` bytes is a
+    /// bad response. Errors never carry the request headers.
     pub async fn fetch(
         &self,
+        url: Admitted,
         request: &UpstreamRequest,
         max_body: usize,
     ) -> Result<Fetched, ProviderError> {
@@ -114,7 +120,7 @@ impl UpstreamClient {
         };
         let method = reqwest::Method::from_bytes(request.method().as_bytes())
             .map_err(|_| ProviderError::bad_response("plugin asked for an invalid HTTP method"))?;
-        let mut builder = self.client.request(method, request.url());
+        let mut builder = self.client.request(method, url.0);
         for (name, value) in request.headers() {
             builder = builder.header(name, value);
         }

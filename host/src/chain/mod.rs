@@ -327,9 +327,9 @@ async fn attempt(
                         url = %crate::config::redacted_url(request.url()),
                         "upstream request"
                     );
-                    provider.origin.admit(request.method(), request.url())?;
+                    let url = provider.origin.admit(request.method(), request.url())?;
                     requests += 1;
-                    last = Some(client.fetch(&request, provider.max_body_bytes).await?);
+                    last = Some(client.fetch(url, &request, provider.max_body_bytes).await?);
                 }
             }
         }

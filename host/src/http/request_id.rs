@@ -26,25 +26,51 @@ pub fn is_valid(id: &str) -> bool {
 
 fn uuid_v4() -> String {
     let mut b = [0u8; 16];
-    // Without OS randomness an ID still has to exist; time is unique enough.
-    if getrandom::getrandom(&mut b).is_err() {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or_default();
-        b = nanos.to_le_bytes();
-    }
+    random_bytes(&mut b);
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
-    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    )
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut id = String::with_capacity(36);
+    for (i, byte) in b.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            id.push('-');
+        }
+        id.push(HEX[usize::from(byte >> 4)] as char);
+        id.push(HEX[usize::from(byte & 0x0f)] as char);
+    }
+    id
+}
+
+/// Bytes drawn from the OS random source a pool at a time: one system call
+/// per 256 IDs instead of one per request. An ID needs uniqueness, not
+/// secrecy, but the bytes are the OS's all the same.
+fn random_bytes(out: &mut [u8; 16]) {
+    const POOL: usize = 4096;
+    struct Pool {
+        bytes: [u8; POOL],
+        used: usize,
+    }
+    thread_local! {
+        static RANDOM: std::cell::RefCell<Pool> =
+            const { std::cell::RefCell::new(Pool { bytes: [0; POOL], used: POOL }) };
+    }
+    RANDOM.with_borrow_mut(|pool| {
+        let n = out.len();
+        if pool.used + n > POOL {
+            if getrandom::getrandom(&mut pool.bytes).is_err() {
+                // Unique enough for a correlation ID when the OS source fails.
+                let nanos = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos())
+                    .unwrap_or_default();
+                *out = nanos.to_le_bytes();
+                return;
+            }
+            pool.used = 0;
+        }
+        out.copy_from_slice(&pool.bytes[pool.used..pool.used + n]);
+        pool.used += n;
+    });
 }
 
 #[cfg(test)]

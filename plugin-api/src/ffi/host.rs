@@ -135,7 +135,7 @@ impl Library {
         let config = serde_json::to_string(config).map_err(|e| e.to_string())?;
         match (self.module.instantiate())(config.as_str().into(), host) {
             ROk(inner) => Ok(ProviderHandle { inner }),
-            RErr(reason) => Err(reason.into()),
+            RErr(reason) => Err(copied(&reason)),
         }
     }
 }
@@ -181,6 +181,15 @@ pub fn caller_message(message: &str) -> String {
         .collect()
 }
 
+/// A host-owned copy of a string the plugin allocated. `RString` into
+/// `String` would adopt the plugin's buffer when both sides were built by
+/// the same compiler, and the host would then free it with its own global
+/// allocator: undefined behaviour for a plugin (or host) with another one.
+/// The plugin's buffer is freed through its own vtable when dropped.
+fn copied(plugin_owned: &RString) -> String {
+    plugin_owned.as_str().to_owned()
+}
+
 /// One attempt in progress; see [`Attempt`](crate::Attempt).
 pub struct AttemptHandle {
     inner: FfiAttemptBox,
@@ -218,11 +227,11 @@ impl AttemptHandle {
                 headers,
                 body: _,
             } => Ok(Next::Fetch(UpstreamRequest::from_parts(
-                method.into(),
-                url.into(),
+                copied(&method),
+                copied(&url),
                 headers
-                    .into_iter()
-                    .map(|t| (t.0.into(), t.1.into()))
+                    .iter()
+                    .map(|t| (copied(&t.0), copied(&t.1)))
                     .collect(),
             ))),
             FfiStep::Done {
@@ -245,8 +254,9 @@ impl AttemptHandle {
                     ProviderError::bad_response(format!("plugin answer has {problem}"))
                 })?;
                 let next_cursor: Option<String> = next_cursor
+                    .as_ref()
                     .into_option()
-                    .map(Into::into)
+                    .map(copied)
                     .filter(|next| Some(next) != self.cursor.as_ref());
                 if next_cursor
                     .as_ref()
@@ -266,7 +276,7 @@ impl AttemptHandle {
                 message,
                 retry_after_ms,
             } => {
-                let error = ProviderError::new(ErrorKind::from_code(kind), message);
+                let error = ProviderError::new(ErrorKind::from_code(kind), copied(&message));
                 Err(match retry_after_ms.into_option() {
                     Some(ms) => error.retry_after(Duration::from_millis(ms)),
                     None => error,
