@@ -15,35 +15,12 @@ MAX_EXAMPLES=${MAX_EXAMPLES:-15}
 VENV=target/ci-venv
 WORK=target/ci-schemathesis
 
-if ! "$VENV/bin/schemathesis" --version 2>/dev/null | grep -q "$SCHEMATHESIS_VERSION"; then
-    python3 -m venv "$VENV"
-    "$VENV/bin/pip" install --quiet --disable-pip-version-check "schemathesis==$SCHEMATHESIS_VERSION"
-fi
-
+. scripts/demo-server.sh
+venv_tool "$VENV" schemathesis schemathesis "$SCHEMATHESIS_VERSION"
 rm -rf "$WORK" && mkdir -p "$WORK"
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-base="http://127.0.0.1:$port"
-./target/debug/socialgate demo --listen "127.0.0.1:$port" >"$WORK/demo.out" 2>"$WORK/demo.err" &
-demo=$!
-trap 'kill "$demo" 2>/dev/null; wait "$demo" 2>/dev/null || true' EXIT
-
-key=""
-for _ in $(seq 1 100); do
-    key=$(sed -n 's/^demo API key: //p' "$WORK/demo.out")
-    if [ -n "$key" ] && python3 -c "import urllib.request, sys; urllib.request.urlopen(sys.argv[1])" "$base/readyz" 2>/dev/null; then
-        break
-    fi
-    if ! kill -0 "$demo" 2>/dev/null; then
-        echo "socialgate demo exited:" >&2
-        cat "$WORK/demo.err" >&2
-        exit 1
-    fi
-    sleep 0.1
-done
-if [ -z "$key" ]; then
-    echo "socialgate demo did not become ready" >&2
-    exit 1
-fi
+start_demo "$WORK"
+base=$DEMO_BASE
+key=$DEMO_KEY
 
 started=$(date +%s)
 status=0

@@ -11,22 +11,12 @@ GENERATOR_VERSION=0.29.1
 VENV=target/ci-venv
 WORK=target/openapi-client
 
-if ! "$VENV/bin/openapi-python-client" --version 2>/dev/null | grep -q "$GENERATOR_VERSION"; then
-    python3 -m venv "$VENV"
-    "$VENV/bin/pip" install --quiet --disable-pip-version-check "openapi-python-client==$GENERATOR_VERSION"
-fi
-
+. scripts/demo-server.sh
+venv_tool "$VENV" openapi-python-client openapi-python-client "$GENERATOR_VERSION"
 rm -rf "$WORK" && mkdir -p "$WORK"
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-base="http://127.0.0.1:$port"
-./target/debug/socialgate demo --listen "127.0.0.1:$port" >"$WORK/demo.out" 2>"$WORK/demo.err" &
-demo=$!
-trap 'kill "$demo" 2>/dev/null; wait "$demo" 2>/dev/null || true' EXIT
-for _ in $(seq 1 100); do
-    grep -q '^demo API key: ' "$WORK/demo.out" 2>/dev/null && break
-    sleep 0.1
-done
-key=$(sed -n 's/^demo API key: //p' "$WORK/demo.out")
+start_demo "$WORK"
+base=$DEMO_BASE
+key=$DEMO_KEY
 
 (cd "$WORK" && "../../$VENV/bin/openapi-python-client" generate --url "$base/v1/openapi.json" --meta none --output-path client >generate.log)
 PYTHONPATH="$WORK" "$VENV/bin/python" - "$base" "$key" <<'PY'

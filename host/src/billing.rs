@@ -386,8 +386,7 @@ impl Billing {
                 })
             }
             Err(refusal) => {
-                // Nothing was held: nothing to give back.
-                reservation.settled = true;
+                reservation.forget();
                 Err(match refusal {
                     Refusal::Exhausted { balance, standing } => {
                         self.know(key, balance);
@@ -464,30 +463,20 @@ impl Billing {
         cacheable: bool,
         config: BillingConfig,
     ) -> Result<Reservation, OutOfCredits> {
-        let fresh = config.costs.fresh(endpoint);
-        let cached = config.costs.cached(endpoint);
-        let held = if cacheable { fresh.max(cached) } else { fresh };
+        let reservation = self.reservation(key, endpoint, cacheable, config);
+        let held = reservation.held;
         let mut accounts = self.lock();
         let account = account_of(&mut accounts, key);
         let available = account
             .remaining(config.free_credits)
             .saturating_sub(account.reserved);
         if config.enforce && held > 0 && u64::from(held) > available {
+            // Never booked: dropping it must give nothing back.
+            reservation.forget();
             return Err(OutOfCredits);
         }
         account.reserved += u64::from(held);
-        Ok(Reservation {
-            billing: self.clone(),
-            key: key.to_owned(),
-            endpoint,
-            held,
-            fresh,
-            cached,
-            free_credits: config.free_credits,
-            settled: false,
-            member: None,
-            balance: config.free_credits,
-        })
+        Ok(reservation)
     }
 
     /// `key`'s balance now (`redis`: as this replica last heard it).
@@ -589,6 +578,13 @@ impl Reservation {
             account.spent_today += spend;
         }
         account.remaining(self.free_credits)
+    }
+}
+
+impl Reservation {
+    /// Drops a reservation that was never booked: nothing to give back.
+    fn forget(mut self) {
+        self.settled = true;
     }
 }
 

@@ -539,69 +539,85 @@ fn print_usage_by_endpoint(
     out: &mut impl Write,
     rows: &[crate::ledger::EndpointUsageRow],
 ) -> std::io::Result<()> {
-    if rows.is_empty() {
-        return writeln!(out, "no usage recorded");
-    }
-    let width = rows.iter().map(|r| r.key.len()).max().unwrap_or(3).max(3);
-    writeln!(
-        out,
-        "{:<width$}  {:<10}  {:<8}  {:>8}  {:>8}",
-        "key", "day", "endpoint", "requests", "credits"
-    )?;
-    for (i, row) in rows.iter().enumerate() {
-        writeln!(
-            out,
-            "{:<width$}  {:<10}  {:<8}  {:>8}  {:>8}",
-            row.key,
-            row.day,
-            row.endpoint.as_deref().unwrap_or("-"),
-            row.requests,
-            row.credits
-        )?;
-        let last_of_key = rows.get(i + 1).is_none_or(|next| next.key != row.key);
-        if last_of_key {
-            let (requests, credits) = rows
-                .iter()
-                .filter(|r| r.key == row.key)
-                .fold((0, 0), |(q, c), r| (q + r.requests, c + r.credits));
-            writeln!(
-                out,
-                "{:<width$}  {:<10}  {:<8}  {requests:>8}  {credits:>8}",
-                "", "total", ""
-            )?;
-        }
-    }
-    Ok(())
+    let lines: Vec<UsageLine<'_>> = rows
+        .iter()
+        .map(|r| UsageLine {
+            key: &r.key,
+            day: &r.day,
+            endpoint: Some(r.endpoint.as_deref().unwrap_or("-")),
+            requests: r.requests,
+            credits: r.credits,
+        })
+        .collect();
+    print_usage_table(out, &lines)
 }
 
 /// A table per key: one line per day, then the key's total.
 fn print_usage(out: &mut impl Write, rows: &[crate::ledger::UsageRow]) -> std::io::Result<()> {
-    if rows.is_empty() {
+    let lines: Vec<UsageLine<'_>> = rows
+        .iter()
+        .map(|r| UsageLine {
+            key: &r.key,
+            day: &r.day,
+            endpoint: None,
+            requests: r.requests,
+            credits: r.credits,
+        })
+        .collect();
+    print_usage_table(out, &lines)
+}
+
+/// One line of a usage table; `endpoint` is `None` in tables without that
+/// column.
+struct UsageLine<'a> {
+    key: &'a str,
+    day: &'a str,
+    endpoint: Option<&'a str>,
+    requests: u64,
+    credits: u64,
+}
+
+/// Lines grouped by key (as the ledger sorts them), each key's group
+/// followed by its total.
+fn print_usage_table(out: &mut impl Write, lines: &[UsageLine<'_>]) -> std::io::Result<()> {
+    if lines.is_empty() {
         return writeln!(out, "no usage recorded");
     }
-    let width = rows.iter().map(|r| r.key.len()).max().unwrap_or(3).max(3);
-    writeln!(
-        out,
-        "{:<width$}  {:<10}  {:>8}  {:>8}",
-        "key", "day", "requests", "credits"
-    )?;
-    for (i, row) in rows.iter().enumerate() {
-        writeln!(
-            out,
-            "{:<width$}  {:<10}  {:>8}  {:>8}",
-            row.key, row.day, row.requests, row.credits
-        )?;
-        let last_of_key = rows.get(i + 1).is_none_or(|next| next.key != row.key);
-        if last_of_key {
-            let (requests, credits) = rows
-                .iter()
-                .filter(|r| r.key == row.key)
-                .fold((0, 0), |(q, c), r| (q + r.requests, c + r.credits));
+    let width = lines.iter().map(|l| l.key.len()).max().unwrap_or(3).max(3);
+    let by_endpoint = lines.iter().any(|l| l.endpoint.is_some());
+    let row = |out: &mut dyn Write,
+               key: &str,
+               day: &str,
+               endpoint: &str,
+               requests: &dyn std::fmt::Display,
+               credits: &dyn std::fmt::Display| {
+        if by_endpoint {
             writeln!(
                 out,
-                "{:<width$}  {:<10}  {requests:>8}  {credits:>8}",
-                "", "total"
-            )?;
+                "{key:<width$}  {day:<10}  {endpoint:<8}  {requests:>8}  {credits:>8}"
+            )
+        } else {
+            writeln!(out, "{key:<width$}  {day:<10}  {requests:>8}  {credits:>8}")
+        }
+    };
+    row(out, "key", "day", "endpoint", &"requests", &"credits")?;
+    for (i, line) in lines.iter().enumerate() {
+        let endpoint = line.endpoint.unwrap_or("");
+        row(
+            out,
+            line.key,
+            line.day,
+            endpoint,
+            &line.requests,
+            &line.credits,
+        )?;
+        let last_of_key = lines.get(i + 1).is_none_or(|next| next.key != line.key);
+        if last_of_key {
+            let (requests, credits) = lines
+                .iter()
+                .filter(|l| l.key == line.key)
+                .fold((0, 0), |(q, c), l| (q + l.requests, c + l.credits));
+            row(out, "", "total", "", &requests, &credits)?;
         }
     }
     Ok(())

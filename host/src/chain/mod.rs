@@ -128,10 +128,8 @@ pub async fn serve<H: Send + 'static>(
                 )
                 .await;
                 held = back;
-                match verdict {
-                    Verdict::Answered(done) => return (Ok(served(done, provider)), held),
-                    Verdict::Stop(stop) => return (Err(stop), held),
-                    Verdict::Failed => {}
+                if let Some(end) = verdict.end_of_chain(provider) {
+                    return (end, held);
                 }
             }
             Err(until) => {
@@ -176,10 +174,8 @@ pub async fn serve<H: Send + 'static>(
         )
         .await;
         held = back;
-        match verdict {
-            Verdict::Answered(done) => return (Ok(served(done, provider)), held),
-            Verdict::Stop(stop) => return (Err(stop), held),
-            Verdict::Failed => {}
+        if let Some(end) = verdict.end_of_chain(provider) {
+            return (end, held);
         }
     }
     if deadline.expired() {
@@ -188,10 +184,18 @@ pub async fn serve<H: Send + 'static>(
     (Err(ChainError::Exhausted), held)
 }
 
-fn served(done: Done, provider: &Arc<Provider>) -> Served {
-    Served {
-        done,
-        provider: provider.clone(),
+impl Verdict {
+    /// What the chain answers after this attempt of `provider`'s, or `None`
+    /// when it asks the next provider.
+    fn end_of_chain(self, provider: &Arc<Provider>) -> Option<Result<Served, ChainError>> {
+        match self {
+            Verdict::Answered(done) => Some(Ok(Served {
+                done,
+                provider: provider.clone(),
+            })),
+            Verdict::Stop(stop) => Some(Err(stop)),
+            Verdict::Failed => None,
+        }
     }
 }
 
