@@ -3,8 +3,9 @@
 //! breaker still learns how a probe ended and a fetch is still stored; and
 //! it goes on holding what the request held (its overload slot, its credit
 //! reservation, its provider's in-flight slot), so hanging up never buys
-//! upstream work outside the limits. Each abandonment is one log line with
-//! the request's ID and one count of `socialgate_requests_abandoned_total`.
+//! upstream work outside the limits. Each abandonment counts in
+//! `socialgate_requests_abandoned_total` and is logged with the request's
+//! ID, one line a second at most.
 //!
 //! [`Detached`] costs nothing while the caller stays: the work runs on the
 //! request's own task, and becomes a task of its own only when dropped
@@ -12,6 +13,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use tracing::instrument::Instrumented;
@@ -50,16 +52,39 @@ impl<F: Future<Output: Send> + Send + 'static> Drop for Detached<F> {
         let Some(unfinished) = self.inner.take() else {
             return;
         };
-        unfinished.span().in_scope(|| {
-            tracing::warn!(
-                "caller hung up; its upstream work goes on to its end, holding its slot and credits (none charged)"
-            )
-        });
+        log_abandoned(unfinished.span());
         crate::metrics::abandoned();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(unfinished);
         }
     }
+}
+
+/// One line a second at most: a client that hangs up in a loop must not
+/// flood the log. Each line says how many went unlogged before it; the
+/// metric counts every one.
+fn log_abandoned(span: &tracing::Span) {
+    static NEXT_LINE_AT: AtomicU64 = AtomicU64::new(0);
+    static UNLOGGED: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let next = NEXT_LINE_AT.load(Ordering::Relaxed);
+    let mine = now >= next
+        && NEXT_LINE_AT
+            .compare_exchange(next, now + 1, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok();
+    if !mine {
+        UNLOGGED.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    let unlogged_before = UNLOGGED.swap(0, Ordering::Relaxed);
+    span.in_scope(|| {
+        tracing::warn!(
+            unlogged_before,
+            "caller hung up; its upstream work goes on to its end, holding its slot and credits (none charged)"
+        )
+    });
 }
 
 #[cfg(test)]
