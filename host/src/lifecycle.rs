@@ -39,7 +39,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::KeysError;
@@ -204,25 +204,32 @@ pub async fn serve(
 
     let shutdown = CancellationToken::new();
     let mut listeners = Vec::new();
+    let mut stopped_accepting = Vec::new();
     let serving_app = app.clone();
+    let (stopped, stopped_public) = oneshot::channel();
+    stopped_accepting.push(stopped_public);
     listeners.push(tokio::spawn(server::serve(
         "public",
         public,
         listener.hardening,
         tls.as_ref().map(Tls::acceptor),
         shutdown.clone(),
+        Some(stopped),
         move |request| {
             let app = serving_app.clone();
             async move { api::handle(&app, request).await }
         },
     )));
     if let Some(admin) = admin {
+        let (stopped, stopped_admin) = oneshot::channel();
+        stopped_accepting.push(stopped_admin);
         listeners.push(tokio::spawn(server::serve(
             "admin",
             admin,
             listener.hardening,
             None,
             shutdown.clone(),
+            Some(stopped),
             admin::handler(app.clone(), metrics),
         )));
     }
@@ -252,9 +259,12 @@ pub async fn serve(
     signals.terminate.await;
     // 1.
     app.begin_draining();
-    tracing::info!("shutting down: not ready, no new connections; finishing requests in flight");
-    // 2.
+    // 2. Said once it is true: whoever reads the line may rely on it.
     shutdown.cancel();
+    for stopped in stopped_accepting {
+        let _ = stopped.await;
+    }
+    tracing::info!("shutting down: not ready, no new connections; finishing requests in flight");
     for listener in listeners {
         let _ = listener.await;
     }

@@ -551,6 +551,7 @@ async fn serve(listener: TcpListener, double: Double, shutdown: CancellationToke
         Hardening::default(),
         None,
         shutdown,
+        None,
         handler,
     )
     .await

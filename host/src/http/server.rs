@@ -37,7 +37,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{oneshot, Semaphore};
 use tokio::time::{Instant, Sleep};
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
@@ -239,8 +239,9 @@ const FULL_WARNING_EVERY: Duration = Duration::from_secs(60);
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// Serves `listener` with `handler` until `shutdown` fires, then drains:
-/// no new connections, each open one finishes its request in flight, for
-/// at most the grace period. `name` says which listener, in logs. With
+/// no new connections (the socket is closed, and `stopped_accepting`, if
+/// any, told so), each open one finishes its request in flight, for at most
+/// the grace period. `name` says which listener, in logs. With
 /// `tls`, every connection is TLS first. HTTP/1.1 and HTTP/2 (by ALPN or
 /// prior knowledge) are served on every connection.
 pub async fn serve<H, F>(
@@ -249,6 +250,7 @@ pub async fn serve<H, F>(
     hardening: Hardening,
     tls: Option<TlsAcceptor>,
     shutdown: CancellationToken,
+    stopped_accepting: Option<oneshot::Sender<()>>,
     handler: H,
 ) where
     H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
@@ -337,6 +339,9 @@ pub async fn serve<H, F>(
         });
     }
     drop(listener);
+    if let Some(stopped_accepting) = stopped_accepting {
+        let _ = stopped_accepting.send(());
+    }
     let open = graceful.count();
     if open > 0 {
         tracing::info!(
