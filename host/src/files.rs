@@ -35,6 +35,16 @@ pub fn create_private(path: &Path) -> io::Result<File> {
     }
 }
 
+/// Creates `path` empty, exclusively and mode 0600, unless something is
+/// there already (which is left as it is).
+pub fn create_private_if_absent(path: &Path) -> io::Result<()> {
+    match open_new(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 fn open_new(path: &Path) -> io::Result<File> {
     let mut options = OpenOptions::new();
     options.write(true).create_new(true);

@@ -93,6 +93,11 @@ pub enum LedgerError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("{path}: cannot create the usage ledger: {source}")]
+    Create {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{path}: cannot open the usage ledger: {source}")]
     Open {
         path: PathBuf,
@@ -672,6 +677,13 @@ fn open_for_writing(path: &Path) -> Result<Connection, LedgerError> {
             source,
         })?;
     }
+    // Who used what is the operator's business: a new ledger is 0600 (an
+    // empty file is an empty database), and SQLite gives its -wal and -shm
+    // files the database file's mode.
+    crate::files::create_private_if_absent(path).map_err(|source| LedgerError::Create {
+        path: path.to_owned(),
+        source,
+    })?;
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_CREATE
         | OpenFlags::SQLITE_OPEN_NO_MUTEX;
@@ -911,6 +923,21 @@ mod tests {
         // Nothing pending: a flush writes nothing and changes nothing.
         ledger.flush().unwrap();
         assert_eq!(usage(&dir.db(), None).unwrap().len(), 3);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_new_ledger_and_its_wal_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = TempDir::new("private");
+        let ledger = Ledger::open(&dir.db(), HOUR).unwrap();
+        ledger.record_on("alice", "2026-01-01", Endpoint::Post, 1);
+        ledger.flush().unwrap();
+        let wal = dir.db().with_extension("sqlite-wal");
+        for path in [dir.db(), wal] {
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600, "{}", path.display());
+        }
     }
 
     #[test]
