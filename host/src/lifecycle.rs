@@ -192,6 +192,16 @@ pub async fn serve(
         }
     };
     let app = Arc::new(build_app(config, snapshot, loader, shared.clone())?);
+    let listeners_count = 1 + usize::from(listener.admin_listen.is_some());
+    if let OpenFiles::TooFew { limit, wanted } =
+        raise_open_file_limit(listener.hardening.max_connections * listeners_count)
+    {
+        tracing::warn!(
+            open_files = limit,
+            wanted,
+            "the open-file limit is below max_connections (per listener) plus a margin for upstream connections and files: accept will fail before the cap is reached; raise the hard limit (ulimit -Hn) or lower max_connections"
+        );
+    }
     let public_addr = listen.unwrap_or(listener.listen);
     let public = bind(public_addr).await?;
     let admin = match listener.admin_listen {
@@ -281,6 +291,55 @@ pub async fn serve(
         Err(e) => tracing::error!("usage not written at shutdown: {e}"),
     }
     Ok(())
+}
+
+/// Raises the soft open-file limit to the hard one, as servers commonly do
+/// (a default soft limit of 1024 is below the default `max_connections`),
+/// and says whether that leaves enough for `connections` plus the upstream
+/// connections and files: if not, `accept` fails before the connection cap
+/// is reached.
+fn raise_open_file_limit(connections: usize) -> OpenFiles {
+    #[cfg(unix)]
+    {
+        /// Upstream connections, libraries, the ledger, logs.
+        const MARGIN: u64 = 1024;
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit and setrlimit only read or write the struct given.
+        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+            return OpenFiles::Enough;
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: limit.rlim_max,
+                rlim_max: limit.rlim_max,
+            };
+            // SAFETY: as above.
+            if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+                limit = raised;
+            }
+        }
+        let wanted = u64::try_from(connections)
+            .unwrap_or(u64::MAX)
+            .saturating_add(MARGIN);
+        if limit.rlim_cur != libc::RLIM_INFINITY && limit.rlim_cur < wanted {
+            return OpenFiles::TooFew {
+                limit: limit.rlim_cur,
+                wanted,
+            };
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = connections;
+    OpenFiles::Enough
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum OpenFiles {
+    Enough,
+    TooFew { limit: u64, wanted: u64 },
 }
 
 /// Step 3's process-wide parts, around the loaded snapshot.
@@ -422,5 +481,56 @@ impl Signals {
         #[cfg(not(unix))]
         let _ = (requests, shutdown);
         received
+    }
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+
+    fn open_file_limit() -> libc::rlimit {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: writes only the struct given.
+        assert_eq!(
+            unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) },
+            0
+        );
+        limit
+    }
+
+    // nextest runs each test in a process of its own: lowering this one's
+    // soft limit touches no other test.
+    #[test]
+    fn the_soft_open_file_limit_is_raised_to_the_hard_one() {
+        let hard = open_file_limit().rlim_max;
+        let low = libc::rlimit {
+            rlim_cur: 64.min(hard),
+            rlim_max: hard,
+        };
+        // SAFETY: reads only the struct given.
+        assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &low) }, 0);
+        raise_open_file_limit(0);
+        assert_eq!(open_file_limit().rlim_cur, hard);
+    }
+
+    #[test]
+    fn too_few_open_files_for_the_connections_are_reported() {
+        let hard = open_file_limit().rlim_max;
+        let verdict = raise_open_file_limit(usize::MAX);
+        if hard == libc::RLIM_INFINITY {
+            assert_eq!(verdict, OpenFiles::Enough);
+        } else {
+            assert_eq!(
+                verdict,
+                OpenFiles::TooFew {
+                    limit: hard,
+                    wanted: u64::MAX
+                }
+            );
+        }
+        assert_eq!(raise_open_file_limit(0), OpenFiles::Enough);
     }
 }

@@ -305,6 +305,11 @@ pub async fn serve<H, F>(
             },
             () = shutdown.cancelled() => break,
         };
+        // An answer is written whole, at once: Nagle's algorithm could only
+        // hold its last segment back for the client's delayed ACK.
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(listener = name, %peer, "cannot set TCP_NODELAY: {e}");
+        }
         let handler = handler.clone();
         let service = service_fn(move |request| {
             let response = handler(request);
