@@ -74,18 +74,18 @@ impl CacheStatus {
 
 impl CacheStatus {
     /// A short word for the request's log line.
-    pub fn log_value(&self) -> String {
+    pub fn log_value(&self) -> &'static str {
         match self {
-            CacheStatus::Hit { .. } => "hit".into(),
+            CacheStatus::Hit { .. } => "hit",
             CacheStatus::Fetched {
                 forward: Forward::Bypass,
                 ..
-            } => "bypass".into(),
+            } => "bypass",
             CacheStatus::Fetched {
                 collapsed: true, ..
-            } => "collapsed".into(),
-            CacheStatus::Fetched { .. } => "miss".into(),
-            CacheStatus::StaleIfError { .. } => "stale".into(),
+            } => "collapsed",
+            CacheStatus::Fetched { .. } => "miss",
+            CacheStatus::StaleIfError { .. } => "stale",
         }
     }
 }

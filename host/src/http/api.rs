@@ -130,7 +130,7 @@ pub async fn handle(app: &App, request: Request<Incoming>) -> Response<Body> {
             status,
             latency_ms = elapsed.as_secs_f64() * 1000.0,
             provider = report.provider.as_deref().unwrap_or("-"),
-            cache = %report.cache.as_ref().map_or_else(|| "-".into(), CacheStatus::log_value),
+            cache = %report.cache.as_ref().map_or("-", CacheStatus::log_value),
             attempts = report.journal.attempts.len(),
             key = report.key.as_deref().unwrap_or("-"),
             "request"
