@@ -28,6 +28,7 @@ const CACHE_REQUESTS: &str = "socialgate_cache_requests_total";
 const CACHE_BYTES: &str = "socialgate_cache_bytes";
 const ABANDONED: &str = "socialgate_requests_abandoned_total";
 const STATE_ERRORS: &str = "socialgate_state_errors_total";
+const KEYS_FILE_USABLE: &str = "socialgate_keys_file_usable";
 
 /// Latency buckets, in seconds: from a cached-fast answer to a timeout.
 const BUCKETS: &[f64] = &[
@@ -49,6 +50,11 @@ pub fn install() -> Result<PrometheusHandle, MetricsError> {
 /// The page `/metrics` serves: recorded series plus gauges read now.
 pub fn render(handle: &PrometheusHandle, snapshot: &Snapshot, cache_bytes: u64) -> String {
     gauge!(CACHE_BYTES).set(cache_bytes as f64);
+    gauge!(KEYS_FILE_USABLE).set(if snapshot.keys_are_current() {
+        1.0
+    } else {
+        0.0
+    });
     for provider in snapshot.routes.providers() {
         gauge!(BREAKER_OPEN, "provider" => provider.name.clone())
             .set(if provider.breaker.is_open() { 1.0 } else { 0.0 });
@@ -82,6 +88,7 @@ impl RouteLabels {
     }
 }
 
+/// One answered request: its count by status and its duration.
 pub fn request(labels: &RouteLabels, status: u16, elapsed: Duration) {
     HANDLES.with_borrow_mut(|handles| {
         let route = handles.routes.entry_for(&labels.platform);
@@ -102,6 +109,7 @@ pub fn request(labels: &RouteLabels, status: u16, elapsed: Duration) {
     });
 }
 
+/// One provider attempt: its count by outcome and its duration.
 pub fn attempt(provider: &str, outcome: &'static str, elapsed: Duration) {
     HANDLES.with_borrow_mut(|handles| {
         let provider_handles = handles.providers.entry_for(provider);

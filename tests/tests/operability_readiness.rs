@@ -20,7 +20,7 @@ use serde_json::Value;
 use socialgate_tests::config::{standard_env, FALLBACK, FALLBACK_KEY, PRIMARY_KEY};
 use socialgate_tests::openapi::Contract;
 use socialgate_tests::operator::{
-    admin_addr, finish_get_on, log_line_within, send, signal, start_get_on, wait_exit,
+    admin_addr, finish_get_on, log_line_within, scrape, send, signal, start_get_on, wait_exit,
 };
 use socialgate_tests::reload::{await_watching, log_lines, replace_file, wait_for_log, wait_until};
 use socialgate_tests::upstream::{fixtures, json_response, LUNA};
@@ -35,6 +35,8 @@ const AUTH_PROBE: &str = "/v1/shortvideo/profile";
 
 /// What the server logs, at every reload, while its keys file is unusable.
 const KEYS_UNUSABLE: &str = "keys file unusable";
+/// The gauge that says the same: 1 usable, 0 not.
+const KEYS_FILE_USABLE: &str = "socialgate_keys_file_usable";
 
 fn is_uuid_v4(id: &str) -> bool {
     let parts: Vec<&str> = id.split('-').collect();
@@ -407,6 +409,9 @@ async fn revocation_fails_closed_an_unusable_keys_file_turns_not_ready_while_the
         "an error naming the file: {line}"
     );
     stack.get(AUTH_PROBE).await.assert_invalid("username");
+    let admin = admin_addr(&stack.server);
+    let usable = || async { scrape(admin).await.sum(KEYS_FILE_USABLE, &[]) };
+    assert_eq!(usable().await, Some(0.0), "the metric says so too");
     // Every reload says it again.
     let seen = log_lines(&stack.server, KEYS_UNUSABLE).len();
     signal(&stack.server, "HUP");
@@ -419,6 +424,7 @@ async fn revocation_fails_closed_an_unusable_keys_file_turns_not_ready_while_the
         readiness(&stack, &contract).await == (200, "ready".into())
     })
     .await;
+    assert_eq!(usable().await, Some(1.0));
     stack.get(AUTH_PROBE).await.assert_invalid("username");
 
     // Unreadable: a folder where the file should be.
