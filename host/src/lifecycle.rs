@@ -192,22 +192,23 @@ pub async fn serve(
         }
     };
     let app = Arc::new(build_app(config, snapshot, loader, shared.clone())?);
-    let listeners_count = 1 + usize::from(listener.admin_listen.is_some());
-    if let OpenFiles::TooFew { limit, wanted } =
-        raise_open_file_limit(listener.hardening.max_connections * listeners_count)
-    {
-        tracing::warn!(
-            open_files = limit,
-            wanted,
-            "the open-file limit is below max_connections (per listener) plus a margin for upstream connections and files: accept will fail before the cap is reached; raise the hard limit (ulimit -Hn) or lower max_connections"
-        );
-    }
     let public_addr = listen.unwrap_or(listener.listen);
     let public = bind(public_addr).await?;
     let admin = match listener.admin_listen {
         Some(addr) => Some(bind(addr).await?),
         None => None,
     };
+    // The public listener's cap: the admin listener's is a safety limit,
+    // not traffic to plan files for.
+    if let OpenFiles::TooFew { limit, wanted } =
+        raise_open_file_limit(listener.hardening.max_connections)
+    {
+        tracing::warn!(
+            open_files = limit,
+            wanted,
+            "the open-file limit is below max_connections plus a margin for upstream connections and files: accept will fail before the cap is reached; raise the hard limit (ulimit -Hn) or lower max_connections"
+        );
+    }
     let local = public.local_addr()?;
     announce(&app, local, tls.is_some(), admin.as_ref())?;
     on_ready(local);
@@ -295,14 +296,11 @@ pub async fn serve(
 
 /// Raises the soft open-file limit to the hard one, as servers commonly do
 /// (a default soft limit of 1024 is below the default `max_connections`),
-/// and says whether that leaves enough for `connections` plus the upstream
-/// connections and files: if not, `accept` fails before the connection cap
-/// is reached.
+/// and says whether that leaves enough for `connections`: see
+/// [`OpenFiles::for_connections`].
 fn raise_open_file_limit(connections: usize) -> OpenFiles {
     #[cfg(unix)]
     {
-        /// Upstream connections, libraries, the ledger, logs.
-        const MARGIN: u64 = 1024;
         let mut limit = libc::rlimit {
             rlim_cur: 0,
             rlim_max: 0,
@@ -321,25 +319,41 @@ fn raise_open_file_limit(connections: usize) -> OpenFiles {
                 limit = raised;
             }
         }
-        let wanted = u64::try_from(connections)
-            .unwrap_or(u64::MAX)
-            .saturating_add(MARGIN);
-        if limit.rlim_cur != libc::RLIM_INFINITY && limit.rlim_cur < wanted {
-            return OpenFiles::TooFew {
-                limit: limit.rlim_cur,
-                wanted,
-            };
+        if limit.rlim_cur == libc::RLIM_INFINITY {
+            return OpenFiles::Enough;
         }
+        OpenFiles::for_connections(limit.rlim_cur, connections)
     }
     #[cfg(not(unix))]
-    let _ = connections;
-    OpenFiles::Enough
+    {
+        let _ = connections;
+        OpenFiles::Enough
+    }
 }
 
 #[derive(Debug, PartialEq, Eq)]
 enum OpenFiles {
     Enough,
     TooFew { limit: u64, wanted: u64 },
+}
+
+impl OpenFiles {
+    /// Upstream connections, libraries, the ledger, logs.
+    const MARGIN: u64 = 1024;
+
+    /// Whether `limit` open files hold `connections` client connections
+    /// plus [`Self::MARGIN`]: if not, `accept` fails before the connection
+    /// cap is reached.
+    fn for_connections(limit: u64, connections: usize) -> OpenFiles {
+        let wanted = u64::try_from(connections)
+            .unwrap_or(u64::MAX)
+            .saturating_add(Self::MARGIN);
+        if limit < wanted {
+            OpenFiles::TooFew { limit, wanted }
+        } else {
+            OpenFiles::Enough
+        }
+    }
 }
 
 /// Step 3's process-wide parts, around the loaded snapshot.
@@ -484,53 +498,33 @@ impl Signals {
     }
 }
 
-#[cfg(all(test, unix))]
+#[cfg(test)]
 mod tests {
     use super::*;
 
-    fn open_file_limit() -> libc::rlimit {
-        let mut limit = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: writes only the struct given.
-        assert_eq!(
-            unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) },
-            0
-        );
-        limit
-    }
-
-    // nextest runs each test in a process of its own: lowering this one's
-    // soft limit touches no other test.
-    #[test]
-    fn the_soft_open_file_limit_is_raised_to_the_hard_one() {
-        let hard = open_file_limit().rlim_max;
-        let low = libc::rlimit {
-            rlim_cur: 64.min(hard),
-            rlim_max: hard,
-        };
-        // SAFETY: reads only the struct given.
-        assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &low) }, 0);
-        raise_open_file_limit(0);
-        assert_eq!(open_file_limit().rlim_cur, hard);
-    }
-
     #[test]
     fn too_few_open_files_for_the_connections_are_reported() {
-        let hard = open_file_limit().rlim_max;
-        let verdict = raise_open_file_limit(usize::MAX);
-        if hard == libc::RLIM_INFINITY {
-            assert_eq!(verdict, OpenFiles::Enough);
-        } else {
-            assert_eq!(
-                verdict,
-                OpenFiles::TooFew {
-                    limit: hard,
-                    wanted: u64::MAX
-                }
-            );
-        }
-        assert_eq!(raise_open_file_limit(0), OpenFiles::Enough);
+        assert_eq!(
+            OpenFiles::for_connections(1024, 10_000),
+            OpenFiles::TooFew {
+                limit: 1024,
+                wanted: 11_024
+            }
+        );
+        assert_eq!(
+            OpenFiles::for_connections(11_024, 10_000),
+            OpenFiles::Enough
+        );
+        assert_eq!(
+            OpenFiles::for_connections(1_048_576, 10_000),
+            OpenFiles::Enough
+        );
+        assert_eq!(
+            OpenFiles::for_connections(u64::MAX - 1, usize::MAX),
+            OpenFiles::TooFew {
+                limit: u64::MAX - 1,
+                wanted: u64::MAX
+            }
+        );
     }
 }
