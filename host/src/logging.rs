@@ -6,11 +6,12 @@
 //! serves a request: a slow or full stderr (a pipe nobody reads quickly)
 //! must not stall requests. A request thread appends its line to a shared
 //! buffer (one short lock, no allocation, no wake-up); the writer thread
-//! takes the whole buffer at once, at most [`FLUSH_DELAY`] after its first
-//! line or as soon as it holds [`WAKE_AT`] bytes, so a busy server pays one
-//! `write` and one wake-up per batch, not per line. If stderr falls more
-//! than [`MAX_BUFFERED`] bytes behind, further lines are dropped, counted,
-//! and the count is written once it catches up.
+//! takes the whole buffer at once. On a quiet server it writes a line as
+//! soon as it comes; within [`FLUSH_DELAY`] of its last write it lets the
+//! buffer fill until then (or until it holds [`WAKE_AT`] bytes), so a busy
+//! server pays one `write` and one wake-up per batch, not per line. If
+//! stderr falls more than [`MAX_BUFFERED`] bytes behind, further lines are
+//! dropped, counted, and the count is written once it catches up.
 
 use std::cell::RefCell;
 use std::io::Write;
@@ -40,8 +41,9 @@ pub enum LogFormat {
 pub const MAX_BUFFERED: usize = 16 * 1024 * 1024;
 /// A buffer this full wakes the writer at once.
 pub const WAKE_AT: usize = 256 * 1024;
-/// The longest a line waits in the buffer on a quiet server.
-pub const FLUSH_DELAY: Duration = Duration::from_millis(20);
+/// The least time between two writes under load: the longest a line
+/// waits in the buffer.
+pub const FLUSH_DELAY: Duration = Duration::from_millis(5);
 /// The longest an orderly exit waits for the last lines to be written.
 const EXIT_WAIT: Duration = Duration::from_secs(1);
 
@@ -206,13 +208,16 @@ impl Sink {
     /// The writer thread's loop: batches to `out` until closed and empty.
     fn write_out(&self, out: &mut impl Write) {
         let mut spare = Vec::new();
+        // No write yet: the first line goes out at once.
+        let mut last_write: Option<Instant> = None;
         loop {
             let mut buffer = self.lock();
             while buffer.bytes.is_empty() && buffer.dropped == 0 && !buffer.closing {
                 buffer = self.wake.wait(buffer).unwrap_or_else(|e| e.into_inner());
             }
-            // Let the batch grow for a moment, unless it is full already.
-            let deadline = Instant::now() + FLUSH_DELAY;
+            // Busy (a write moments ago): let the batch grow until
+            // FLUSH_DELAY after that write, unless it is full already.
+            let deadline = last_write.map_or_else(Instant::now, |at| at + FLUSH_DELAY);
             while buffer.bytes.len() < WAKE_AT && !buffer.closing {
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
@@ -237,6 +242,7 @@ impl Sink {
                 );
             }
             let _ = out.flush();
+            last_write = Some(Instant::now());
             spare.clear();
             if spare.capacity() > 4 * WAKE_AT {
                 // Give back what a burst grew.

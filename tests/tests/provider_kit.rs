@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use socialgate_tests::config::{standard_env, ConfigBuilder, FALLBACK, PRIMARY};
+use socialgate_tests::operator::log_line_within;
 use socialgate_tests::paths::{self, display};
 use socialgate_tests::{issue_key, run_cli, Api, Server, Stack};
 use wiremock::matchers::{header, method, path};
@@ -189,11 +190,13 @@ async fn plugin_new_builds_and_tests_out_of_tree_and_is_served() {
     api.get("/v1/acme-kit/posts?username=lunabakes")
         .await
         .assert_error(404, "ENDPOINT_NOT_FOUND");
-    let started = server.stderr();
-    assert!(
-        started.contains("provider ready: plugin acme-kit 0.1.0"),
-        "{started}"
-    );
+    // Log lines are written by a thread of their own, moments later.
+    log_line_within(
+        &server,
+        &["provider ready: plugin acme-kit 0.1.0"],
+        Duration::from_secs(5),
+    )
+    .await;
 }
 
 #[test]
