@@ -231,16 +231,23 @@ fn run_to_end<T>(future: impl std::future::Future<Output = T>) -> std::io::Resul
 /// How long the process waits for stray threads at exit.
 const EXIT_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
 
+/// Runs a command's Redis work on a runtime of one thread: a command makes
+/// a few round trips, it needs no workers.
+fn on_one_thread<T>(
+    work: impl std::future::Future<Output = Result<T, RunError>>,
+) -> Result<T, RunError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(work)
+}
+
 fn keys(config_path: &Path, command: KeysCommand) -> Result<(), RunError> {
     // Key commands need only the files' locations, not secrets or plugins:
     // they must work where the server's environment is absent.
     let files = KeyFiles::load(config_path)?;
     if let StateConfig::Redis(redis) = &files.state {
-        let redis = redis.clone();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        return runtime.block_on(shared_keys(&redis, command));
+        return on_one_thread(shared_keys(redis, command));
     }
     let file = KeysFileAt(&files.keys_file);
     let mut stdout = std::io::stdout().lock();
@@ -410,11 +417,7 @@ fn parse_amount(text: &str) -> Result<u64, RunError> {
 fn credits(config_path: &Path, command: CreditsCommand) -> Result<(), RunError> {
     let files = KeyFiles::load(config_path)?;
     if let StateConfig::Redis(redis) = &files.state {
-        let redis = redis.clone();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        return runtime.block_on(shared_credits(&redis, &files.billing, command));
+        return on_one_thread(shared_credits(redis, &files.billing, command));
     }
     let file = KeysFileAt(&files.keys_file);
     let path = &files.ledger.path;

@@ -214,27 +214,9 @@ pub async fn hang_up_after(
 
 /// An HTTP/1.1 answer with a `Content-Length` body, as bytes received.
 fn parse_http_answer(raw: &[u8]) -> Answer {
-    let text = String::from_utf8_lossy(raw).into_owned();
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .unwrap_or_else(|| panic!("not an HTTP answer: {text:?}"));
-    let mut lines = head.split("\r\n");
-    let status_line = lines.next().unwrap_or("");
-    let status: u16 = status_line
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no status in {status_line:?}"));
-    let headers = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
-        .collect();
-    Answer {
-        status,
-        headers,
-        text: body.to_owned(),
-        json: serde_json::from_str(body).unwrap_or(Value::Null),
-    }
+    let text = String::from_utf8_lossy(raw);
+    assert!(text.contains("\r\n\r\n"), "not an HTTP answer: {text:?}");
+    Answer::parse_raw(&text)
 }
 
 /// `GET http://admin/path` on the admin listener: status and body.
