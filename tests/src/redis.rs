@@ -119,6 +119,36 @@ impl RedisServer {
             && &reply == b"+OK\r\n+PONG\r\n"
     }
 
+    /// Runs one command (after `AUTH`) and answers Redis's raw reply, for
+    /// setting up what no replica can make, such as a dead replica's
+    /// reservation.
+    pub fn command(&self, args: &[&str]) -> String {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).expect("redis answers");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .expect("a timeout");
+        let mut ask = format!("AUTH {PASSWORD}\r\n*{}\r\n", args.len());
+        for arg in args {
+            ask.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+        }
+        stream
+            .write_all(ask.as_bytes())
+            .expect("redis takes the command");
+        // `+OK` for AUTH, then the reply: one read is enough for the short
+        // replies the tests ask for.
+        let mut reply = vec![0u8; 4096];
+        let mut got = 0;
+        while !String::from_utf8_lossy(&reply[..got]).starts_with("+OK\r\n")
+            || got <= 5
+            || !reply[..got].ends_with(b"\r\n")
+        {
+            let n = stream.read(&mut reply[got..]).expect("a reply from redis");
+            assert!(n > 0, "redis closed the connection");
+            got += n;
+        }
+        String::from_utf8_lossy(&reply[5..got]).into_owned()
+    }
+
     pub fn url(&self) -> String {
         format!("redis://:{PASSWORD}@127.0.0.1:{}/0", self.port)
     }

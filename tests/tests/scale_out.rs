@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use socialgate_tests::operator::{admin_addr, scrape};
 use socialgate_tests::redis::{Replicas, PASSWORD};
@@ -370,22 +370,31 @@ async fn enforced_credits_are_exact_across_replicas_and_fail_closed_without_redi
     grant(&replicas, "c", 50);
 
     // 200 requests at once, spread over the three: exactly 150 delivered.
+    // Mixed with them, 120 of a key with 100 free: exactly 100 (the
+    // reservations asked at once share scripts, each key checked alone).
+    let other = replicas.issue_everywhere("c2").await;
     let apis = clients(&replicas, &key);
+    let others = clients(&replicas, &other);
     let mut tasks = Vec::new();
-    for n in 0..200 {
-        let api = apis[n % apis.len()].clone();
-        tasks.push(tokio::spawn(async move { api.get(PROFILE).await }));
+    for n in 0..320 {
+        let (name, api) = match n % 8 {
+            3 | 6 | 7 => ("c2", others[n % others.len()].clone()),
+            _ => ("c", apis[n % apis.len()].clone()),
+        };
+        tasks.push(tokio::spawn(async move { (name, api.get(PROFILE).await) }));
     }
-    let mut statuses = BTreeMap::<(u16, String), usize>::new();
+    let mut statuses = BTreeMap::<(&str, u16, String), usize>::new();
     for task in tasks {
-        let a = task.await.unwrap();
+        let (name, a) = task.await.unwrap();
         *statuses
-            .entry((a.status, a.error_code().to_owned()))
+            .entry((name, a.status, a.error_code().to_owned()))
             .or_default() += 1;
     }
     let wanted = BTreeMap::from([
-        ((200, String::new()), 150),
-        ((402, "INSUFFICIENT_CREDITS".to_owned()), 50),
+        (("c", 200, String::new()), 150),
+        (("c", 402, "INSUFFICIENT_CREDITS".to_owned()), 50),
+        (("c2", 200, String::new()), 100),
+        (("c2", 402, "INSUFFICIENT_CREDITS".to_owned()), 20),
     ]);
     assert_eq!(statuses, wanted, "exactly the balance, never more");
     for api in &apis {
@@ -463,6 +472,38 @@ async fn enforced_credits_are_exact_across_replicas_and_fail_closed_without_redi
     assert_eq!(last.0, 429, "the bucket runs out: {seen:?}");
     assert!(before.iter().all(|(s, _)| *s == 400), "{seen:?}");
     apis[0].get(PROFILE).await.assert_error(429, "RATE_LIMITED");
+
+    // A replica that died holding reservations: once their hold has
+    // expired, the next reservation on the key frees them; one still held
+    // by a live replica stays. Made here by hand, as a killed replica
+    // leaves them: 60 expired, 30 live, out of 100 free credits.
+    let h = replicas.issue_everywhere("h").await;
+    let live_until = (SystemTime::now() + Duration::from_secs(600))
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        .to_string();
+    let redis = &replicas.redis;
+    let made = [
+        redis.command(&["ZADD", "socialgate:held:h", "1", "60:dead-replica:1"]),
+        redis.command(&[
+            "ZADD",
+            "socialgate:held:h",
+            &live_until,
+            "30:live-replica:1",
+        ]),
+        redis.command(&["HINCRBY", "socialgate:acct:h", "reserved", "90"]),
+    ];
+    assert_eq!(made, [":1\r\n", ":1\r\n", ":90\r\n"]);
+    let hs = clients(&replicas, &h);
+    assert_eq!(account(&hs[0]).await["credits_remaining"], 10, "both held");
+    let a = hs[1].get(PROFILE).await;
+    assert_eq!(a.status, 200, "{a:?}");
+    assert_eq!(a.header("x-credits-remaining"), Some("69"), "{a:?}");
+    let freed = eventually(Duration::from_secs(2), || async {
+        account(&hs[2]).await["credits_remaining"] == 69
+    });
+    assert!(freed.await, "the dead replica's 60 freed, the live 30 held");
 
     // Redis away: a credit cannot be checked, so none is spent (503 with
     // Retry-After); keys are still the last known set; ready, degraded.

@@ -1,14 +1,16 @@
 //! Credits and usage in the shared store: what [`crate::billing`] books
 //! when `[state] backend = "redis"`.
 //!
-//! - **Accounts** (`{prefix}acct:NAME`: `spent`, `reserved`, `granted`) and
-//!   the reservations held on them (`{prefix}held:NAME`, a sorted set of
-//!   `AMOUNT:ID` by expiry). [`Credits::reserve`] is one script: it frees
-//!   reservations whose holder died (a replica killed mid-request), checks
-//!   `spent + reserved + amount` against `free_credits + granted`, and holds
-//!   the amount. So a key never spends more than its balance, whatever the
-//!   replicas and the concurrency. When Redis cannot answer, no credit can
-//!   be reserved: billing fails closed.
+//! - **Accounts** (`{prefix}acct:NAME`: `spent`, `reserved`, `granted`,
+//!   `sweep_at`) and the reservations held on them (`{prefix}held:NAME`, a
+//!   sorted set of `AMOUNT:ID` by expiry). A reservation is made by a script
+//!   that frees reservations whose holder died (a replica killed
+//!   mid-request), checks `spent + reserved + amount` against
+//!   `free_credits + granted`, and holds the amount; the reservations asked
+//!   at the same time share one script ([`super::reservations`]). So a key
+//!   never spends more than its balance, whatever the replicas and the
+//!   concurrency. When Redis cannot answer, no credit can be reserved:
+//!   billing fails closed.
 //! - **Settling** (a delivered answer's credits spent and its usage
 //!   counted, or a failed request's reservation released) is not on the
 //!   request path: it is queued here and written by one task every
@@ -37,60 +39,26 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use redis::{AsyncCommands, Script};
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use plugin_api::Endpoint;
 
-use super::limits::{BUCKET, PRELUDE};
+use super::reservations::{self, Asked};
 use super::{Shared, StateError};
 use crate::billing::Statement;
 use crate::ledger::{Book, EndpointUsageRow, Grant, UsageRow};
-use crate::resilience::rate_limit::{retry_after_secs, RateLimitConfig, Standing};
+use crate::resilience::rate_limit::{RateLimitConfig, Standing};
 
 /// How often settled credits are written.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(100);
 /// Settled entries kept while Redis is away, at most (an entry is a key's
 /// usage of one day, or one reservation to release).
 pub const MAX_PENDING: usize = 100_000;
-/// How long a reservation may be held before any replica frees it: far
-/// longer than a request may run, so only a holder that died loses it.
-const HOLD_FOR_MS: u64 = 10 * 60 * 1000;
-
-/// After [`PRELUDE`] and, when `ARGV[1]` (the rate) is above 0,
-/// [`BUCKET`] on `KEYS[1]`: holds `ARGV[3]` credits of the account
-/// `KEYS[2]` as member `ARGV[5]` of `KEYS[3]` until `ARGV[6]` ms from now,
-/// unless `spent + reserved + amount` would pass `ARGV[4]` plus the
-/// account's grants; frees reservations whose holder died first. Answers
-/// `{0, balance, tokens, reset}` (held; `balance` free + grants - spent -
-/// held before this request: a delivered answer's reservation counts until
-/// it is settled, so back-to-back requests see each other's charges;
-/// `tokens` and `reset` (ms) where the bucket stands,
-/// `tokens` -1 when none was taken), `{-1, balance, tokens, reset}` (out
-/// of credits: nothing held) or
-/// `{-2, wait}` (rate limited: nothing held).
-const RESERVE: &str = r"
-local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
-if #expired > 0 then
-  local freed = 0
-  for _, m in ipairs(expired) do freed = freed + tonumber(string.match(m, '^(%d+):')) end
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-  redis.call('HINCRBY', KEYS[2], 'reserved', -freed)
-end
-local a = redis.call('HMGET', KEYS[2], 'spent', 'reserved', 'granted')
-local held = (tonumber(a[1]) or 0) + (tonumber(a[2]) or 0)
-local amount = tonumber(ARGV[3])
-local limit = tonumber(ARGV[4]) + (tonumber(a[3]) or 0)
-local balance = math.max(0, limit - held)
-if amount > 0 and held + amount > limit then return {-1, balance, rl_left, rl_reset} end
-redis.call('HINCRBY', KEYS[2], 'reserved', amount)
-redis.call('ZADD', KEYS[3], now + tonumber(ARGV[6]), ARGV[5])
-return {0, balance, rl_left, rl_reset}
-";
-
 /// KEYS[1]: this process's last applied batch number. ARGV[1]: the
 /// prefix, ARGV[2]: this batch's number, then groups of six: `u NAME DAY
 /// ENDPOINT REQUESTS CREDITS` (usage) or `r NAME MEMBER AMOUNT - -` (a
@@ -173,6 +141,9 @@ pub struct Credits {
     /// The number of this process's next reservation.
     next: AtomicU64,
     reserve: Script,
+    /// Where reservations wait for their batch; the task that sends them
+    /// starts with the first.
+    batches: OnceLock<mpsc::UnboundedSender<Asked>>,
     settle: Script,
     pending: Mutex<Pending>,
 }
@@ -183,14 +154,8 @@ impl Credits {
             shared,
             replica: replica_id(),
             next: AtomicU64::new(0),
-            reserve: Script::new(&format!(
-                "{PRELUDE}\nlocal rl_left, rl_reset = -1, 0\n\
-                 if tonumber(ARGV[1]) > 0 then\n{BUCKET}\n\
-                 if wait > 0 then return {{-2, wait}} end\n\
-                 rl_left = math.floor(tokens)\n\
-                 if tokens < burst then rl_reset = math.ceil((rl_left + 1 - tokens) / rate) end\n\
-                 end\n{RESERVE}"
-            )),
+            reserve: reservations::script(),
+            batches: OnceLock::new(),
             settle: Script::new(SETTLE),
             pending: Mutex::new(Pending::default()),
         }
@@ -201,11 +166,20 @@ impl Credits {
         self.pending.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    pub(super) fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
+    pub(super) fn reserve_script(&self) -> &Script {
+        &self.reserve
+    }
+
     /// Holds `amount` of `name`'s credits (at most `free_credits` plus its
     /// grants, ever), after taking a token of its global bucket when
-    /// `rate_limit` says so (one round trip for both).
+    /// `rate_limit` says so: one round trip for both, shared with the
+    /// reservations asked at the same time ([`reservations`]).
     pub async fn reserve(
-        &self,
+        self: &Arc<Self>,
         name: &str,
         amount: u32,
         free_credits: u64,
@@ -213,53 +187,29 @@ impl Credits {
     ) -> Result<Held, Refusal> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let member = format!("{amount}:{}:{n:x}", self.replica);
-        let (bucket, account, held) = (
-            self.shared.key(&format!("rl:{name}")),
-            self.shared.key(&format!("acct:{name}")),
-            self.shared.key(&format!("held:{name}")),
-        );
-        let (rate, burst) = rate_limit.map_or((0.0, 0.0), |r| (r.per_second, r.burst));
-        let script = &self.reserve;
-        let arg = member.clone();
-        let answer: Vec<i64> = self
-            .shared
-            .run("reserve", |mut conn| async move {
-                script
-                    .key(bucket)
-                    .key(account)
-                    .key(held)
-                    .arg(rate)
-                    .arg(burst)
-                    .arg(amount)
-                    .arg(free_credits)
-                    .arg(arg)
-                    .arg(HOLD_FOR_MS)
-                    .invoke_async(&mut conn)
-                    .await
-            })
-            .await
-            .map_err(|_| Refusal::Unavailable)?;
-        let at = |i: usize| answer.get(i).copied().unwrap_or(0);
-        let count = |n: i64| u64::try_from(n).unwrap_or(0);
-        let standing = (at(2) >= 0 && rate_limit.is_some()).then(|| Standing {
-            remaining: count(at(2)),
-            reset_secs: match count(at(3)) {
-                0 => 0,
-                ms => retry_after_secs(Duration::from_millis(ms)),
-            },
+        let (answer, answered) = oneshot::channel();
+        let batches = self.batches.get_or_init(|| {
+            let (batches, asked) = mpsc::unbounded_channel();
+            tokio::spawn(reservations::send_batches(Arc::downgrade(self), asked));
+            batches
         });
-        match at(0) {
-            -2 => Err(Refusal::RateLimited(Duration::from_millis(count(at(1))))),
-            -1 => Err(Refusal::Exhausted {
-                balance: count(at(1)),
-                standing,
-            }),
-            _ => Ok(Held {
-                member,
-                balance: count(at(1)),
-                standing,
-            }),
+        let asked = Asked {
+            name: name.to_owned(),
+            amount,
+            free_credits,
+            rate_limit,
+            member: member.clone(),
+            answer,
+        };
+        if batches.send(asked).is_err() {
+            return Err(Refusal::Unavailable);
         }
+        let (balance, standing) = reservations::wait(self, answered).await?;
+        Ok(Held {
+            member,
+            balance,
+            standing,
+        })
     }
 
     /// A delivered answer of `endpoint` costing `amount` credits: counted

@@ -16,41 +16,50 @@ use super::Shared;
 use crate::resilience::rate_limit::{retry_after_secs, RateLimitConfig, Standing};
 
 /// What every script that takes a token starts with: Redis's clock, in
-/// milliseconds, as `now`, and the bucket's verdict, `wait` and `tokens`.
+/// milliseconds, as `now`, and the functions over a bucket. A bucket is one
+/// string, `"TOKENS MS"` (what was left, and when), read with `GET` and
+/// written with `SET PX`: one write, its expiry included. It expires once
+/// it would be full again, so idle keys cost no memory; a value that does
+/// not parse counts as a full bucket. The reservation script
+/// ([`super::credits`]) starts with it too, so a request that needs a
+/// token and a credit is one round trip.
+///
+/// - `bucket_read(key, rate, burst)`: the tokens in the bucket now, refilled
+///   at `rate` a millisecond for the time since it was written, at most
+///   `burst`.
+/// - `bucket_take(tokens, rate)`: takes one token if there is one; answers
+///   what is left and how many milliseconds until one is there (0: taken).
+/// - `bucket_reset(tokens, rate, burst)`: milliseconds until one more whole
+///   token (0 when full), for the `RateLimit` field's `t`.
+/// - `bucket_write(key, tokens, rate, burst)`: stores what is left.
 pub const PRELUDE: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local wait, tokens = 0, 0
-";
-
-/// Refills the bucket `KEYS[1]` (rate `ARGV[1]` a second, at most
-/// `ARGV[2]`) for the time since it was last touched and takes a token if
-/// there is one; sets `wait`, how many milliseconds until one is there (0:
-/// admitted), and `tokens`, what is left. The bucket expires once it would
-/// be full again, so idle keys cost no memory. A fragment after
-/// [`PRELUDE`]: the reservation script ([`super::credits`]) runs it too, so
-/// a request that needs both is one round trip.
-pub const BUCKET: &str = r"
-local rate = tonumber(ARGV[1]) / 1000
-local burst = tonumber(ARGV[2])
-local b = redis.call('HMGET', KEYS[1], 'tokens', 'at')
-tokens = tonumber(b[1]) or burst
-local at = tonumber(b[2]) or now
-tokens = math.min(burst, tokens + math.max(0, now - at) * rate)
-if tokens >= 1 then
-  tokens = tokens - 1
-else
-  wait = math.ceil((1 - tokens) / rate)
+local function bucket_read(key, rate, burst)
+  local was, at = string.match(redis.call('GET', key) or '', '^(%S+) (%d+)$')
+  local tokens = tonumber(was) or burst
+  return math.min(burst, tokens + math.max(0, now - (tonumber(at) or now)) * rate)
 end
-redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', now)
-redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate) + 1000)
+local function bucket_take(tokens, rate)
+  if tokens >= 1 then return tokens - 1, 0 end
+  return tokens, math.ceil((1 - tokens) / rate)
+end
+local function bucket_reset(tokens, rate, burst)
+  if tokens < burst then return math.ceil((math.floor(tokens) + 1 - tokens) / rate) end
+  return 0
+end
+local function bucket_write(key, tokens, rate, burst)
+  redis.call('SET', key, tokens .. ' ' .. now, 'PX', math.ceil(burst / rate) + 1000)
+end
 ";
 
-/// After [`BUCKET`]: `reset`, the milliseconds until one more whole token
-/// (0 when the bucket is full), for the `RateLimit` field's `t`.
-pub const STANDING: &str = r"
-local reset = 0
-if tokens < burst then reset = math.ceil((math.floor(tokens) + 1 - tokens) / rate) end
+/// Takes a token of the bucket `KEYS[1]` (rate `ARGV[1]` a second, at most
+/// `ARGV[2]`): answers `{wait, tokens, reset}` (`wait` 0: admitted).
+const TAKE: &str = r"
+local rate, burst = tonumber(ARGV[1]) / 1000, tonumber(ARGV[2])
+local tokens, wait = bucket_take(bucket_read(KEYS[1], rate, burst), rate)
+bucket_write(KEYS[1], tokens, rate, burst)
+return {wait, math.floor(tokens), bucket_reset(tokens, rate, burst)}
 ";
 
 /// The bucket script, hashed once.
@@ -61,9 +70,7 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            take: Script::new(&format!(
-                "{PRELUDE}{BUCKET}\n{STANDING}\nreturn {{wait, math.floor(tokens), reset}}"
-            )),
+            take: Script::new(&format!("{PRELUDE}{TAKE}")),
         }
     }
 }
@@ -78,7 +85,7 @@ impl Limits {
         key: &str,
         config: RateLimitConfig,
     ) -> Result<Option<Standing>, Duration> {
-        let bucket = shared.key(&format!("rl:{key}"));
+        let bucket = bucket_key(shared, key);
         let outcome = shared
             .run("rate_limit", |mut conn| async move {
                 self.take
@@ -101,4 +108,12 @@ impl Limits {
             Ok((wait_ms, _, _)) => Err(Duration::from_millis(wait_ms)),
         }
     }
+}
+
+/// The Redis key of `key`'s bucket. (Buckets were hashes at `rl:NAME`
+/// before they became strings; the new name keeps replicas of both
+/// versions from reading each other's bucket as the wrong type during a
+/// rolling upgrade. The old hashes expire by themselves.)
+pub fn bucket_key(shared: &Shared, key: &str) -> String {
+    shared.named("bucket:", key)
 }

@@ -22,6 +22,7 @@ pub mod cache;
 pub mod credits;
 pub mod keys;
 pub mod limits;
+pub mod reservations;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -176,6 +177,16 @@ impl Shared {
     /// `prefix` + `rest`: the name of a Redis key.
     pub fn key(&self, rest: &str) -> String {
         format!("{}{rest}", self.prefix)
+    }
+
+    /// `prefix` + `kind` + `name` (`kind` ends in `:`), in one allocation:
+    /// the request path names three keys a request.
+    pub fn named(&self, kind: &str, name: &str) -> String {
+        let mut key = String::with_capacity(self.prefix.len() + kind.len() + name.len());
+        key.push_str(&self.prefix);
+        key.push_str(kind);
+        key.push_str(name);
+        key
     }
 
     pub fn prefix(&self) -> &str {
