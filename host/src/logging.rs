@@ -20,8 +20,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use plugin_api::Timestamp;
 use serde::Deserialize;
+use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
-use tracing_subscriber::fmt::format::{self, FormatEvent, FormatFields};
+use tracing_subscriber::field::RecordFields;
+use tracing_subscriber::fmt::format::{self, DefaultVisitor, FormatEvent, FormatFields};
 use tracing_subscriber::fmt::{FmtContext, FormattedFields};
 use tracing_subscriber::registry::LookupSpan;
 
@@ -88,7 +90,11 @@ pub fn init(format: LogFormat) -> Logging {
         LogFormat::Human if std::io::IsTerminal::is_terminal(&std::io::stderr()) => {
             builder.with_ansi(true).init()
         }
-        LogFormat::Human => builder.with_ansi(false).event_format(PlainLine).init(),
+        LogFormat::Human => builder
+            .with_ansi(false)
+            .fmt_fields(PlainFields)
+            .event_format(PlainLine)
+            .init(),
         LogFormat::Json => builder.json().with_current_span(true).init(),
     }
     if let Err(error) = &spawned {
@@ -141,6 +147,85 @@ where
         write!(writer, "{}: ", meta.target())?;
         ctx.format_fields(writer.by_ref(), event)?;
         writeln!(writer)
+    }
+}
+
+/// tracing-subscriber's `DefaultFields` without colours, byte for byte:
+/// `name=value` pairs, values as `Debug` writes them, one space apart. Its
+/// own visitor runs every name and `=` through the styling machinery even
+/// when colours are off, which is most of a request line's field cost; this
+/// one writes ordinary fields directly and hands the message, `r#` names
+/// and errors (which it escapes or spells out) to that visitor.
+struct PlainFields;
+
+impl<'w> FormatFields<'w> for PlainFields {
+    fn format_fields<R: RecordFields>(
+        &self,
+        writer: format::Writer<'w>,
+        fields: R,
+    ) -> std::fmt::Result {
+        let mut visitor = PlainVisitor {
+            writer,
+            is_empty: true,
+            result: Ok(()),
+        };
+        fields.record(&mut visitor);
+        visitor.result
+    }
+}
+
+struct PlainVisitor<'w> {
+    writer: format::Writer<'w>,
+    /// Whether nothing was written yet: no space before the first field.
+    is_empty: bool,
+    result: std::fmt::Result,
+}
+
+impl PlainVisitor<'_> {
+    /// Writes `value` as `name=value` when `field` is an ordinary one;
+    /// otherwise does what the default visitor does with it.
+    fn write(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        if self.result.is_err() {
+            return;
+        }
+        let name = field.name();
+        // Metadata of events from the `log` crate: already on the line.
+        if name.starts_with("log.") {
+            return;
+        }
+        if name == "message" || name.starts_with("r#") {
+            let mut default = DefaultVisitor::new(self.writer.by_ref(), self.is_empty);
+            default.record_debug(field, value);
+            self.result = tracing_subscriber::field::VisitOutput::finish(default);
+        } else {
+            let space = if self.is_empty { "" } else { " " };
+            self.result = write!(self.writer, "{space}{name}={value:?}");
+        }
+        self.is_empty = false;
+    }
+}
+
+impl Visit for PlainVisitor<'_> {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if field.name() == "message" {
+            self.write(field, &format_args!("{value}"));
+        } else {
+            self.write(field, &value);
+        }
+    }
+
+    fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
+        if self.result.is_err() {
+            return;
+        }
+        let mut default = DefaultVisitor::new(self.writer.by_ref(), self.is_empty);
+        default.record_error(field, value);
+        self.result = tracing_subscriber::field::VisitOutput::finish(default);
+        self.is_empty = false;
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.write(field, value);
     }
 }
 
@@ -315,20 +400,29 @@ mod tests {
             .with_ansi(false)
             .with_writer(move || sink.clone());
         let emit = || {
-            let outer = tracing::info_span!("request", id = %"abc-1");
-            let inner = tracing::info_span!("empty");
+            let outer = tracing::info_span!("request", id = %"abc-1", n = 2u64);
             let _outer = outer.enter();
+            let inner = tracing::info_span!("empty");
             let _inner = inner.enter();
             tracing::warn!(
                 path = "/v1/x",
                 status = 200u16,
                 ms = 1.5f64,
-                "said \"this\""
+                delta = -3i64,
+                tiny = 1e-9f64,
+                ok = true,
+                shown = %"a \"b\"",
+                debugged = ?Some("c\td"),
+                r#type = "t",
+                error = &std::io::Error::other("broke") as &(dyn std::error::Error + 'static),
+                "said \"this\" \u{1b}[31m"
             );
             tracing::info!("no fields");
+            tracing::info!(first = 1u64, "message last");
         };
         if plain {
-            tracing::subscriber::with_default(builder.event_format(PlainLine).finish(), emit);
+            let subscriber = builder.fmt_fields(PlainFields).event_format(PlainLine);
+            tracing::subscriber::with_default(subscriber.finish(), emit);
         } else {
             tracing::subscriber::with_default(builder.finish(), emit);
         }
@@ -345,7 +439,7 @@ mod tests {
                 .collect()
         };
         assert_eq!(without_time(&plain), without_time(&default));
-        assert_eq!(plain.lines().count(), 2);
+        assert_eq!(plain.lines().count(), 3);
         for line in plain.lines() {
             let stamp = line.split(' ').next().unwrap();
             assert_eq!(stamp.len(), "2026-11-25T11:15:55.598305Z".len(), "{line}");
