@@ -644,8 +644,9 @@ cache_scenarios() {
 # enforced with credits that never run out, cache off as in the
 # side-by-side). Each redis instance has a redis-server of its own, AOF on,
 # one per appendfsync mode in BENCH_REDIS_FSYNC (the first is the one the
-# targets judge). A request of a redis instance costs one script (the
-# bucket and the reservation together) and a share of the settling batch.
+# targets judge). A request of a redis instance costs a reservation (the
+# bucket and the credit together, in one script shared with the
+# reservations asked at the same moment) and a share of the settling batch.
 start_redis() {
     local mode=$1 dir=$WORK/redis-$1 port i
     mkdir -p "$dir"

@@ -394,8 +394,9 @@ def state_report(out, res, meta, failures):
     modes = meta.get("redis_fsync", "").split()
     out += ["", title, "",
             f"Both with a rate limit that never refuses and billing enforced with credits that "
-            f"never run out, cache off: per request a redis instance runs one script (the "
-            f"bucket and the reservation together) on Redis {meta.get('redis_version', '?')}, "
+            f"never run out, cache off: per request a redis instance makes a reservation (the "
+            f"bucket and the credit together, in one script shared with the reservations "
+            f"asked at the same moment) on Redis {meta.get('redis_version', '?')}, "
             f"plus a share of the settling batch every 0.1 s. Each redis instance has a "
             f"redis-server of its own, AOF on, `appendfsync` as named; all on the same cores "
             f"as the rest.", ""]
