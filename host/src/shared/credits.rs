@@ -7,7 +7,7 @@
 //!   that frees reservations whose holder died (a replica killed
 //!   mid-request), checks `spent + reserved + amount` against
 //!   `free_credits + granted`, and holds the amount; the reservations asked
-//!   at the same time share one script ([`super::reservations`]). So a key
+//!   at the same time share one script ([`super::batches`]). So a key
 //!   never spends more than its balance, whatever the replicas and the
 //!   concurrency. When Redis cannot answer, no credit can be reserved:
 //!   billing fails closed.
@@ -39,16 +39,15 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::{AsyncCommands, Script};
-use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use plugin_api::Endpoint;
 
-use super::reservations::{self, Asked};
+use super::batches::{self, CreditAsk};
 use super::{Shared, StateError};
 use crate::billing::Statement;
 use crate::ledger::{Book, EndpointUsageRow, Grant, UsageRow};
@@ -140,10 +139,6 @@ pub struct Credits {
     replica: String,
     /// The number of this process's next reservation.
     next: AtomicU64,
-    reserve: Script,
-    /// Where reservations wait for their batch; the task that sends them
-    /// starts with the first.
-    batches: OnceLock<mpsc::UnboundedSender<Asked>>,
     settle: Script,
     pending: Mutex<Pending>,
 }
@@ -154,8 +149,6 @@ impl Credits {
             shared,
             replica: replica_id(),
             next: AtomicU64::new(0),
-            reserve: reservations::script(),
-            batches: OnceLock::new(),
             settle: Script::new(SETTLE),
             pending: Mutex::new(Pending::default()),
         }
@@ -166,18 +159,10 @@ impl Credits {
         self.pending.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub(super) fn shared(&self) -> &Shared {
-        &self.shared
-    }
-
-    pub(super) fn reserve_script(&self) -> &Script {
-        &self.reserve
-    }
-
     /// Holds `amount` of `name`'s credits (at most `free_credits` plus its
     /// grants, ever), after taking a token of its global bucket when
     /// `rate_limit` says so: one round trip for both, shared with the
-    /// reservations asked at the same time ([`reservations`]).
+    /// requests of the moment ([`batches`]).
     pub async fn reserve(
         self: &Arc<Self>,
         name: &str,
@@ -187,24 +172,14 @@ impl Credits {
     ) -> Result<Held, Refusal> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let member = format!("{amount}:{}:{n:x}", self.replica);
-        let (answer, answered) = oneshot::channel();
-        let batches = self.batches.get_or_init(|| {
-            let (batches, asked) = mpsc::unbounded_channel();
-            tokio::spawn(reservations::send_batches(Arc::downgrade(self), asked));
-            batches
-        });
-        let asked = Asked {
-            name: name.to_owned(),
+        let credits = CreditAsk {
             amount,
             free_credits,
-            rate_limit,
             member: member.clone(),
-            answer,
+            owner: Arc::downgrade(self),
         };
-        if batches.send(asked).is_err() {
-            return Err(Refusal::Unavailable);
-        }
-        let (balance, standing) = reservations::wait(self, answered).await?;
+        let (balance, standing) =
+            batches::ask(&self.shared, name, rate_limit, Some(credits)).await?;
         Ok(Held {
             member,
             balance,

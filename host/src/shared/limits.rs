@@ -1,28 +1,30 @@
 //! The global rate limit: one token bucket per key in Redis, taken from by
-//! every replica, so together they admit the configured rate. One script,
-//! one round trip; the bucket's clock is Redis's own (`TIME`), so replicas'
-//! clocks need not agree.
+//! every replica, so together they admit the configured rate. One round
+//! trip, in a script shared with the other requests of the moment
+//! ([`super::batches`]); the bucket's clock is Redis's own (`TIME`), so
+//! replicas' clocks need not agree.
 //!
 //! Fails open: when Redis is away the request is admitted (and the failure
 //! counted). Refusing every request for a missing counter would turn a
 //! Redis outage into a full outage; the local limit it replaces admitted
 //! N times the rate across N replicas anyway.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use redis::Script;
-
+use super::batches;
+use super::credits::Refusal;
 use super::Shared;
-use crate::resilience::rate_limit::{retry_after_secs, RateLimitConfig, Standing};
+use crate::resilience::rate_limit::{RateLimitConfig, Standing};
 
 /// What every script that takes a token starts with: Redis's clock, in
 /// milliseconds, as `now`, and the functions over a bucket. A bucket is one
 /// string, `"TOKENS MS"` (what was left, and when), read with `GET` and
 /// written with `SET PX`: one write, its expiry included. It expires once
 /// it would be full again, so idle keys cost no memory; a value that does
-/// not parse counts as a full bucket. The reservation script
-/// ([`super::credits`]) starts with it too, so a request that needs a
-/// token and a credit is one round trip.
+/// not parse counts as a full bucket. The batch script
+/// ([`super::batches`]) starts with it, so a request that needs a token
+/// and a credit is one round trip.
 ///
 /// - `bucket_read(key, rate, burst)`: the tokens in the bucket now, refilled
 ///   at `rate` a millisecond for the time since it was written, at most
@@ -53,60 +55,18 @@ local function bucket_write(key, tokens, rate, burst)
 end
 ";
 
-/// Takes a token of the bucket `KEYS[1]` (rate `ARGV[1]` a second, at most
-/// `ARGV[2]`): answers `{wait, tokens, reset}` (`wait` 0: admitted).
-const TAKE: &str = r"
-local rate, burst = tonumber(ARGV[1]) / 1000, tonumber(ARGV[2])
-local tokens, wait = bucket_take(bucket_read(KEYS[1], rate, burst), rate)
-bucket_write(KEYS[1], tokens, rate, burst)
-return {wait, math.floor(tokens), bucket_reset(tokens, rate, burst)}
-";
-
-/// The bucket script, hashed once.
-pub struct Limits {
-    take: Script,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            take: Script::new(&format!("{PRELUDE}{TAKE}")),
-        }
-    }
-}
-
-impl Limits {
-    /// Takes a token of `key`'s global bucket and says where it stands, or
-    /// says how long until one is there. Admits when Redis cannot answer
-    /// (then no standing is known).
-    pub async fn check(
-        &self,
-        shared: &Shared,
-        key: &str,
-        config: RateLimitConfig,
-    ) -> Result<Option<Standing>, Duration> {
-        let bucket = bucket_key(shared, key);
-        let outcome = shared
-            .run("rate_limit", |mut conn| async move {
-                self.take
-                    .key(bucket)
-                    .arg(config.per_second)
-                    .arg(config.burst)
-                    .invoke_async::<(u64, u64, u64)>(&mut conn)
-                    .await
-            })
-            .await;
-        match outcome {
-            Ok((0, tokens, reset_ms)) => Ok(Some(Standing {
-                remaining: tokens,
-                reset_secs: match reset_ms {
-                    0 => 0,
-                    ms => retry_after_secs(Duration::from_millis(ms)),
-                },
-            })),
-            Err(_) => Ok(None),
-            Ok((wait_ms, _, _)) => Err(Duration::from_millis(wait_ms)),
-        }
+/// Takes a token of `key`'s global bucket and says where it stands, or
+/// says how long until one is there. Admits when Redis cannot answer (then
+/// no standing is known).
+pub async fn take(
+    shared: &Arc<Shared>,
+    key: &str,
+    config: RateLimitConfig,
+) -> Result<Option<Standing>, Duration> {
+    match batches::ask(shared, key, Some(config), None).await {
+        Ok((_, standing)) => Ok(standing),
+        Err(Refusal::RateLimited(wait)) => Err(wait),
+        Err(_) => Ok(None),
     }
 }
 

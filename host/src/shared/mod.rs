@@ -18,18 +18,21 @@
 //! Every Redis key starts with `[state] prefix`. A standalone server, not
 //! Redis Cluster: scripts touch keys they build from the prefix.
 
+pub mod batches;
 pub mod cache;
 pub mod credits;
 pub mod keys;
 pub mod limits;
-pub mod reservations;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::Script;
 use serde::Deserialize;
+use tokio::sync::mpsc;
 
 use crate::config::{ConfigError, Context, Secret};
 
@@ -138,7 +141,10 @@ pub struct Shared {
     /// Whether the last operation succeeded; `/readyz` says `degraded`
     /// while it did not.
     healthy: AtomicBool,
-    limits: limits::Limits,
+    /// Where requests' asks wait for their batch; the task that sends them
+    /// starts with the first ([`batches`]).
+    batches: OnceLock<mpsc::UnboundedSender<batches::Asked>>,
+    batch_script: Script,
 }
 
 impl Shared {
@@ -161,17 +167,33 @@ impl Shared {
             conn,
             prefix: config.prefix.clone(),
             healthy: AtomicBool::new(true),
-            limits: limits::Limits::default(),
+            batches: OnceLock::new(),
+            batch_script: batches::script(),
         })
     }
 
     /// Takes a token of `key`'s global bucket; see [`limits`].
     pub async fn rate_limit(
-        &self,
+        self: &Arc<Self>,
         key: &str,
         config: crate::resilience::rate_limit::RateLimitConfig,
     ) -> Result<Option<crate::resilience::rate_limit::Standing>, Duration> {
-        self.limits.check(self, key, config).await
+        limits::take(self, key, config).await
+    }
+
+    /// Queues `asked` for the next batch (starting the task that sends
+    /// them with the first); false when that task is gone.
+    fn queue(self: &Arc<Self>, asked: batches::Asked) -> bool {
+        let batches = self.batches.get_or_init(|| {
+            let (batches, asked) = mpsc::unbounded_channel();
+            tokio::spawn(batches::send_batches(Arc::downgrade(self), asked));
+            batches
+        });
+        batches.send(asked).is_ok()
+    }
+
+    fn batch_script(&self) -> &Script {
+        &self.batch_script
     }
 
     /// `prefix` + `rest`: the name of a Redis key.

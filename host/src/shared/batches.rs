@@ -1,0 +1,285 @@
+//! The per-request work on Redis, in batches: a token of a key's global
+//! bucket ([`super::limits`]), or a reservation of its credits
+//! ([`super::credits`]) with a token taken in the same go when the key is
+//! limited. What is asked while a batch is at Redis goes together in the
+//! next one, as one script that reads and writes each key's bucket and
+//! account once for all of its requests.
+//!
+//! Why: under load many requests of a key arrive together, and a script
+//! per request costs Redis a script call, a clock read, a bucket (and
+//! account) read and the writes each time. A batch costs that once per key.
+//! Nothing waits to fill a batch: what is asked while none is at Redis goes
+//! at once, alone, so a quiet server's latency is one round trip as before;
+//! under load the batches grow by themselves. The script takes the tokens
+//! and checks the reservations of a batch one after the other, exactly as
+//! it would have one script each: the limit admits what it would have, and
+//! a key never spends more than its balance.
+//!
+//! The batches belong to one task, not to a request: a request that stops
+//! waiting (its client hung up, or [`OP_TIMEOUT`] passed) leaves what it
+//! asked to the task, which gives a held reservation back.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::credits::{Credits, Refusal};
+use super::limits::PRELUDE;
+use super::{Shared, StateError, OP_TIMEOUT};
+use crate::resilience::rate_limit::{retry_after_secs, RateLimitConfig, Standing};
+
+/// The most requests in one batch.
+pub const MAX_BATCH: usize = 64;
+
+/// How long a reservation may be held before any replica frees it: far
+/// longer than a request may run, so only a holder that died loses it.
+const HOLD_FOR: Duration = Duration::from_secs(10 * 60);
+/// How often a reservation looks for expired reservations of its account:
+/// a dead holder's credits come back a moment later, and the request path
+/// is spared a sorted-set scan each time.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// After [`PRELUDE`]: `ARGV[1]` the hold (ms), `ARGV[2]` the sweep period
+/// (ms), then one group per key: its bucket, account and reservations as
+/// `KEYS[3g-2..3g]`, and in `ARGV` its rate a second (0: no limit), burst,
+/// free credits (-1: tokens only, no account) and number of requests, then
+/// each request's amount and member.
+///
+/// For each group with an account: frees the account's reservations whose
+/// holder died (at most every sweep period: `sweep_at`). Then for each
+/// request in turn: takes a token when there is a limit and, unless the
+/// group is tokens only, holds the amount as the member of the sorted set
+/// until `now + hold`, unless `spent + reserved + amount` would pass the
+/// free credits plus the account's grants.
+///
+/// Answers one entry per request, in order: `{0, balance, tokens, reset}`
+/// (admitted, the amount held; `balance` is free + grants - spent - held
+/// before this request, so back-to-back requests see each other's charges,
+/// 0 for tokens only; `tokens` and `reset` (ms) where the bucket stands,
+/// `tokens` -1 without a limit), `{-1, balance, tokens, reset}` (out of
+/// credits: nothing held, the token taken all the same) or `{-2, wait}`
+/// (rate limited: nothing held).
+const BATCH: &str = r"
+local hold, sweep_every = tonumber(ARGV[1]), tonumber(ARGV[2])
+local out, arg = {}, 3
+for g = 1, #KEYS / 3 do
+  local bucket, account, holds = KEYS[3 * g - 2], KEYS[3 * g - 1], KEYS[3 * g]
+  local rate, burst = tonumber(ARGV[arg]) / 1000, tonumber(ARGV[arg + 1])
+  local free, n = tonumber(ARGV[arg + 2]), tonumber(ARGV[arg + 3])
+  arg = arg + 4
+  local tokens
+  if rate > 0 then tokens = bucket_read(bucket, rate, burst) end
+  local held, limit, added, members = 0, 0, 0, {}
+  if free >= 0 then
+    local a = redis.call('HMGET', account, 'spent', 'reserved', 'granted', 'sweep_at')
+    local reserved = tonumber(a[2]) or 0
+    if now >= (tonumber(a[4]) or 0) then
+      local expired = redis.call('ZRANGEBYSCORE', holds, '-inf', now)
+      if #expired > 0 then
+        for _, m in ipairs(expired) do reserved = reserved - (tonumber(string.match(m, '^(%d+):')) or 0) end
+        redis.call('ZREMRANGEBYSCORE', holds, '-inf', now)
+      end
+      redis.call('HSET', account, 'reserved', reserved, 'sweep_at', now + sweep_every)
+    end
+    held = (tonumber(a[1]) or 0) + reserved
+    limit = free + (tonumber(a[3]) or 0)
+  end
+  for _ = 1, n do
+    local amount, member = tonumber(ARGV[arg]), ARGV[arg + 1]
+    arg = arg + 2
+    local wait, left, reset = 0, -1, 0
+    if tokens then
+      tokens, wait = bucket_take(tokens, rate)
+      left, reset = math.floor(tokens), bucket_reset(tokens, rate, burst)
+    end
+    local balance = math.max(0, limit - held)
+    if wait > 0 then
+      out[#out + 1] = {-2, wait}
+    elseif free < 0 then
+      out[#out + 1] = {0, 0, left, reset}
+    elseif amount > 0 and held + amount > limit then
+      out[#out + 1] = {-1, balance, left, reset}
+    else
+      held, added = held + amount, added + amount
+      members[#members + 1] = now + hold
+      members[#members + 1] = member
+      out[#out + 1] = {0, balance, left, reset}
+    end
+  end
+  if tokens then bucket_write(bucket, tokens, rate, burst) end
+  if added > 0 then redis.call('HINCRBY', account, 'reserved', added) end
+  if #members > 0 then redis.call('ZADD', holds, unpack(members)) end
+end
+return out
+";
+
+/// The batch script, hashed once.
+pub fn script() -> redis::Script {
+    redis::Script::new(&format!("{PRELUDE}{BATCH}"))
+}
+
+/// What an admitted request learned: its key's balance before it (0 when
+/// no credits were asked), and where its bucket stands when a token was
+/// taken.
+pub type Granted = (u64, Option<Standing>);
+
+/// One request's ask, waiting for its batch.
+pub struct Asked {
+    pub name: String,
+    pub rate_limit: Option<RateLimitConfig>,
+    /// The credits to hold; `None`: a token only.
+    pub credits: Option<CreditAsk>,
+    pub answer: oneshot::Sender<Result<Granted, Refusal>>,
+}
+
+/// The credits part of an ask.
+pub struct CreditAsk {
+    pub amount: u32,
+    pub free_credits: u64,
+    /// The reservation's member in the account's sorted set (`AMOUNT:...`).
+    pub member: String,
+    /// Where a reservation nobody waits for any more is given back.
+    pub owner: Weak<Credits>,
+}
+
+/// Sends what is asked through `asked` to Redis, a batch at a time, until
+/// every sender is gone (its [`Shared`] dropped).
+pub async fn send_batches(shared: Weak<Shared>, mut asked: mpsc::UnboundedReceiver<Asked>) {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while asked.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let answers = send(&shared, &batch).await;
+        for (asked, answer) in batch.drain(..).zip(answers) {
+            let held = answer.is_ok();
+            if asked.answer.send(answer).is_err() && held {
+                // Nobody waits for it any more: nothing will be delivered.
+                if let Some(credits) = asked.credits {
+                    if let Some(owner) = credits.owner.upgrade() {
+                        owner.refund(&asked.name, credits.member, credits.amount);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Asks `asked` of the next batch and waits for its answer at most
+/// [`OP_TIMEOUT`]: a request waits no longer for shared state, whatever the
+/// queue.
+pub async fn ask(
+    shared: &Arc<Shared>,
+    name: &str,
+    rate_limit: Option<RateLimitConfig>,
+    credits: Option<CreditAsk>,
+) -> Result<Granted, Refusal> {
+    let op = if credits.is_some() {
+        "reserve"
+    } else {
+        "rate_limit"
+    };
+    let (answer, answered) = oneshot::channel();
+    let asked = Asked {
+        name: name.to_owned(),
+        rate_limit,
+        credits,
+        answer,
+    };
+    if !shared.queue(asked) {
+        return Err(Refusal::Unavailable);
+    }
+    match tokio::time::timeout(OP_TIMEOUT, answered).await {
+        Ok(Ok(outcome)) => outcome,
+        Ok(Err(_)) => Err(Refusal::Unavailable),
+        Err(_) => {
+            shared.note(op, Some(&StateError::Timeout));
+            Err(Refusal::Unavailable)
+        }
+    }
+}
+
+/// One script for `batch`; its answers in the batch's order.
+async fn send(shared: &Shared, batch: &[Asked]) -> Vec<Result<Granted, Refusal>> {
+    // The asks of one key (with the same settings, and all for credits or
+    // all for tokens only) form one group, in the order they were asked.
+    let free = |asked: &Asked| asked.credits.as_ref().map(|c| c.free_credits);
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for (i, asked) in batch.iter().enumerate() {
+        let same = |g: &Vec<usize>| {
+            let first = &batch[g[0]];
+            first.name == asked.name
+                && free(first) == free(asked)
+                && first.rate_limit == asked.rate_limit
+        };
+        match groups.iter_mut().find(|g| same(g)) {
+            Some(group) => group.push(i),
+            None => groups.push(vec![i]),
+        }
+    }
+    let mut invocation = shared.batch_script().prepare_invoke();
+    invocation
+        .arg(HOLD_FOR.as_millis() as u64)
+        .arg(SWEEP_EVERY.as_millis() as u64);
+    for group in &groups {
+        let first = &batch[group[0]];
+        let (rate, burst) = first
+            .rate_limit
+            .map_or((0.0, 0.0), |r| (r.per_second, r.burst));
+        invocation
+            .key(super::limits::bucket_key(shared, &first.name))
+            .key(shared.named("acct:", &first.name))
+            .key(shared.named("held:", &first.name))
+            .arg(rate)
+            .arg(burst)
+            .arg(free(first).map_or_else(|| "-1".to_owned(), |f| f.to_string()))
+            .arg(group.len());
+        for &i in group {
+            match &batch[i].credits {
+                Some(credits) => invocation.arg(credits.amount).arg(&credits.member),
+                None => invocation.arg(0).arg("-"),
+            };
+        }
+    }
+    let name = if groups.iter().all(|g| batch[g[0]].credits.is_none()) {
+        "rate_limit"
+    } else {
+        "reserve"
+    };
+    let answers: Result<Vec<Vec<i64>>, StateError> = shared
+        .run(name, |mut conn| async move {
+            invocation.invoke_async(&mut conn).await
+        })
+        .await;
+    let mut outcomes: Vec<Result<Granted, Refusal>> =
+        batch.iter().map(|_| Err(Refusal::Unavailable)).collect();
+    if let Ok(answers) = answers {
+        let order = groups.iter().flatten();
+        for (&i, answer) in order.zip(answers) {
+            outcomes[i] = outcome(&answer, batch[i].rate_limit.is_some());
+        }
+    }
+    outcomes
+}
+
+/// One request's answer from the script.
+fn outcome(answer: &[i64], limited: bool) -> Result<Granted, Refusal> {
+    let at = |i: usize| answer.get(i).copied().unwrap_or(0);
+    let count = |n: i64| u64::try_from(n).unwrap_or(0);
+    let standing = (limited && at(2) >= 0).then(|| Standing {
+        remaining: count(at(2)),
+        reset_secs: match count(at(3)) {
+            0 => 0,
+            ms => retry_after_secs(Duration::from_millis(ms)),
+        },
+    });
+    match at(0) {
+        -2 => Err(Refusal::RateLimited(Duration::from_millis(count(at(1))))),
+        -1 => Err(Refusal::Exhausted {
+            balance: count(at(1)),
+            standing,
+        }),
+        _ => Ok((count(at(1)), standing)),
+    }
+}
