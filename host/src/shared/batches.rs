@@ -166,7 +166,8 @@ pub async fn send_batches(shared: Weak<Shared>, mut asked: mpsc::UnboundedReceiv
     }
 }
 
-/// Asks `asked` of the next batch and waits for its answer at most
+/// Asks the next batch for a token of `name`'s bucket (when `rate_limit`
+/// says so) and for `credits`, and waits for the answer at most
 /// [`OP_TIMEOUT`]: a request waits no longer for shared state, whatever the
 /// queue.
 pub async fn ask(
