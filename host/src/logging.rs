@@ -194,13 +194,20 @@ impl PlainVisitor<'_> {
             return;
         }
         if name == "message" || name.starts_with("r#") {
-            let mut default = DefaultVisitor::new(self.writer.by_ref(), self.is_empty);
-            default.record_debug(field, value);
-            self.result = tracing_subscriber::field::VisitOutput::finish(default);
+            self.by_default(|default| default.record_debug(field, value));
         } else {
             let space = if self.is_empty { "" } else { " " };
             self.result = write!(self.writer, "{space}{name}={value:?}");
+            self.is_empty = false;
         }
+    }
+
+    /// Hands one field to tracing-subscriber's own visitor, which writes it
+    /// (with the space before it) exactly as the default format does.
+    fn by_default(&mut self, record: impl FnOnce(&mut DefaultVisitor<'_>)) {
+        let mut default = DefaultVisitor::new(self.writer.by_ref(), self.is_empty);
+        record(&mut default);
+        self.result = tracing_subscriber::field::VisitOutput::finish(default);
         self.is_empty = false;
     }
 }
@@ -215,13 +222,9 @@ impl Visit for PlainVisitor<'_> {
     }
 
     fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
-        if self.result.is_err() {
-            return;
+        if self.result.is_ok() {
+            self.by_default(|default| default.record_error(field, value));
         }
-        let mut default = DefaultVisitor::new(self.writer.by_ref(), self.is_empty);
-        default.record_error(field, value);
-        self.result = tracing_subscriber::field::VisitOutput::finish(default);
-        self.is_empty = false;
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {

@@ -55,7 +55,7 @@ impl SharedCache {
         let text = serde_json::to_vec(key).unwrap_or_default();
         let hash = Sha256::digest(&text);
         let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
-        self.shared.key(&format!("cache:{hex}"))
+        self.shared.named("cache:", &hex)
     }
 
     /// The entry stored for `key` by any replica, with its age.

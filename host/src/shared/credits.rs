@@ -214,7 +214,7 @@ impl Credits {
     pub async fn statement(&self, name: &str, free_credits: u64) -> Result<Statement, StateError> {
         let mut pipe = redis::pipe();
         pipe.cmd("HMGET")
-            .arg(self.shared.key(&format!("acct:{name}")))
+            .arg(self.shared.named("acct:", name))
             .arg("spent")
             .arg("granted")
             .arg("reserved")
@@ -260,12 +260,12 @@ impl Credits {
         let mut pipe = redis::pipe();
         pipe.atomic()
             .cmd("HINCRBY")
-            .arg(self.shared.key(&format!("acct:{name}")))
+            .arg(self.shared.named("acct:", name))
             .arg("granted")
             .arg(amount)
             .ignore()
             .cmd("RPUSH")
-            .arg(self.shared.key(&format!("grants:{name}")))
+            .arg(self.shared.named("grants:", name))
             .arg(entry)
             .ignore();
         self.shared
@@ -281,11 +281,11 @@ impl Credits {
     pub async fn book(&self, name: &str) -> Result<Book, StateError> {
         let mut pipe = redis::pipe();
         pipe.cmd("LRANGE")
-            .arg(self.shared.key(&format!("grants:{name}")))
+            .arg(self.shared.named("grants:", name))
             .arg(0)
             .arg(-1)
             .cmd("HGET")
-            .arg(self.shared.key(&format!("acct:{name}")))
+            .arg(self.shared.named("acct:", name))
             .arg("spent");
         let (entries, spent): (Vec<String>, Option<u64>) = self
             .shared
@@ -463,7 +463,7 @@ impl Writer {
             }
         };
         let shared = &self.credits.shared;
-        let marker = shared.key(&format!("batch:{}", self.replica));
+        let marker = shared.named("batch:", &self.replica);
         let script = &self.credits.settle;
         let prefix = shared.prefix().to_owned();
         let sent = args.clone();

@@ -201,8 +201,9 @@ impl Shared {
         format!("{}{rest}", self.prefix)
     }
 
-    /// `prefix` + `kind` + `name` (`kind` ends in `:`), in one allocation:
-    /// the request path names three keys a request.
+    /// `prefix` + `kind` + `name` (`kind` ends in `:`): the name of a key
+    /// of one kind, in one allocation (a batch names three keys per key
+    /// asked for).
     pub fn named(&self, kind: &str, name: &str) -> String {
         let mut key = String::with_capacity(self.prefix.len() + kind.len() + name.len());
         key.push_str(&self.prefix);
