@@ -493,3 +493,47 @@ async fn providers_timing_out_on_their_own_within_a_live_deadline_are_502() {
         "two 300 ms timeouts, well inside the 5 s deadline: took {took:?}"
     );
 }
+
+/// `[server] upstream_proxy`: upstream requests go to the proxy and nowhere
+/// else, in absolute form for an `http://` upstream, with the proxy URL's
+/// credentials as `Proxy-Authorization`; the upstream key still reaches the
+/// upstream, and the answer is the primary's. (The double plays the proxy
+/// and answers as the upstream would; the upstream's host does not resolve,
+/// so only the proxy can have reached it.)
+#[tokio::test]
+async fn upstream_requests_go_through_the_configured_proxy() {
+    let proxy = RawUpstream::start(Behaviour::Respond {
+        body: render(&fixtures::primary_user_profile()).into_bytes(),
+    });
+    let upstream = "http://primary.upstream.invalid:8080";
+    let stack = Stack::builder()
+        .search_order(None)
+        .primary_url(upstream)
+        .server_line(&format!(
+            "upstream_proxy = \"http://gate:s3cret@{}\"",
+            proxy.addr()
+        ))
+        .start()
+        .await;
+    let a = stack.get(PROFILE).await;
+    a.assert_success(false);
+    assert_eq!(a.data()["followers"], PRIMARY_FOLLOWERS, "{a:?}");
+    assert_eq!(stack.fallback.request_count().await, 0);
+
+    let requests = proxy.requests();
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    let request = &requests[0];
+    assert_eq!(request.method, "GET");
+    assert_eq!(request.target, format!("{upstream}{P1_TARGET}"));
+    // base64("gate:s3cret")
+    assert_eq!(
+        request.header("proxy-authorization"),
+        Some("Basic Z2F0ZTpzM2NyZXQ=")
+    );
+    assert_eq!(request.header("x-api-key"), Some(PRIMARY_KEY));
+    // The proxy's credentials are no one else's business.
+    assert!(
+        !stack.server.stderr().contains("s3cret"),
+        "the proxy's password is in the log"
+    );
+}
