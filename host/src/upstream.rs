@@ -137,16 +137,18 @@ type Direct =
     hyper_util::client::legacy::Client<hyper_rustls::HttpsConnector<HttpConnector>, Empty<Bytes>>;
 
 /// How requests reach the upstreams; see the module doc.
-#[derive(Clone)]
+// Built once and shared behind an `Arc`: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
 enum Transport {
     Direct(Direct),
     Proxied(reqwest::Client),
 }
 
-/// The host's HTTP client for upstreams.
+/// The host's HTTP client for upstreams. A clone shares the connections
+/// (and costs one reference count: each attempt holds one).
 #[derive(Clone)]
 pub struct UpstreamClient {
-    transport: Transport,
+    transport: Arc<Transport>,
 }
 
 /// A response read in full.
@@ -176,7 +178,9 @@ impl UpstreamClient {
                     .build()?,
             ),
         };
-        Ok(UpstreamClient { transport })
+        Ok(UpstreamClient {
+            transport: Arc::new(transport),
+        })
     }
 
     /// Performs `request`, at the URL its provider's origin admitted.
@@ -204,7 +208,7 @@ impl UpstreamClient {
             };
             headers.append(name, value);
         }
-        match &self.transport {
+        match &*self.transport {
             Transport::Direct(client) => {
                 let response = client
                     .request(upstream)
