@@ -357,11 +357,14 @@ impl Cache {
                             }
                             entry
                         });
+                        // The flight ends before it lands: a request that
+                        // comes after its waiters were answered must not
+                        // join it and get its (maybe failed) landing.
+                        lock(&cache.flights).remove(&key);
                         let _ = land.send(Some(Landing {
                             outcome,
                             journal: Arc::new(journal),
                         }));
-                        lock(&cache.flights).remove(&key);
                     });
                     (landed, false)
                 }

@@ -8,14 +8,13 @@
 //! followed an upstream-supplied link would otherwise send the key anywhere.
 //!
 //! Two transports, one behaviour. Direct requests (no `upstream_proxy`, the
-//! common case) go through hyper-util's pooled client, with rustls and the
-//! same webpki roots: it is what reqwest runs underneath, without reqwest's
-//! layers (its redirect and retry services, its own URL type, parsed with
-//! IDNA on every request), which were a large share of the host's CPU per
-//! uncached request (README, "Measured behaviour"). Through a proxy (a hop
-//! of its own, whose cost dwarfs those layers), reqwest does the proxying,
-//! as it always has: absolute-form requests for `http://` upstreams,
-//! `CONNECT` tunnels for `https://` ones, credentials from the proxy URL.
+//! common case) are `wire`'s: HTTP/1.1 on the request's own task, over
+//! rustls with the webpki roots for `https://`. Through a proxy (a hop of
+//! its own, whose cost dwarfs a client's), reqwest does the proxying, as
+//! it always has: absolute-form requests for `http://` upstreams, `CONNECT`
+//! tunnels for `https://` ones, credentials from the proxy URL.
+
+mod wire;
 
 use std::error::Error as StdError;
 use std::fmt::Write as _;
@@ -23,12 +22,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
+use http_body_util::BodyExt;
 use hyper::body::Body;
 use hyper::header::{HeaderName, HeaderValue, CONTENT_LENGTH, USER_AGENT};
 use hyper::{Request, Response, Uri};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 use plugin_api::{ErrorKind, ProviderError, UpstreamRequest, UpstreamResponse};
 
 use crate::config::{ConfigError, Context, RawServer, Secret};
@@ -96,34 +93,47 @@ impl Origin {
                 "plugin asked for a request that is not a GET; refused",
             ));
         }
-        match url.parse::<Uri>() {
-            Ok(uri) if self.contains(&uri) => Ok(Admitted(uri)),
-            _ => Err(ProviderError::bad_response(
-                "plugin asked for a URL outside its provider's base_url origin; refused",
-            )),
-        }
+        url.parse::<Uri>()
+            .ok()
+            .and_then(|uri| self.target_of(uri))
+            .ok_or_else(|| {
+                ProviderError::bad_response(
+                    "plugin asked for a URL outside its provider's base_url origin; refused",
+                )
+            })
     }
 
-    fn contains(&self, uri: &Uri) -> bool {
+    /// `uri` with where it leads, when that is this origin.
+    fn target_of(&self, uri: Uri) -> Option<Admitted> {
         let https = match uri.scheme_str() {
             Some(s) if s.eq_ignore_ascii_case("http") => false,
             Some(s) if s.eq_ignore_ascii_case("https") => true,
-            _ => return false,
+            _ => return None,
         };
-        let Some(authority) = uri.authority() else {
-            return false;
-        };
-        let default_port = if https { 443 } else { 80 };
-        https == self.https
+        let authority = uri.authority()?;
+        let port = authority.port_u16().unwrap_or(if https { 443 } else { 80 });
+        let inside = https == self.https
             && !authority.as_str().contains('@')
             && authority.host().eq_ignore_ascii_case(&self.host)
-            && authority.port_u16().unwrap_or(default_port) == self.port
+            && port == self.port;
+        if !inside {
+            return None;
+        }
+        let target = wire::Target {
+            https,
+            host: authority.host().to_owned(),
+            port,
+        };
+        Some(Admitted { uri, target })
     }
 }
 
-/// A URL [`Origin::admit`] let through.
+/// A URL [`Origin::admit`] let through, and where it leads.
 #[derive(Debug)]
-pub struct Admitted(Uri);
+pub struct Admitted {
+    uri: Uri,
+    target: wire::Target,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -133,14 +143,9 @@ pub enum ClientError {
     Tls(#[from] rustls::Error),
 }
 
-type Direct =
-    hyper_util::client::legacy::Client<hyper_rustls::HttpsConnector<HttpConnector>, Empty<Bytes>>;
-
 /// How requests reach the upstreams; see the module doc.
-// Built once and shared behind an `Arc`: the variants' sizes do not matter.
-#[allow(clippy::large_enum_variant)]
 enum Transport {
-    Direct(Direct),
+    Direct(wire::Client),
     Proxied(reqwest::Client),
 }
 
@@ -192,34 +197,40 @@ impl UpstreamClient {
         request: &UpstreamRequest,
         max_body: usize,
     ) -> Result<Fetched, ProviderError> {
-        let mut upstream = Request::get(url.0)
-            .body(Empty::new())
-            .map_err(|_| ProviderError::bad_response("plugin asked for an invalid request"))?;
-        let headers = upstream.headers_mut();
-        headers.insert(USER_AGENT, HeaderValue::from_static(USER_AGENT_VALUE));
-        for (name, value) in request.headers() {
-            let (Ok(name), Ok(value)) = (
-                HeaderName::from_bytes(name.as_bytes()),
-                HeaderValue::from_str(value),
-            ) else {
-                return Err(ProviderError::bad_response(
-                    "plugin asked for an invalid request header",
-                ));
-            };
-            headers.append(name, value);
-        }
+        let headers = checked_headers(request)?;
         match &*self.transport {
             Transport::Direct(client) => {
-                let response = client
-                    .request(upstream)
-                    .await
-                    .map_err(|e| transient("request failed", &e))?;
-                read_in_full(response, max_body).await
+                let head = request_head(&url.uri, &headers);
+                let answer =
+                    client
+                        .exchange(url.target, &head, max_body)
+                        .await
+                        .map_err(|e| match e {
+                            wire::WireError::TooLarge(cap) => too_large(cap),
+                            wire::WireError::Malformed(_) => {
+                                ProviderError::bad_response(e.to_string())
+                            }
+                            e => transient("request failed", &e),
+                        })?;
+                Ok(Fetched {
+                    status: answer.status,
+                    headers: answer.headers,
+                    body: answer.body,
+                })
             }
             Transport::Proxied(client) => {
-                let upstream =
-                    reqwest::Request::try_from(upstream.map(|_| reqwest::Body::from("")))
-                        .map_err(|e| transient("request failed", &e.without_url()))?;
+                let mut upstream = Request::get(url.uri)
+                    .body(reqwest::Body::from(""))
+                    .map_err(|_| {
+                        ProviderError::bad_response("plugin asked for an invalid request")
+                    })?;
+                let map = upstream.headers_mut();
+                map.insert(USER_AGENT, HeaderValue::from_static(USER_AGENT_VALUE));
+                for (name, value) in headers {
+                    map.append(name, value);
+                }
+                let upstream = reqwest::Request::try_from(upstream)
+                    .map_err(|e| transient("request failed", &e.without_url()))?;
                 let response = client
                     .execute(upstream)
                     .await
@@ -233,36 +244,90 @@ impl UpstreamClient {
     }
 }
 
-/// hyper-util's pooled client over rustls (ring, webpki roots), HTTP/1.
-fn direct() -> Result<Direct, ClientError> {
-    let mut http = HttpConnector::new();
-    // `https://` URLs are handed to the TLS layer around it.
-    http.enforce_http(false);
-    http.set_nodelay(true);
-    http.set_connect_timeout(Some(CONNECT_TIMEOUT));
+/// Headers the host writes itself, or that would change how the request
+/// or its connection is framed: a plugin may not set them.
+const RESERVED_HEADERS: [&str; 9] = [
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "te",
+    "trailer",
+    "upgrade",
+    "proxy-connection",
+];
+
+/// The plugin's headers, each a valid name and value that is not
+/// [reserved](RESERVED_HEADERS).
+fn checked_headers(
+    request: &UpstreamRequest,
+) -> Result<Vec<(HeaderName, HeaderValue)>, ProviderError> {
+    request
+        .headers()
+        .iter()
+        .map(|(name, value)| {
+            match (
+                HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_str(value),
+            ) {
+                (Ok(name), Ok(value)) if !RESERVED_HEADERS.contains(&name.as_str()) => {
+                    Ok((name, value))
+                }
+                _ => Err(ProviderError::bad_response(
+                    "plugin asked for an invalid or reserved request header",
+                )),
+            }
+        })
+        .collect()
+}
+
+/// A `GET` request head for `uri` (admitted: absolute, no userinfo).
+fn request_head(uri: &Uri, headers: &[(HeaderName, HeaderValue)]) -> Vec<u8> {
+    let target = uri.path_and_query().map_or("/", |p| p.as_str());
+    let host = uri.authority().map_or("", |a| a.as_str());
+    let mut head = Vec::with_capacity(128 + target.len() + 64 * headers.len());
+    for part in [
+        "GET ",
+        target,
+        " HTTP/1.1\r\nhost: ",
+        host,
+        "\r\nuser-agent: ",
+        USER_AGENT_VALUE,
+        "\r\n",
+    ] {
+        head.extend_from_slice(part.as_bytes());
+    }
+    for (name, value) in headers {
+        head.extend_from_slice(name.as_str().as_bytes());
+        head.extend_from_slice(b": ");
+        head.extend_from_slice(value.as_bytes());
+        head.extend_from_slice(b"\r\n");
+    }
+    head.extend_from_slice(b"\r\n");
+    head
+}
+
+/// The direct transport: `wire` over rustls (ring, webpki roots).
+fn direct() -> Result<wire::Client, ClientError> {
     let roots = rustls::RootCertStore {
         roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
     };
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+    let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
     .with_safe_default_protocol_versions()?
     .with_root_certificates(roots)
     .with_no_client_auth();
-    let connector = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(http);
-    Ok(
-        hyper_util::client::legacy::Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-            .pool_timer(TokioTimer::new())
-            .build(connector),
-    )
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(wire::Client::new(
+        Arc::new(tls),
+        CONNECT_TIMEOUT,
+        POOL_IDLE_TIMEOUT,
+    ))
 }
 
-/// Reads `response` whole, refusing a body over `max_body` bytes (by its
+/// Reads a proxied `response` whole, refusing a body over `max_body` bytes (by its
 /// `Content-Length` before reading, or as it arrives).
 async fn read_in_full<B>(response: Response<B>, max_body: usize) -> Result<Fetched, ProviderError>
 where

@@ -1,0 +1,779 @@
+//! A small HTTP/1.1 client for upstream `GET`s, run on the request's own
+//! task.
+//!
+//! Why not hyper's client: it drives each connection from a task of its
+//! own and passes requests, answers and body chunks to it through
+//! channels, so every upstream request wakes two tasks back and forth. On
+//! a multi-threaded runtime those wake-ups, and the idle workers they stir,
+//! cost more than the request itself (README, "Measured behaviour"). Here
+//! the request's task writes the request and reads the answer itself, as
+//! nginx's upstream module does: the only wake-ups are the socket's.
+//!
+//! It speaks what upstream `GET`s need and refuses the rest: one request
+//! at a time per connection; keep-alive, with idle connections pooled per
+//! target (the most recently used first, none kept longer than the idle
+//! timeout); bodies framed by `Content-Length`, chunked, or by the end of
+//! the connection; 1xx answers skipped. A request on a pooled connection
+//! that the upstream had closed meanwhile is sent again once on a new one
+//! (a `GET` may be).
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rustls_pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+
+/// The longest answer head read.
+const MAX_HEAD_BYTES: usize = 64 * 1024;
+/// Headers of one answer head, at most.
+const MAX_HEADERS: usize = 128;
+/// A chunk-size or trailer line, at most.
+const MAX_LINE_BYTES: usize = 8 * 1024;
+/// Idle connections kept per target, at most.
+const MAX_IDLE_PER_TARGET: usize = 1024;
+/// How much a read asks for at a time.
+const READ_CHUNK: usize = 16 * 1024;
+
+/// Why an exchange failed.
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    #[error("cannot resolve the upstream host: {0}")]
+    Resolve(io::Error),
+    #[error("connecting failed: {0}")]
+    Connect(io::Error),
+    #[error("connecting timed out")]
+    ConnectTimeout,
+    #[error("TLS handshake failed: {0}")]
+    Tls(io::Error),
+    #[error("the connection failed: {0}")]
+    Io(#[from] io::Error),
+    #[error("the upstream closed the connection before its answer was complete")]
+    Closed,
+    /// The answer is not HTTP/1.1 as this client reads it.
+    #[error("malformed answer: {0}")]
+    Malformed(&'static str),
+    #[error("body larger than {0} bytes")]
+    TooLarge(usize),
+}
+
+/// Where a connection goes: a URL's scheme, host (as written in the URL,
+/// brackets around an IPv6 address) and port.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Target {
+    pub https: bool,
+    pub host: String,
+    pub port: u16,
+}
+
+/// An answer read in full.
+pub struct Answer {
+    pub status: u16,
+    /// Names in lower case; values that are not UTF-8 are left out.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
+
+struct Connection {
+    io: Box<dyn Io>,
+    /// What was read and not yet used.
+    buffer: Vec<u8>,
+    idle_since: Instant,
+}
+
+/// Opens connections, keeps the idle ones, and runs exchanges on them.
+pub struct Client {
+    idle: Mutex<HashMap<Target, Vec<Connection>>>,
+    tls: TlsConnector,
+    connect_timeout: Duration,
+    idle_timeout: Duration,
+}
+
+impl Client {
+    pub fn new(
+        tls: Arc<rustls::ClientConfig>,
+        connect_timeout: Duration,
+        idle_timeout: Duration,
+    ) -> Client {
+        Client {
+            idle: Mutex::new(HashMap::new()),
+            tls: TlsConnector::from(tls),
+            connect_timeout,
+            idle_timeout,
+        }
+    }
+
+    /// Sends `request` (a whole request head) to `target` and reads the
+    /// answer, its body up to `max_body` bytes.
+    pub async fn exchange(
+        &self,
+        target: Target,
+        request: &[u8],
+        max_body: usize,
+    ) -> Result<Answer, WireError> {
+        if let Some(mut connection) = self.checkout(&target) {
+            match exchange(&mut connection, request, max_body).await {
+                Ok((answer, reusable)) => {
+                    self.checkin(target, connection, reusable);
+                    return Ok(answer);
+                }
+                // Closed while idle: a new connection gets the request.
+                Err(Failed {
+                    nothing_read: true, ..
+                }) => {}
+                Err(Failed { error, .. }) => return Err(error),
+            }
+        }
+        let mut connection = self.connect(&target).await?;
+        let (answer, reusable) = exchange(&mut connection, request, max_body)
+            .await
+            .map_err(|failed| failed.error)?;
+        self.checkin(target, connection, reusable);
+        Ok(answer)
+    }
+
+    /// The most recently used idle connection to `target` that is not too
+    /// old; older ones are closed.
+    fn checkout(&self, target: &Target) -> Option<Connection> {
+        let mut idle = lock(&self.idle);
+        let connections = idle.get_mut(target)?;
+        while let Some(connection) = connections.pop() {
+            if connection.idle_since.elapsed() < self.idle_timeout {
+                return Some(connection);
+            }
+            // Popped from the most recent end: every one left is older.
+            connections.clear();
+        }
+        None
+    }
+
+    fn checkin(&self, target: Target, mut connection: Connection, reusable: bool) {
+        if !reusable {
+            return;
+        }
+        connection.idle_since = Instant::now();
+        let mut idle = lock(&self.idle);
+        let connections = idle.entry(target).or_default();
+        // The oldest are first: those past the idle timeout go now, so a
+        // quiet target does not keep them open until its next request.
+        let expired = connections
+            .iter()
+            .take_while(|c| c.idle_since.elapsed() >= self.idle_timeout)
+            .count();
+        connections.drain(..expired);
+        if connections.len() < MAX_IDLE_PER_TARGET {
+            connections.push(connection);
+        }
+    }
+
+    async fn connect(&self, target: &Target) -> Result<Connection, WireError> {
+        let connecting = async {
+            let host = target.host.trim_start_matches('[').trim_end_matches(']');
+            let tcp = match host.parse::<IpAddr>() {
+                Ok(ip) => TcpStream::connect(SocketAddr::new(ip, target.port))
+                    .await
+                    .map_err(WireError::Connect)?,
+                Err(_) => connect_by_name(host, target.port).await?,
+            };
+            tcp.set_nodelay(true).map_err(WireError::Connect)?;
+            if !target.https {
+                return Ok::<Box<dyn Io>, WireError>(Box::new(tcp));
+            }
+            let name = ServerName::try_from(host.to_owned())
+                .map_err(|_| WireError::Malformed("the host is not a valid TLS server name"))?;
+            let tls = self.tls.connect(name, tcp).await.map_err(WireError::Tls)?;
+            Ok(Box::new(tls))
+        };
+        let io = tokio::time::timeout(self.connect_timeout, connecting)
+            .await
+            .map_err(|_| WireError::ConnectTimeout)??;
+        Ok(Connection {
+            io,
+            buffer: Vec::new(),
+            idle_since: Instant::now(),
+        })
+    }
+}
+
+/// Tries each address the name resolves to, in order.
+async fn connect_by_name(host: &str, port: u16) -> Result<TcpStream, WireError> {
+    let mut last = None;
+    for address in tokio::net::lookup_host((host, port))
+        .await
+        .map_err(WireError::Resolve)?
+    {
+        match TcpStream::connect(address).await {
+            Ok(tcp) => return Ok(tcp),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(WireError::Connect(last.unwrap_or_else(|| {
+        io::Error::new(io::ErrorKind::NotFound, "no address")
+    })))
+}
+
+/// A failed exchange, and whether the upstream had sent nothing at all
+/// (on a pooled connection: it had closed it while idle).
+struct Failed {
+    error: WireError,
+    nothing_read: bool,
+}
+
+/// One request and its answer on `connection`; the answer, and whether
+/// the connection may carry another request.
+async fn exchange(
+    connection: &mut Connection,
+    request: &[u8],
+    max_body: usize,
+) -> Result<(Answer, bool), Failed> {
+    let sent = async {
+        connection.io.write_all(request).await?;
+        connection.io.flush().await
+    };
+    if let Err(e) = sent.await {
+        return Err(Failed {
+            error: WireError::Io(e),
+            nothing_read: true,
+        });
+    }
+    connection.buffer.clear();
+    let (head, head_len) = match read_head(connection).await {
+        Ok(read) => read,
+        Err(error) => {
+            let closed = match &error {
+                WireError::Closed => true,
+                WireError::Io(e) => matches!(
+                    e.kind(),
+                    io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted
+                ),
+                _ => false,
+            };
+            return Err(Failed {
+                error,
+                nothing_read: closed && connection.buffer.is_empty(),
+            });
+        }
+    };
+    let failed = |error| Failed {
+        error,
+        nothing_read: false,
+    };
+    connection.buffer.drain(..head_len);
+    let (body, framed) = match head.framing {
+        Framing::Empty => (Vec::new(), true),
+        Framing::Length(length) => {
+            if length > max_body as u64 {
+                return Err(failed(WireError::TooLarge(max_body)));
+            }
+            (
+                read_length(connection, length as usize)
+                    .await
+                    .map_err(failed)?,
+                true,
+            )
+        }
+        Framing::Chunked => (
+            read_chunked(connection, max_body).await.map_err(failed)?,
+            true,
+        ),
+        Framing::UntilClose => (
+            read_to_end(connection, max_body).await.map_err(failed)?,
+            false,
+        ),
+    };
+    // Anything after the body is not an answer to anything: the
+    // connection is not trusted with another request.
+    let reusable = framed && head.keep_alive && connection.buffer.is_empty();
+    Ok((
+        Answer {
+            status: head.status,
+            headers: head.headers,
+            body,
+        },
+        reusable,
+    ))
+}
+
+/// How an answer's body ends (RFC 9112, section 6.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Framing {
+    Empty,
+    Length(u64),
+    Chunked,
+    UntilClose,
+}
+
+struct Head {
+    status: u16,
+    headers: Vec<(String, String)>,
+    framing: Framing,
+    keep_alive: bool,
+}
+
+/// Reads until a final (non-1xx) answer head is complete; its length in
+/// the buffer comes back with it.
+async fn read_head(connection: &mut Connection) -> Result<(Head, usize), WireError> {
+    loop {
+        if let Some((head, len)) = parse_head(&connection.buffer)? {
+            if (100..200).contains(&head.status) {
+                // An interim answer (100 Continue, 103 Early Hints): the
+                // final one follows.
+                connection.buffer.drain(..len);
+                continue;
+            }
+            return Ok((head, len));
+        }
+        if connection.buffer.len() >= MAX_HEAD_BYTES {
+            return Err(WireError::Malformed("answer head too large"));
+        }
+        if read_more(connection).await? == 0 {
+            return Err(WireError::Closed);
+        }
+    }
+}
+
+/// Parses an answer head at the start of `bytes`: `None` while it is
+/// incomplete.
+fn parse_head(bytes: &[u8]) -> Result<Option<(Head, usize)>, WireError> {
+    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut response = httparse::Response::new(&mut slots);
+    let len = match response.parse(bytes) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err(WireError::Malformed("too many headers"))
+        }
+        Err(_) => return Err(WireError::Malformed("not an HTTP/1 answer head")),
+    };
+    let status = response.code.unwrap_or(0);
+    let http11 = response.version == Some(1);
+    let mut close = !http11;
+    let mut chunked = false;
+    let mut transfer_encoding = false;
+    let mut length: Option<u64> = None;
+    let mut headers = Vec::with_capacity(response.headers.len());
+    for header in response.headers.iter() {
+        let name = header.name.to_ascii_lowercase();
+        let Ok(value) = std::str::from_utf8(header.value) else {
+            continue;
+        };
+        match name.as_str() {
+            "connection" => {
+                for token in value.split(',').map(str::trim) {
+                    if token.eq_ignore_ascii_case("close") {
+                        close = true;
+                    } else if token.eq_ignore_ascii_case("keep-alive") && !http11 {
+                        close = false;
+                    }
+                }
+            }
+            "transfer-encoding" => {
+                transfer_encoding = true;
+                chunked = value
+                    .rsplit(',')
+                    .next()
+                    .is_some_and(|last| last.trim().eq_ignore_ascii_case("chunked"));
+            }
+            "content-length" => {
+                let parsed = value
+                    .trim()
+                    .parse::<u64>()
+                    .map_err(|_| WireError::Malformed("invalid Content-Length"))?;
+                if length.is_some_and(|earlier| earlier != parsed) {
+                    return Err(WireError::Malformed("conflicting Content-Length"));
+                }
+                length = Some(parsed);
+            }
+            _ => {}
+        }
+        headers.push((name, value.to_owned()));
+    }
+    let framing = if (100..200).contains(&status) || status == 204 || status == 304 {
+        Framing::Empty
+    } else if transfer_encoding {
+        // With both, Transfer-Encoding wins, and the connection ends
+        // with the answer (RFC 9112, 6.3).
+        if length.is_some() {
+            close = true;
+        }
+        if chunked && http11 {
+            Framing::Chunked
+        } else {
+            Framing::UntilClose
+        }
+    } else {
+        length.map_or(Framing::UntilClose, Framing::Length)
+    };
+    Ok(Some((
+        Head {
+            status,
+            headers,
+            framing,
+            keep_alive: !close,
+        },
+        len,
+    )))
+}
+
+/// Reads more into the connection's buffer; 0 at the end of the stream.
+async fn read_more(connection: &mut Connection) -> io::Result<usize> {
+    connection.buffer.reserve(READ_CHUNK);
+    connection.io.read_buf(&mut connection.buffer).await
+}
+
+async fn read_length(connection: &mut Connection, length: usize) -> Result<Vec<u8>, WireError> {
+    while connection.buffer.len() < length {
+        if read_more(connection).await? == 0 {
+            return Err(WireError::Closed);
+        }
+    }
+    let rest = connection.buffer.split_off(length);
+    Ok(std::mem::replace(&mut connection.buffer, rest))
+}
+
+async fn read_to_end(connection: &mut Connection, max_body: usize) -> Result<Vec<u8>, WireError> {
+    loop {
+        if connection.buffer.len() > max_body {
+            return Err(WireError::TooLarge(max_body));
+        }
+        match read_more(connection).await {
+            Ok(0) => return Ok(std::mem::take(&mut connection.buffer)),
+            Ok(_) => {}
+            // A TLS peer that closes without close_notify: the end, as
+            // far as a body framed by the end can tell.
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                return Ok(std::mem::take(&mut connection.buffer))
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Reads a chunked body (RFC 9112, section 7.1); trailers are read and
+/// dropped. The buffer is consumed through a cursor and compacted only
+/// before a read, so many tiny chunks cost no more than one large one.
+async fn read_chunked(connection: &mut Connection, max_body: usize) -> Result<Vec<u8>, WireError> {
+    let mut body = Vec::new();
+    let mut at = 0;
+    loop {
+        let line = next_line(connection, &mut at).await?;
+        let size = chunk_size(&connection.buffer[line])?;
+        if size == 0 {
+            break;
+        }
+        if body.len() + size > max_body {
+            return Err(WireError::TooLarge(max_body));
+        }
+        while connection.buffer.len() < at + size + 2 {
+            refill(connection, &mut at).await?;
+        }
+        if &connection.buffer[at + size..at + size + 2] != b"\r\n" {
+            return Err(WireError::Malformed("chunk not followed by CRLF"));
+        }
+        body.extend_from_slice(&connection.buffer[at..at + size]);
+        at += size + 2;
+    }
+    // Trailers, up to the empty line, within the bounds of a head.
+    let mut trailers = 0;
+    loop {
+        let line = next_line(connection, &mut at).await?;
+        if line.is_empty() {
+            break;
+        }
+        trailers += line.len() + 2;
+        if trailers > MAX_HEAD_BYTES {
+            return Err(WireError::Malformed("trailers too large"));
+        }
+    }
+    connection.buffer.drain(..at);
+    Ok(body)
+}
+
+/// The range of the next line from `at` in the buffer, without its CRLF;
+/// `at` moves past it.
+async fn next_line(
+    connection: &mut Connection,
+    at: &mut usize,
+) -> Result<std::ops::Range<usize>, WireError> {
+    let mut searched = *at;
+    loop {
+        if let Some(found) = connection.buffer[searched..]
+            .windows(2)
+            .position(|pair| pair == b"\r\n")
+        {
+            let line = *at..searched + found;
+            *at = line.end + 2;
+            return Ok(line);
+        }
+        if connection.buffer.len() - *at > MAX_LINE_BYTES {
+            return Err(WireError::Malformed("chunk or trailer line too long"));
+        }
+        // A CR at the end may be half of the CRLF.
+        searched = connection.buffer.len().saturating_sub(1).max(*at);
+        let moved = *at;
+        refill(connection, at).await?;
+        searched -= moved - *at;
+    }
+}
+
+/// Drops what the cursor has passed, then reads more; the end of the
+/// stream here means the body was cut short.
+async fn refill(connection: &mut Connection, at: &mut usize) -> Result<(), WireError> {
+    connection.buffer.drain(..*at);
+    *at = 0;
+    if read_more(connection).await? == 0 {
+        return Err(WireError::Closed);
+    }
+    Ok(())
+}
+
+/// A chunk-size line: hex digits, then optional extensions after `;`.
+fn chunk_size(line: &[u8]) -> Result<usize, WireError> {
+    let digits = line
+        .split(|&b| b == b';')
+        .next()
+        .unwrap_or_default()
+        .trim_ascii();
+    if digits.is_empty() || digits.len() > 15 || !digits.iter().all(u8::is_ascii_hexdigit) {
+        return Err(WireError::Malformed("invalid chunk size"));
+    }
+    let text =
+        std::str::from_utf8(digits).map_err(|_| WireError::Malformed("invalid chunk size"))?;
+    usize::from_str_radix(text, 16).map_err(|_| WireError::Malformed("invalid chunk size"))
+}
+
+/// The data behind this lock is a plain map: a panic cannot tear it.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::net::TcpListener;
+
+    /// An upstream on 127.0.0.1 that answers each request head it reads
+    /// with the next of `answers` (raw bytes), closing the connection after
+    /// an answer when told to. Counts the connections it accepted.
+    async fn scripted(answers: Vec<(&'static str, bool)>) -> (Target, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counter = accepted.clone();
+        tokio::spawn(async move {
+            let mut answers = answers.into_iter();
+            while let Ok((mut socket, _)) = listener.accept().await {
+                counter.fetch_add(1, Ordering::SeqCst);
+                let mut seen = Vec::new();
+                loop {
+                    let mut buffer = [0u8; 4096];
+                    match socket.read(&mut buffer).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => seen.extend_from_slice(&buffer[..n]),
+                    }
+                    if !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                        continue;
+                    }
+                    seen.clear();
+                    let Some((answer, close)) = answers.next() else {
+                        return;
+                    };
+                    socket.write_all(answer.as_bytes()).await.unwrap();
+                    if close {
+                        break;
+                    }
+                }
+            }
+        });
+        let target = Target {
+            https: false,
+            host: "127.0.0.1".into(),
+            port,
+        };
+        (target, accepted)
+    }
+
+    fn client() -> Client {
+        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+        Client::new(
+            Arc::new(tls),
+            Duration::from_secs(5),
+            Duration::from_secs(60),
+        )
+    }
+
+    const GET: &[u8] = b"GET / HTTP/1.1\r\nhost: x\r\n\r\n";
+
+    #[tokio::test]
+    async fn a_kept_alive_connection_carries_the_next_request() {
+        let (target, accepted) = scripted(vec![
+            ("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst", false),
+            (
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3;ext=1\r\nsec\r\n3\r\nond\r\n0\r\nX-Trailer: t\r\n\r\n",
+                false,
+            ),
+            ("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n", false),
+        ])
+        .await;
+        let client = client();
+        let first = client.exchange(target.clone(), GET, 1024).await.unwrap();
+        assert_eq!((first.status, &first.body[..]), (200, &b"first"[..]));
+        let second = client.exchange(target.clone(), GET, 1024).await.unwrap();
+        assert_eq!(second.body, b"second");
+        let third = client.exchange(target, GET, 1024).await.unwrap();
+        assert_eq!((third.status, third.body.len()), (204, 0));
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            1,
+            "one connection for all three"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_body_of_many_tiny_chunks_comes_out_whole() {
+        let mut answer = String::from("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n");
+        for n in 0..20_000 {
+            answer.push_str(&format!("1\r\n{}\r\n", n % 10));
+        }
+        answer.push_str("0\r\n\r\n");
+        let (target, _) = scripted(vec![(answer.leak(), false)]).await;
+        let body = client().exchange(target, GET, 1 << 20).await.unwrap().body;
+        assert_eq!(body.len(), 20_000);
+        assert!(body
+            .iter()
+            .enumerate()
+            .all(|(n, b)| *b == b'0' + (n % 10) as u8));
+    }
+
+    #[tokio::test]
+    async fn a_connection_closed_while_idle_or_by_its_answer_is_not_reused() {
+        let (target, accepted) = scripted(vec![
+            // Kept alive, then closed by the upstream while idle: the next
+            // request goes again on a new connection.
+            ("HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\na", true),
+            (
+                "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nConnection: close\r\n\r\nb",
+                false,
+            ),
+            // Framed by the end of the connection.
+            ("HTTP/1.1 200 OK\r\n\r\nuntil the end", true),
+            ("HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nd", false),
+        ])
+        .await;
+        let client = client();
+        for expected in [&b"a"[..], b"b", b"until the end", b"d"] {
+            let answer = client.exchange(target.clone(), GET, 1024).await.unwrap();
+            assert_eq!(answer.body, expected);
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 4);
+    }
+
+    #[tokio::test]
+    async fn bodies_past_the_cap_or_cut_short_fail() {
+        let (target, _) = scripted(vec![
+            (
+                "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n0123456789",
+                false,
+            ),
+            (
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\na\r\n0123456789\r\n0\r\n\r\n",
+                false,
+            ),
+            ("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort", true),
+        ])
+        .await;
+        let client = client();
+        for _ in 0..2 {
+            let error = client.exchange(target.clone(), GET, 9).await.err().unwrap();
+            assert!(matches!(error, WireError::TooLarge(9)), "{error}");
+        }
+        let error = client.exchange(target, GET, 1024).await.err().unwrap();
+        assert!(matches!(error, WireError::Closed), "{error}");
+    }
+
+    fn head(text: &str) -> Head {
+        parse_head(text.as_bytes()).unwrap().unwrap().0
+    }
+
+    #[test]
+    fn framing_follows_rfc_9112() {
+        assert_eq!(
+            head("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n").framing,
+            Framing::Length(5)
+        );
+        assert_eq!(
+            head("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n").framing,
+            Framing::Chunked
+        );
+        assert_eq!(
+            head("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n").framing,
+            Framing::UntilClose
+        );
+        assert_eq!(head("HTTP/1.1 200 OK\r\n\r\n").framing, Framing::UntilClose);
+        assert_eq!(
+            head("HTTP/1.1 204 No Content\r\n\r\n").framing,
+            Framing::Empty
+        );
+        assert_eq!(
+            head("HTTP/1.1 304 Not Modified\r\nContent-Length: 9\r\n\r\n").framing,
+            Framing::Empty
+        );
+        let both =
+            head("HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n");
+        assert_eq!(both.framing, Framing::Chunked);
+        assert!(!both.keep_alive, "an answer with both ends its connection");
+    }
+
+    #[test]
+    fn keep_alive_is_http_1_1_without_close() {
+        assert!(head("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n").keep_alive);
+        assert!(
+            !head("HTTP/1.1 200 OK\r\nConnection: Close\r\nContent-Length: 0\r\n\r\n").keep_alive
+        );
+        assert!(!head("HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n").keep_alive);
+        assert!(
+            head("HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n")
+                .keep_alive
+        );
+    }
+
+    #[test]
+    fn bad_heads_are_malformed_and_partial_ones_wait() {
+        assert!(parse_head(b"HTTP/1.1 200 OK\r\nContent-Le")
+            .unwrap()
+            .is_none());
+        for bad in [
+            "HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+            "<html>\r\n\r\n",
+        ] {
+            assert!(parse_head(bad.as_bytes()).is_err(), "{bad}");
+        }
+        let names = head("HTTP/1.1 200 OK\r\nX-Thing: a\r\nContent-Length: 0\r\n\r\n").headers;
+        assert_eq!(names[0], ("x-thing".to_owned(), "a".to_owned()));
+    }
+
+    #[test]
+    fn chunk_sizes() {
+        assert_eq!(chunk_size(b"1a").unwrap(), 26);
+        assert_eq!(chunk_size(b"0").unwrap(), 0);
+        assert_eq!(chunk_size(b"A ; name=value").unwrap(), 10);
+        for bad in [&b""[..], b"x", b"-1", b"1 2", b"ffffffffffffffff"] {
+            assert!(chunk_size(bad).is_err(), "{bad:?}");
+        }
+    }
+}
