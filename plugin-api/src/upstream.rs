@@ -119,7 +119,10 @@ impl UpstreamRequest {
         self
     }
 
-    /// Adds a request header.
+    /// Adds a request header. The host refuses a request with a header it
+    /// writes itself or that frames the request or its connection (`Host`,
+    /// `Content-Length`, `Transfer-Encoding`, `Connection` and the other
+    /// hop-by-hop ones).
     pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> UpstreamRequest {
         self.headers.push((name.into(), value.into()));
         self

@@ -111,17 +111,30 @@ impl Origin {
             _ => return None,
         };
         let authority = uri.authority()?;
-        let port = authority.port_u16().unwrap_or(if https { 443 } else { 80 });
+        let host = authority.host();
+        // Userinfo is refused, so what follows the host is the port.
+        let port = match &authority.as_str()[host.len()..] {
+            "" => {
+                if https {
+                    443
+                } else {
+                    80
+                }
+            }
+            _ => authority.port_u16()?,
+        };
         let inside = https == self.https
             && !authority.as_str().contains('@')
-            && authority.host().eq_ignore_ascii_case(&self.host)
+            && host.eq_ignore_ascii_case(&self.host)
             && port == self.port;
         if !inside {
             return None;
         }
+        // The origin's spelling of the host: one pool of connections
+        // whatever case the plugin writes it in.
         let target = wire::Target {
             https,
-            host: authority.host().to_owned(),
+            host: self.host.clone(),
             port,
         };
         Some(Admitted { uri, target })
@@ -284,12 +297,18 @@ fn checked_headers(
 
 /// A `GET` request head for `uri` (admitted: absolute, no userinfo).
 fn request_head(uri: &Uri, headers: &[(HeaderName, HeaderValue)]) -> Vec<u8> {
-    let target = uri.path_and_query().map_or("/", |p| p.as_str());
+    let path = match uri.path() {
+        "" => "/",
+        path => path,
+    };
+    let (mark, query) = uri.query().map_or(("", ""), |query| ("?", query));
     let host = uri.authority().map_or("", |a| a.as_str());
-    let mut head = Vec::with_capacity(128 + target.len() + 64 * headers.len());
+    let mut head = Vec::with_capacity(128 + path.len() + query.len() + 64 * headers.len());
     for part in [
         "GET ",
-        target,
+        path,
+        mark,
+        query,
         " HTTP/1.1\r\nhost: ",
         host,
         "\r\nuser-agent: ",
@@ -386,6 +405,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_request_head_always_has_a_path() {
+        let head = |url: &str| {
+            let uri: Uri = url.parse().unwrap();
+            String::from_utf8(request_head(&uri, &[])).unwrap()
+        };
+        assert!(head("http://h?x=1").starts_with("GET /?x=1 HTTP/1.1\r\nhost: h\r\n"));
+        assert!(head("http://h:8080").starts_with("GET / HTTP/1.1\r\nhost: h:8080\r\n"));
+        assert!(head("http://h/a/b?c=d&e").starts_with("GET /a/b?c=d&e HTTP/1.1\r\n"));
+        assert!(head("http://h/a").ends_with("\r\n\r\n"));
+    }
+
+    #[test]
     fn a_provider_may_only_get_within_its_base_url_origin() {
         let origin = Origin::of("https://api.example.test/v1/").unwrap();
         for url in [
@@ -429,6 +460,17 @@ mod tests {
         let idn = Origin::of("https://bücher.example/").unwrap();
         assert!(idn.admit("GET", "https://xn--bcher-kva.example/p").is_ok());
         assert!(idn.admit("GET", "https://bücher.example/p").is_err());
+        for url in [
+            "http://127.0.0.1:99999/v1/x",
+            "http://127.0.0.1:/v1/x",
+            "http://127.0.0.1:80a/v1/x",
+        ] {
+            assert!(local.admit("GET", url).is_err(), "{url}");
+        }
+        // One pool whatever the spelling of the host.
+        let upper = origin.admit("GET", "https://API.example.test/x").unwrap();
+        assert_eq!(upper.target.host, "api.example.test");
+        assert_eq!(upper.target.port, 443);
         assert_eq!(Origin::of("ftp://x/"), None);
         assert_eq!(Origin::of("http://"), None);
     }

@@ -36,6 +36,8 @@ const MAX_HEADERS: usize = 128;
 const MAX_LINE_BYTES: usize = 8 * 1024;
 /// Idle connections kept per target, at most.
 const MAX_IDLE_PER_TARGET: usize = 1024;
+/// Interim (1xx) answers before the final one, at most.
+const MAX_INTERIM_ANSWERS: usize = 8;
 /// How much a read asks for at a time.
 const READ_CHUNK: usize = 16 * 1024;
 
@@ -85,7 +87,21 @@ struct Connection {
     io: Box<dyn Io>,
     /// What was read and not yet used.
     buffer: Vec<u8>,
+    /// Whether the current exchange has read anything at all.
+    received: bool,
     idle_since: Instant,
+}
+
+impl Connection {
+    /// Whether an idle connection can carry a request: nothing arrived on
+    /// it while idle. An upstream that closed it, or said something
+    /// unasked (a `408` before closing, say), would otherwise have that
+    /// taken for the answer to the next request.
+    fn is_quiet(&mut self) -> bool {
+        let mut byte = [0u8; 1];
+        // One poll: `None` means nothing to read, the only good answer.
+        futures_util::FutureExt::now_or_never(self.io.read(&mut byte)).is_none()
+    }
 }
 
 /// Opens connections, keeps the idle ones, and runs exchanges on them.
@@ -144,12 +160,15 @@ impl Client {
     fn checkout(&self, target: &Target) -> Option<Connection> {
         let mut idle = lock(&self.idle);
         let connections = idle.get_mut(target)?;
-        while let Some(connection) = connections.pop() {
-            if connection.idle_since.elapsed() < self.idle_timeout {
+        while let Some(mut connection) = connections.pop() {
+            if connection.idle_since.elapsed() >= self.idle_timeout {
+                // Popped from the most recent end: every one left is older.
+                connections.clear();
+                break;
+            }
+            if connection.is_quiet() {
                 return Some(connection);
             }
-            // Popped from the most recent end: every one left is older.
-            connections.clear();
         }
         None
     }
@@ -197,6 +216,7 @@ impl Client {
         Ok(Connection {
             io,
             buffer: Vec::new(),
+            received: false,
             idle_since: Instant::now(),
         })
     }
@@ -244,20 +264,24 @@ async fn exchange(
         });
     }
     connection.buffer.clear();
+    connection.received = false;
     let (head, head_len) = match read_head(connection).await {
         Ok(read) => read,
         Err(error) => {
             let closed = match &error {
                 WireError::Closed => true,
+                // (UnexpectedEof: a TLS peer closing without close_notify.)
                 WireError::Io(e) => matches!(
                     e.kind(),
-                    io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted
+                    io::ErrorKind::ConnectionReset
+                        | io::ErrorKind::ConnectionAborted
+                        | io::ErrorKind::UnexpectedEof
                 ),
                 _ => false,
             };
             return Err(Failed {
                 error,
-                nothing_read: closed && connection.buffer.is_empty(),
+                nothing_read: closed && !connection.received,
             });
         }
     };
@@ -320,22 +344,34 @@ struct Head {
 /// Reads until a final (non-1xx) answer head is complete; its length in
 /// the buffer comes back with it.
 async fn read_head(connection: &mut Connection) -> Result<(Head, usize), WireError> {
+    let mut interim = 0;
+    // A head ends with a line end: parsing again waits for a new one, so
+    // a head sent a byte at a time is not parsed once per byte.
+    let mut new_line = !connection.buffer.is_empty();
     loop {
-        if let Some((head, len)) = parse_head(&connection.buffer)? {
-            if (100..200).contains(&head.status) {
+        if new_line {
+            if let Some((head, len)) = parse_head(&connection.buffer)? {
+                if !(100..200).contains(&head.status) {
+                    return Ok((head, len));
+                }
                 // An interim answer (100 Continue, 103 Early Hints): the
-                // final one follows.
+                // final one follows, after a few of them at most.
+                interim += 1;
+                if interim > MAX_INTERIM_ANSWERS {
+                    return Err(WireError::Malformed("too many interim answers"));
+                }
                 connection.buffer.drain(..len);
                 continue;
             }
-            return Ok((head, len));
         }
         if connection.buffer.len() >= MAX_HEAD_BYTES {
             return Err(WireError::Malformed("answer head too large"));
         }
+        let before = connection.buffer.len();
         if read_more(connection).await? == 0 {
             return Err(WireError::Closed);
         }
+        new_line = connection.buffer[before..].contains(&b'\n');
     }
 }
 
@@ -362,6 +398,13 @@ fn parse_head(bytes: &[u8]) -> Result<Option<(Head, usize)>, WireError> {
     for header in response.headers.iter() {
         let name = header.name.to_ascii_lowercase();
         let Ok(value) = std::str::from_utf8(header.value) else {
+            if matches!(
+                name.as_str(),
+                "connection" | "transfer-encoding" | "content-length"
+            ) {
+                // Read one way or another, it would frame the body wrong.
+                return Err(WireError::Malformed("a framing header that is not text"));
+            }
             continue;
         };
         match name.as_str() {
@@ -425,7 +468,9 @@ fn parse_head(bytes: &[u8]) -> Result<Option<(Head, usize)>, WireError> {
 /// Reads more into the connection's buffer; 0 at the end of the stream.
 async fn read_more(connection: &mut Connection) -> io::Result<usize> {
     connection.buffer.reserve(READ_CHUNK);
-    connection.io.read_buf(&mut connection.buffer).await
+    let read = connection.io.read_buf(&mut connection.buffer).await?;
+    connection.received |= read > 0;
+    Ok(read)
 }
 
 async fn read_length(connection: &mut Connection, length: usize) -> Result<Vec<u8>, WireError> {
@@ -446,11 +491,8 @@ async fn read_to_end(connection: &mut Connection, max_body: usize) -> Result<Vec
         match read_more(connection).await {
             Ok(0) => return Ok(std::mem::take(&mut connection.buffer)),
             Ok(_) => {}
-            // A TLS peer that closes without close_notify: the end, as
-            // far as a body framed by the end can tell.
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
-                return Ok(std::mem::take(&mut connection.buffer))
-            }
+            // Over TLS, an end without close_notify may be an attacker's
+            // cut, not the body's end (RFC 9112, 9.8): an error.
             Err(e) => return Err(e.into()),
         }
     }
@@ -468,7 +510,7 @@ async fn read_chunked(connection: &mut Connection, max_body: usize) -> Result<Ve
         if size == 0 {
             break;
         }
-        if body.len() + size > max_body {
+        if size > max_body - body.len() {
             return Err(WireError::TooLarge(max_body));
         }
         while connection.buffer.len() < at + size + 2 {
@@ -680,6 +722,43 @@ mod tests {
             assert_eq!(answer.body, expected);
         }
         assert_eq!(accepted.load(Ordering::SeqCst), 4);
+    }
+
+    /// An upstream that says something unasked on an idle connection (here
+    /// a 408 before it closes it): that is not the next request's answer.
+    #[tokio::test]
+    async fn a_connection_that_spoke_while_idle_is_not_reused() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            for body in ["first", "fresh"] {
+                let (mut socket, _) = listener.accept().await.unwrap();
+                let mut buffer = [0u8; 4096];
+                let _ = socket.read(&mut buffer).await;
+                let answer = format!("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n{body}");
+                socket.write_all(answer.as_bytes()).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let _ = socket
+                    .write_all(b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n\r\n")
+                    .await;
+                // Held open: only the unasked answer says it is done.
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                    drop(socket);
+                });
+            }
+        });
+        let target = Target {
+            https: false,
+            host: "127.0.0.1".into(),
+            port,
+        };
+        let client = client();
+        let first = client.exchange(target.clone(), GET, 1024).await.unwrap();
+        assert_eq!(first.body, b"first");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let second = client.exchange(target, GET, 1024).await.unwrap();
+        assert_eq!((second.status, &second.body[..]), (200, &b"fresh"[..]));
     }
 
     #[tokio::test]
