@@ -111,8 +111,12 @@ impl Origin {
             _ => return None,
         };
         let authority = uri.authority()?;
+        if authority.as_str().contains('@') {
+            // Userinfo: refused, it only hides where the URL goes.
+            return None;
+        }
         let host = authority.host();
-        // Userinfo is refused, so what follows the host is the port.
+        // The authority is the host, then the port if any.
         let port = match &authority.as_str()[host.len()..] {
             "" => {
                 if https {
@@ -123,10 +127,8 @@ impl Origin {
             }
             _ => authority.port_u16()?,
         };
-        let inside = https == self.https
-            && !authority.as_str().contains('@')
-            && host.eq_ignore_ascii_case(&self.host)
-            && port == self.port;
+        let inside =
+            https == self.https && host.eq_ignore_ascii_case(&self.host) && port == self.port;
         if !inside {
             return None;
         }
