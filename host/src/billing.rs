@@ -34,6 +34,7 @@ use crate::config::{ConfigError, Context};
 use crate::ledger::{Ledger, LedgerError};
 use crate::resilience::rate_limit::{RateLimitConfig, Standing};
 use crate::shared::credits::{Credits, Held, Refusal};
+use crate::sync::lock;
 
 /// Credits an answer costs when the config says nothing else.
 const DEFAULT_COST: u32 = 1;
@@ -521,12 +522,6 @@ fn account_of<'a>(accounts: &'a mut Accounts, key: &str) -> &'a mut Account {
         accounts.insert(key.to_owned(), Account::default());
     }
     accounts.get_mut(key).expect("inserted above")
-}
-
-/// Locks the accounts whether or not a thread panicked holding them: each
-/// critical section is a few additions that leave them whole.
-fn lock(accounts: &Mutex<Accounts>) -> MutexGuard<'_, Accounts> {
-    accounts.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Reservation {

@@ -26,12 +26,14 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use plugin_api::{Endpoint, Timestamp};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
+
+use crate::sync::lock;
 
 /// The schema this code writes, in `PRAGMA user_version`; a newer file is
 /// refused rather than misread.
@@ -817,12 +819,6 @@ fn write_periodically(shared: &Shared, every: Duration) {
             _ => {}
         }
     }
-}
-
-/// Locks a mutex whether or not a thread panicked holding it: every critical
-/// section here leaves the data whole (plain additions, a swap).
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// SQLite integers are signed; counts never reach `i64::MAX`, but saturate

@@ -71,4 +71,5 @@ pub mod routing;
 pub mod scaffold;
 pub mod shared;
 pub mod state;
+pub mod sync;
 pub mod upstream;

@@ -272,7 +272,7 @@ struct Buffer {
 impl Sink {
     fn lock(&self) -> MutexGuard<'_, Buffer> {
         // A panic while appending leaves whole lines or none: still usable.
-        self.buffer.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.buffer)
     }
 
     /// Appends one line (tracing writes each event in one call).

@@ -136,7 +136,7 @@ impl Loader {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Loaded> {
-        self.loaded.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.loaded)
     }
 
     /// The library at `path`, loaded from a private copy of its content,

@@ -238,7 +238,7 @@ impl FolderWatcher {
             if !is_change(&event.kind) {
                 return;
             }
-            let files = watched.lock().unwrap_or_else(|e| e.into_inner());
+            let files = crate::sync::lock(&watched);
             let relevant = event
                 .paths
                 .iter()
@@ -298,7 +298,7 @@ impl FolderWatcher {
                 }
             }
         }
-        *watched.lock().unwrap_or_else(|e| e.into_inner()) = wanted;
+        *crate::sync::lock(watched) = wanted;
     }
 }
 

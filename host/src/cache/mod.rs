@@ -47,6 +47,7 @@ use crate::chain::{ChainError, Journal};
 use crate::config::{ConfigError, Context};
 use crate::resilience::abandon::Detached;
 use crate::shared::cache::SharedCache;
+use crate::sync::lock;
 
 /// Default `[cache] max_bytes`.
 pub const DEFAULT_MAX_BYTES: u64 = 64 * 1024 * 1024;
@@ -385,11 +386,6 @@ impl Cache {
         });
         (landing, collapsed, held)
     }
-}
-
-/// The data behind these locks is a plain map: a panic cannot tear it.
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]

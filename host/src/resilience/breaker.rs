@@ -153,7 +153,7 @@ impl Breaker {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         // The state is a plain value: a panic elsewhere cannot tear it.
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.inner)
     }
 
     /// Leave to attempt now, or the instant the provider may be tried again.

@@ -130,7 +130,7 @@ impl RateLimiter {
     /// how long until a token is there.
     pub fn check(&self, key: &str, now: Instant) -> Result<Standing, Duration> {
         let RateLimitConfig { per_second, burst } = self.config;
-        let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        let mut buckets = crate::sync::lock(&self.buckets);
         let bucket = match buckets.get_mut(key) {
             Some(bucket) => bucket,
             None => buckets.entry(key.to_owned()).or_insert(Bucket {

@@ -35,6 +35,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
 
+use crate::sync::lock;
+
 /// The longest a plugin call may take and still run inline next time.
 /// Generous: a debug build parsing a large body can take a few hundred ms,
 /// a loop never ends.
@@ -253,11 +255,6 @@ impl Watchdog {
             runtime.spawn(async {});
         }
     }
-}
-
-/// The data behind these locks is a plain value: a panic cannot tear it.
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]

@@ -156,7 +156,7 @@ impl Credits {
 
     fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
         // A plain map: a panic cannot tear it.
-        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.pending)
     }
 
     /// Holds `amount` of `name`'s credits (at most `free_credits` plus its

@@ -28,6 +28,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
+use crate::sync::lock;
+
 /// The longest answer head read.
 const MAX_HEAD_BYTES: usize = 64 * 1024;
 /// Headers of one answer head, at most.
@@ -589,11 +591,6 @@ fn chunk_size(line: &[u8]) -> Result<usize, WireError> {
     let text =
         std::str::from_utf8(digits).map_err(|_| WireError::Malformed("invalid chunk size"))?;
     usize::from_str_radix(text, 16).map_err(|_| WireError::Malformed("invalid chunk size"))
-}
-
-/// The data behind this lock is a plain map: a panic cannot tear it.
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]
