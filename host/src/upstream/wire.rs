@@ -65,8 +65,8 @@ pub enum WireError {
     TooLarge(usize),
 }
 
-/// Where a connection goes: a URL's scheme, host (as written in the URL,
-/// brackets around an IPv6 address) and port.
+/// Where a connection goes: a URL's scheme, host (as its provider's origin
+/// spells it: lower case, brackets around an IPv6 address) and port.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Target {
     pub https: bool,
@@ -158,21 +158,33 @@ impl Client {
     }
 
     /// The most recently used idle connection to `target` that is not too
-    /// old; older ones are closed.
+    /// old and said nothing while idle; the others are closed.
     fn checkout(&self, target: &Target) -> Option<Connection> {
-        let mut idle = lock(&self.idle);
-        let connections = idle.get_mut(target)?;
-        while let Some(mut connection) = connections.pop() {
-            if connection.idle_since.elapsed() >= self.idle_timeout {
-                // Popped from the most recent end: every one left is older.
-                connections.clear();
-                break;
-            }
+        // Each turn takes one connection out of the pool: bounded by its
+        // size. The look at the socket is made outside the pool's lock.
+        loop {
+            let mut connection = self.pop_recent(target)?;
             if connection.is_quiet() {
                 return Some(connection);
             }
         }
-        None
+    }
+
+    /// The most recently used idle connection to `target`, unless it is
+    /// too old, and then so is every other: all are closed.
+    fn pop_recent(&self, target: &Target) -> Option<Connection> {
+        let mut idle = lock(&self.idle);
+        let connections = idle.get_mut(target)?;
+        let connection = connections.pop()?;
+        if self.expired(&connection) {
+            connections.clear();
+            return None;
+        }
+        Some(connection)
+    }
+
+    fn expired(&self, connection: &Connection) -> bool {
+        connection.idle_since.elapsed() >= self.idle_timeout
     }
 
     fn checkin(&self, target: Target, mut connection: Connection, reusable: bool) {
@@ -184,10 +196,7 @@ impl Client {
         let connections = idle.entry(target).or_default();
         // The oldest are first: those past the idle timeout go now, so a
         // quiet target does not keep them open until its next request.
-        let expired = connections
-            .iter()
-            .take_while(|c| c.idle_since.elapsed() >= self.idle_timeout)
-            .count();
+        let expired = connections.iter().take_while(|c| self.expired(c)).count();
         connections.drain(..expired);
         if connections.len() < MAX_IDLE_PER_TARGET {
             connections.push(connection);
