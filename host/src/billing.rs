@@ -229,8 +229,9 @@ pub struct Reservation {
     cached: u32,
     free_credits: u64,
     settled: bool,
-    /// The shared store's name for the reservation (`redis`).
-    member: Option<String>,
+    /// `redis`: the generation of the holder `held` is held under in the
+    /// shared store, to release it there.
+    in_store: Option<u64>,
     /// `redis`: the key's balance before this charge (less what else is
     /// held), as the store said.
     balance: u64,
@@ -373,12 +374,12 @@ impl Billing {
             Box::pin(credits.reserve(key, reservation.held, config.free_credits, rate_limit)).await;
         match outcome {
             Ok(Held {
-                member,
+                generation,
                 balance,
                 standing,
             }) => {
                 self.know(key, balance);
-                reservation.member = Some(member);
+                reservation.in_store = Some(generation);
                 reservation.balance = balance;
                 Ok(Reserved {
                     reservation,
@@ -444,7 +445,7 @@ impl Billing {
             cached,
             free_credits: config.free_credits,
             settled: false,
-            member: None,
+            in_store: None,
             balance: config.free_credits,
         }
     }
@@ -542,7 +543,7 @@ impl Reservation {
                 credits_in_store.commit(
                     &self.key,
                     self.endpoint,
-                    self.member.take().map(|m| (m, self.held)),
+                    self.in_store.take().map(|g| (g, self.held)),
                     credits,
                 );
                 let remaining = self.balance.saturating_sub(u64::from(credits));
@@ -587,8 +588,8 @@ impl Drop for Reservation {
     fn drop(&mut self) {
         if let Books::Shared(credits) = &self.billing.books {
             self.settled = true;
-            if let Some(member) = self.member.take() {
-                credits.refund(&self.key, member, self.held);
+            if let Some(generation) = self.in_store.take() {
+                credits.refund(&self.key, generation, self.held);
             }
             return;
         }

@@ -485,16 +485,20 @@ async fn enforced_credits_are_exact_across_replicas_and_fail_closed_without_redi
         .to_string();
     let redis = &replicas.redis;
     let made = [
-        redis.command(&["ZADD", "socialgate:held:h", "1", "60:dead-replica:1"]),
+        redis.command(&["ZADD", "socialgate:leases:h", "1", "dead-replica"]),
+        redis.command(&["ZADD", "socialgate:leases:h", &live_until, "live-replica"]),
         redis.command(&[
-            "ZADD",
-            "socialgate:held:h",
-            &live_until,
-            "30:live-replica:1",
+            "HSET",
+            "socialgate:acct:h",
+            "h:dead-replica",
+            "60",
+            "h:live-replica",
+            "30",
+            "reserved",
+            "90",
         ]),
-        redis.command(&["HINCRBY", "socialgate:acct:h", "reserved", "90"]),
     ];
-    assert_eq!(made, [":1\r\n", ":1\r\n", ":90\r\n"]);
+    assert_eq!(made, [":1\r\n", ":1\r\n", ":3\r\n"]);
     let hs = clients(&replicas, &h);
     assert_eq!(account(&hs[0]).await["credits_remaining"], 10, "both held");
     let a = hs[1].get(PROFILE).await;

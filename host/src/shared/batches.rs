@@ -20,7 +20,7 @@
 //! asked to the task, which gives a held reservation back.
 
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -35,23 +35,34 @@ pub const MAX_BATCH: usize = 64;
 /// How long a reservation may be held before any replica frees it: far
 /// longer than a request may run, so only a holder that died loses it.
 const HOLD_FOR: Duration = Duration::from_secs(10 * 60);
+/// How long one name of this replica's holds is used for new reservations.
+/// A name no longer used is no longer renewed, so its lease runs out
+/// [`HOLD_FOR`] after its last reservation and what it still holds comes
+/// back: that is how a hold the replica itself lost track of (a
+/// reservation made as its answer was lost, which nothing will release) is
+/// freed while the replica lives on, within `HOLD_FOR + RENAME_EVERY`.
+const RENAME_EVERY: Duration = Duration::from_secs(5 * 60);
 /// How often a reservation looks for expired reservations of its account:
 /// a dead holder's credits come back a moment later, and the request path
 /// is spared a sorted-set scan each time.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// After [`PRELUDE`]: `ARGV[1]` the hold (ms), `ARGV[2]` the sweep period
-/// (ms), then one group per key: its bucket, account and reservations as
+/// (ms), then one group per key: its bucket, account and leases as
 /// `KEYS[3g-2..3g]`, and in `ARGV` its rate a second (0: no limit), burst,
-/// free credits (-1: tokens only, no account) and number of requests, then
-/// each request's amount and member.
+/// free credits (-1: tokens only, no account), holder ([`holder`]) and
+/// number of requests, then each request's amount.
 ///
-/// For each group with an account: frees the account's reservations whose
-/// holder died (at most every sweep period: `sweep_at`). Then for each
-/// request in turn: takes a token when there is a limit and, unless the
-/// group is tokens only, holds the amount as the member of the sorted set
-/// until `now + hold`, unless `spent + reserved + amount` would pass the
-/// free credits plus the account's grants.
+/// What a holder holds on an account is one sum, the account's field
+/// `h:HOLDER`, under a lease (the holder's score in the sorted set of
+/// leases) renewed by each of its reservations: so a batch costs Redis the
+/// same whatever its size, and a release is one sum per key. For each group
+/// with an account: frees what holders hold whose lease ran out (a replica
+/// that died, or a name it no longer uses), at most every sweep period
+/// (`sweep_at`). Then for each request in turn: takes a token when there is
+/// a limit and, unless the group is tokens only, holds the amount, unless
+/// `spent + reserved + amount` would pass the free credits plus the
+/// account's grants.
 ///
 /// Answers one entry per request, in order: `{0, balance, tokens, reset}`
 /// (admitted, the amount held; `balance` is free + grants - spent - held
@@ -64,21 +75,25 @@ const BATCH: &str = r"
 local hold, sweep_every = tonumber(ARGV[1]), tonumber(ARGV[2])
 local out, arg = {}, 3
 for g = 1, #KEYS / 3 do
-  local bucket, account, holds = KEYS[3 * g - 2], KEYS[3 * g - 1], KEYS[3 * g]
+  local bucket, account, leases = KEYS[3 * g - 2], KEYS[3 * g - 1], KEYS[3 * g]
   local rate, burst = tonumber(ARGV[arg]) / 1000, tonumber(ARGV[arg + 1])
-  local free, n = tonumber(ARGV[arg + 2]), tonumber(ARGV[arg + 3])
-  arg = arg + 4
+  local free, holder, n = tonumber(ARGV[arg + 2]), ARGV[arg + 3], tonumber(ARGV[arg + 4])
+  arg = arg + 5
   local tokens
   if rate > 0 then tokens = bucket_read(bucket, rate, burst) end
-  local held, limit, added, members = 0, 0, 0, {}
+  local held, limit, added = 0, 0, 0
   if free >= 0 then
     local a = redis.call('HMGET', account, 'spent', 'reserved', 'granted', 'sweep_at')
     local reserved = tonumber(a[2]) or 0
     if now >= (tonumber(a[4]) or 0) then
-      local expired = redis.call('ZRANGEBYSCORE', holds, '-inf', now)
+      local expired = redis.call('ZRANGEBYSCORE', leases, '-inf', now)
       if #expired > 0 then
-        for _, m in ipairs(expired) do reserved = reserved - (tonumber(string.match(m, '^(%d+):')) or 0) end
-        redis.call('ZREMRANGEBYSCORE', holds, '-inf', now)
+        for _, dead in ipairs(expired) do
+          local field = 'h:' .. dead
+          reserved = reserved - (tonumber(redis.call('HGET', account, field)) or 0)
+          redis.call('HDEL', account, field)
+        end
+        redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
       end
       redis.call('HSET', account, 'reserved', reserved, 'sweep_at', now + sweep_every)
     end
@@ -86,8 +101,8 @@ for g = 1, #KEYS / 3 do
     limit = free + (tonumber(a[3]) or 0)
   end
   for _ = 1, n do
-    local amount, member = tonumber(ARGV[arg]), ARGV[arg + 1]
-    arg = arg + 2
+    local amount = tonumber(ARGV[arg])
+    arg = arg + 1
     local wait, left, reset = 0, -1, 0
     if tokens then
       tokens, wait = bucket_take(tokens, rate)
@@ -102,14 +117,15 @@ for g = 1, #KEYS / 3 do
       out[#out + 1] = {-1, balance, left, reset}
     else
       held, added = held + amount, added + amount
-      members[#members + 1] = now + hold
-      members[#members + 1] = member
       out[#out + 1] = {0, balance, left, reset}
     end
   end
   if tokens then bucket_write(bucket, tokens, rate, burst) end
-  if added > 0 then redis.call('HINCRBY', account, 'reserved', added) end
-  if #members > 0 then redis.call('ZADD', holds, unpack(members)) end
+  if added > 0 then
+    redis.call('HINCRBY', account, 'reserved', added)
+    redis.call('HINCRBY', account, 'h:' .. holder, added)
+    redis.call('ZADD', leases, now + hold, holder)
+  end
 end
 return out
 ";
@@ -117,6 +133,19 @@ return out
 /// The batch script, hashed once.
 pub fn script() -> redis::Script {
     redis::Script::new(&format!("{PRELUDE}{BATCH}"))
+}
+
+/// The name this replica's reservations of `generation` are held under:
+/// `REPLICA.GENERATION`.
+pub fn holder(shared: &Shared, generation: u64) -> String {
+    format!("{}.{generation:x}", shared.replica())
+}
+
+/// The generation of holder names new reservations use now.
+pub fn generation() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() / RENAME_EVERY.as_secs())
 }
 
 /// What an admitted request learned: its key's balance before it (0 when
@@ -137,8 +166,8 @@ pub struct Asked {
 pub struct CreditAsk {
     pub amount: u32,
     pub free_credits: u64,
-    /// The reservation's member in the account's sorted set (`AMOUNT:...`).
-    pub member: String,
+    /// Which of this replica's holder names holds it ([`generation`]).
+    pub generation: u64,
     /// Where a reservation nobody waits for any more is given back.
     pub owner: Weak<Credits>,
 }
@@ -158,7 +187,7 @@ pub async fn send_batches(shared: Weak<Shared>, mut asked: mpsc::UnboundedReceiv
                 // Nobody waits for it any more: nothing will be delivered.
                 if let Some(credits) = asked.credits {
                     if let Some(owner) = credits.owner.upgrade() {
-                        owner.refund(&asked.name, credits.member, credits.amount);
+                        owner.refund(&asked.name, credits.generation, credits.amount);
                     }
                 }
             }
@@ -205,7 +234,12 @@ pub async fn ask(
 async fn send(shared: &Shared, batch: &[Asked]) -> Vec<Result<Granted, Refusal>> {
     // The asks of one key (with the same settings, and all for credits or
     // all for tokens only) form one group, in the order they were asked.
-    let free = |asked: &Asked| asked.credits.as_ref().map(|c| c.free_credits);
+    let free = |asked: &Asked| {
+        asked
+            .credits
+            .as_ref()
+            .map(|c| (c.free_credits, c.generation))
+    };
     let mut groups: Vec<Vec<usize>> = Vec::new();
     for (i, asked) in batch.iter().enumerate() {
         let same = |g: &Vec<usize>| {
@@ -231,16 +265,14 @@ async fn send(shared: &Shared, batch: &[Asked]) -> Vec<Result<Granted, Refusal>>
         invocation
             .key(super::limits::bucket_key(shared, &first.name))
             .key(shared.named("acct:", &first.name))
-            .key(shared.named("held:", &first.name))
+            .key(shared.named("leases:", &first.name))
             .arg(rate)
             .arg(burst)
-            .arg(free(first).map_or_else(|| "-1".to_owned(), |f| f.to_string()))
+            .arg(free(first).map_or_else(|| "-1".to_owned(), |(f, _)| f.to_string()))
+            .arg(free(first).map_or_else(|| "-".to_owned(), |(_, g)| holder(shared, g)))
             .arg(group.len());
         for &i in group {
-            match &batch[i].credits {
-                Some(credits) => invocation.arg(credits.amount).arg(&credits.member),
-                None => invocation.arg(0).arg("-"),
-            };
+            invocation.arg(batch[i].credits.as_ref().map_or(0, |c| c.amount));
         }
     }
     let name = if groups.iter().all(|g| batch[g[0]].credits.is_none()) {

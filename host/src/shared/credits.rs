@@ -2,15 +2,16 @@
 //! when `[state] backend = "redis"`.
 //!
 //! - **Accounts** (`{prefix}acct:NAME`: `spent`, `reserved`, `granted`,
-//!   `sweep_at`) and the reservations held on them (`{prefix}held:NAME`, a
-//!   sorted set of `AMOUNT:ID` by expiry). A reservation is made by a script
-//!   that frees reservations whose holder died (a replica killed
-//!   mid-request), checks `spent + reserved + amount` against
-//!   `free_credits + granted`, and holds the amount; the reservations asked
-//!   at the same time share one script ([`super::batches`]). So a key
-//!   never spends more than its balance, whatever the replicas and the
-//!   concurrency. When Redis cannot answer, no credit can be reserved:
-//!   billing fails closed.
+//!   `sweep_at`, and `h:HOLDER`, what each holder holds of `reserved`, a
+//!   holder being one replica's name for its reservations of a few
+//!   minutes, [`batches::holder`]) and the holders' leases on them
+//!   (`{prefix}leases:NAME`, a sorted set of holders by expiry). A reservation is made by a script that frees
+//!   what dead replicas held (a replica killed mid-request), checks
+//!   `spent + reserved + amount` against `free_credits + granted`, and
+//!   holds the amount; the reservations asked at the same time share one
+//!   script ([`super::batches`]). So a key never spends more than its
+//!   balance, whatever the replicas and the concurrency. When Redis cannot
+//!   answer, no credit can be reserved: billing fails closed.
 //! - **Settling** (a delivered answer's credits spent and its usage
 //!   counted, or a failed request's reservation released) is not on the
 //!   request path: it is queued here and written by one task every
@@ -38,7 +39,6 @@
 //! retried as it was).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -56,12 +56,14 @@ use crate::resilience::rate_limit::{RateLimitConfig, Standing};
 /// How often settled credits are written.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(100);
 /// Settled entries kept while Redis is away, at most (an entry is a key's
-/// usage of one day, or one reservation to release).
+/// usage of one day, or what to release of its holds).
 pub const MAX_PENDING: usize = 100_000;
 /// KEYS[1]: this process's last applied batch number. ARGV[1]: the
 /// prefix, ARGV[2]: this batch's number, then groups of six: `u NAME DAY
-/// ENDPOINT REQUESTS CREDITS` (usage) or `r NAME MEMBER AMOUNT - -` (a
-/// release).
+/// ENDPOINT REQUESTS CREDITS` (usage) or `r NAME HOLDER AMOUNT - -` (what
+/// to release of the holder's hold on the account). A release takes no
+/// more than the holder holds: once a sweep freed an expired hold there is
+/// nothing left to release, and a holder name is never used again.
 const SETTLE: &str = r"
 local seq = tonumber(ARGV[2])
 if seq <= tonumber(redis.call('GET', KEYS[1]) or '0') then return 0 end
@@ -80,8 +82,18 @@ for i = 3, #ARGV, 6 do
     redis.call('SADD', p .. 'usage:index', day .. ' ' .. name)
     redis.call('HINCRBY', p .. 'acct:' .. name, 'spent', credits)
   else
-    if redis.call('ZREM', p .. 'held:' .. name, ARGV[i + 2]) == 1 then
-      redis.call('HINCRBY', p .. 'acct:' .. name, 'reserved', -tonumber(ARGV[i + 3]))
+    local account, holder = p .. 'acct:' .. name, ARGV[i + 2]
+    local mine = 'h:' .. holder
+    local held = tonumber(redis.call('HGET', account, mine)) or 0
+    local amount = math.min(held, tonumber(ARGV[i + 3]))
+    if amount > 0 then
+      if amount == held then
+        redis.call('HDEL', account, mine)
+        redis.call('ZREM', p .. 'leases:' .. name, holder)
+      else
+        redis.call('HINCRBY', account, mine, -amount)
+      end
+      redis.call('HINCRBY', account, 'reserved', -amount)
     end
   end
 end
@@ -91,8 +103,8 @@ return 1
 /// Credits held in the store.
 #[derive(Debug)]
 pub struct Held {
-    /// The reservation's member, to settle it with.
-    pub member: String,
+    /// The generation of the holder name it is held under, to release it.
+    pub generation: u64,
     /// The key's balance (free + grants - spent) before this request.
     pub balance: u64,
     /// Where the key's global bucket stands, when a token was taken.
@@ -120,8 +132,8 @@ pub enum Refusal {
 struct Pending {
     /// (day, name, endpoint) -> (requests, credits).
     usage: HashMap<(String, String, Endpoint), (u64, u64)>,
-    /// (name, member, amount).
-    releases: Vec<(String, String, u32)>,
+    /// (name, holder generation) -> what to release of that hold.
+    releases: HashMap<(String, u64), u64>,
     /// Whether the drop past [`MAX_PENDING`] was logged, for this outage.
     overflow_logged: bool,
 }
@@ -135,10 +147,6 @@ impl Pending {
 /// Shared credit accounts and the queue of what was settled.
 pub struct Credits {
     shared: Arc<Shared>,
-    /// This process's name in the store: its reservations' and batches'.
-    replica: String,
-    /// The number of this process's next reservation.
-    next: AtomicU64,
     settle: Script,
     pending: Mutex<Pending>,
 }
@@ -147,8 +155,6 @@ impl Credits {
     pub fn new(shared: Arc<Shared>) -> Credits {
         Credits {
             shared,
-            replica: replica_id(),
-            next: AtomicU64::new(0),
             settle: Script::new(SETTLE),
             pending: Mutex::new(Pending::default()),
         }
@@ -170,27 +176,26 @@ impl Credits {
         free_credits: u64,
         rate_limit: Option<RateLimitConfig>,
     ) -> Result<Held, Refusal> {
-        let n = self.next.fetch_add(1, Ordering::Relaxed);
-        let member = format!("{amount}:{}:{n:x}", self.replica);
+        let generation = batches::generation();
         let credits = CreditAsk {
             amount,
             free_credits,
-            member: member.clone(),
+            generation,
             owner: Arc::downgrade(self),
         };
         let (balance, standing) =
             batches::ask(&self.shared, name, rate_limit, Some(credits)).await?;
         Ok(Held {
-            member,
+            generation,
             balance,
             standing,
         })
     }
 
     /// A delivered answer of `endpoint` costing `amount` credits: counted
-    /// in `name`'s usage of today and spent; `held` (its reservation and
-    /// what it held) released.
-    pub fn commit(&self, name: &str, endpoint: Endpoint, held: Option<(String, u32)>, amount: u32) {
+    /// in `name`'s usage of today and spent; its reservation (`held`: its
+    /// holder's generation and what it held) released.
+    pub fn commit(&self, name: &str, endpoint: Endpoint, held: Option<(u64, u32)>, amount: u32) {
         let day = super::utc_day();
         let mut pending = self.pending();
         if self.full(&mut pending) {
@@ -202,8 +207,8 @@ impl Credits {
             .or_default();
         counts.0 += 1;
         counts.1 += u64::from(amount);
-        if let Some((member, held)) = held {
-            pending.releases.push((name.to_owned(), member, held));
+        if let Some((generation, held)) = held {
+            release(&mut pending, name, generation, held);
         }
     }
 
@@ -309,10 +314,10 @@ impl Credits {
     }
 
     /// A reservation given back: nothing was delivered.
-    pub fn refund(&self, name: &str, member: String, amount: u32) {
+    pub fn refund(&self, name: &str, generation: u64, amount: u32) {
         let mut pending = self.pending();
         if !self.full(&mut pending) {
-            pending.releases.push((name.to_owned(), member, amount));
+            release(&mut pending, name, generation, amount);
         }
     }
 
@@ -335,7 +340,6 @@ impl Credits {
     /// then once more (trying for a second). Run as one task.
     pub async fn write(self: Arc<Self>, shutdown: CancellationToken) {
         let mut writer = Writer {
-            replica: self.replica.clone(),
             credits: self,
             seq: 0,
             failed: None,
@@ -434,18 +438,20 @@ impl Credits {
     }
 }
 
-/// A random name for this process's batch numbers.
-fn replica_id() -> String {
-    let mut id = [0u8; 8];
-    let _ = getrandom::getrandom(&mut id);
-    format!("{:016x}", u64::from_le_bytes(id))
+/// Adds `amount` to what the next batch releases of `name`'s hold under
+/// the holder of `generation`: a busy key's releases are one entry however
+/// many.
+fn release(pending: &mut Pending, name: &str, generation: u64, amount: u32) {
+    *pending
+        .releases
+        .entry((name.to_owned(), generation))
+        .or_default() += u64::from(amount);
 }
 
 /// The task that writes batches, in order, each until it lands.
 struct Writer {
     credits: Arc<Credits>,
     seq: u64,
-    replica: String,
     /// A batch that did not land: sent again, as it was, before any other.
     failed: Option<(u64, Vec<String>)>,
 }
@@ -463,14 +469,13 @@ impl Writer {
             }
         };
         let shared = &self.credits.shared;
-        let marker = shared.named("batch:", &self.replica);
+        let marker = shared.named("batch:", shared.replica());
         let script = &self.credits.settle;
-        let prefix = shared.prefix().to_owned();
         let sent = args.clone();
         let result = shared
             .run("settle", |mut conn| async move {
                 let mut invocation = script.key(marker);
-                invocation.arg(prefix).arg(seq);
+                invocation.arg(shared.prefix()).arg(seq);
                 for arg in &sent {
                     invocation.arg(arg);
                 }
@@ -508,11 +513,11 @@ impl Writer {
                 credits.to_string(),
             ]);
         }
-        for (name, member, amount) in releases {
+        for ((name, generation), amount) in releases {
             args.extend([
                 "r".to_owned(),
                 name,
-                member,
+                batches::holder(&self.credits.shared, generation),
                 amount.to_string(),
                 "-".to_owned(),
                 "-".to_owned(),

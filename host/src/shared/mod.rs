@@ -145,6 +145,11 @@ pub struct Shared {
     /// starts with the first ([`batches`]).
     batches: OnceLock<mpsc::UnboundedSender<batches::Asked>>,
     batch_script: Script,
+    /// This process's name in the store: what it holds on accounts
+    /// ([`batches`]) and the numbers of its settled batches ([`credits`])
+    /// are under it. Random, so a restarted process is a new replica and
+    /// what the old one held expires with its lease.
+    replica: String,
 }
 
 impl Shared {
@@ -169,6 +174,7 @@ impl Shared {
             healthy: AtomicBool::new(true),
             batches: OnceLock::new(),
             batch_script: batches::script(),
+            replica: replica_id(),
         })
     }
 
@@ -216,6 +222,11 @@ impl Shared {
         &self.prefix
     }
 
+    /// This process's name in the store.
+    pub fn replica(&self) -> &str {
+        &self.replica
+    }
+
     /// Whether the last operation succeeded.
     pub fn is_healthy(&self) -> bool {
         self.healthy.load(Ordering::Relaxed)
@@ -257,6 +268,13 @@ impl Shared {
             }
         }
     }
+}
+
+/// A random name for this process in the store.
+fn replica_id() -> String {
+    let mut id = [0u8; 8];
+    let _ = getrandom::getrandom(&mut id);
+    format!("{:016x}", u64::from_le_bytes(id))
 }
 
 /// The current UTC day, `YYYY-MM-DD`, as the ledger counts days.
