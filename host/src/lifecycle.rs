@@ -29,7 +29,9 @@
 //! 2. The token fires: both listeners stop accepting, and their open
 //!    connections finish the request in flight, for at most
 //!    `shutdown_grace_ms`; the reloader and the TLS follower stop.
-//! 3. The ledger writes what is pending and its writer thread ends (with
+//! 3. Work that callers who hung up left running ends, for at most
+//!    `shutdown_grace_ms` more: it holds credits until it ends.
+//! 4. The ledger writes what is pending and its writer thread ends (with
 //!    `redis`: the settling task writes what it holds, the keys follower
 //!    stops): last, once no request can count a credit any more.
 
@@ -280,7 +282,10 @@ pub async fn serve(
         let _ = listener.await;
     }
     let _ = reloader.await;
-    // 3. Counted credits must survive the process.
+    // 3. What hung-up callers left running still holds credits: given back
+    // before the last settling, within a second grace period at most.
+    crate::resilience::abandon::finished(listener.hardening.shutdown_grace).await;
+    // 4. Counted credits must survive the process.
     settled.cancel();
     for follower in followers {
         let _ = follower.await;

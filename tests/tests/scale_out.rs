@@ -12,15 +12,17 @@
 //!   by every replica within 2 s, a cost of 2 charged 2 whichever replica
 //!   answers, then Redis killed: credits fail closed with 503
 //!   `SERVICE_UNAVAILABLE`, the last known keys still recognised, `/readyz`
-//!   200 `degraded`.
+//!   200 `degraded`; once it is back, a replica stopped while a hung-up
+//!   caller's fetch runs gives that fetch's credit back before it exits.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use socialgate_tests::operator::{admin_addr, scrape};
+use socialgate_tests::operator::{admin_addr, scrape, signal, wait_exit};
 use socialgate_tests::redis::{Replicas, PASSWORD};
+use socialgate_tests::upstream::{fixtures, json_response};
 use socialgate_tests::{eventually, Answer, Api};
 use socialgate_tests::{issue_key, ConfigBuilder};
 
@@ -535,4 +537,34 @@ async fn enforced_credits_are_exact_across_replicas_and_fail_closed_without_redi
     assert!(back.await, "serving credits again within 5 s");
     // Restarted from its AOF: what was spent is still spent.
     assert_eq!(usage_requests(&replicas).get("c"), Some(&150));
+
+    // A caller who hangs up leaves its fetch running, holding its credit.
+    // A replica stopped with SIGTERM meanwhile waits for that fetch before
+    // its last settling: the credit is given back, none stays held.
+    let q = replicas.issue_everywhere("q").await;
+    replicas.primary.reset().await;
+    replicas
+        .primary
+        .respond_all(
+            json_response(&fixtures::primary_user_profile()).set_delay(Duration::from_millis(1500)),
+        )
+        .await;
+    let quitter = replicas.api(0, &q);
+    let hung_up = tokio::time::timeout(
+        Duration::from_millis(400),
+        quitter.get("/v1/shortvideo/profile?username=quitter"),
+    );
+    assert!(hung_up.await.is_err(), "the caller hangs up first");
+    let reserved = || {
+        replicas
+            .redis
+            .command(&["HGET", "socialgate:acct:q", "reserved"])
+    };
+    assert_eq!(reserved(), "$1\r\n1\r\n", "held while the fetch runs");
+    signal(&replicas.servers[0], "TERM");
+    let exited = tokio::task::block_in_place(|| {
+        wait_exit(&mut replicas.servers[0], Duration::from_secs(10))
+    });
+    assert!(exited.is_some_and(|s| s.success()), "{exited:?}");
+    assert_eq!(reserved(), "$1\r\n0\r\n", "given back before it exited");
 }

@@ -9,12 +9,15 @@
 //!
 //! [`Detached`] costs nothing while the caller stays: the work runs on the
 //! request's own task, and becomes a task of its own only when dropped
-//! unfinished.
+//! unfinished. Shutdown waits for such tasks ([`finished`]) before the
+//! last settling of credits, so what they hold is given back, not left
+//! held in shared state.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use tracing::instrument::Instrumented;
 use tracing::Instrument;
@@ -55,8 +58,39 @@ impl<F: Future<Output: Send> + Send + 'static> Drop for Detached<F> {
         log_abandoned(unfinished.span());
         crate::metrics::abandoned();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(unfinished);
+            let running = Running::start();
+            runtime.spawn(async move {
+                let _running = running;
+                unfinished.await
+            });
         }
+    }
+}
+
+/// Abandoned work still running, in the process.
+static RUNNING: AtomicUsize = AtomicUsize::new(0);
+
+/// One abandoned task counted in [`RUNNING`] until it ends (or panics).
+struct Running;
+
+impl Running {
+    fn start() -> Running {
+        RUNNING.fetch_add(1, Ordering::Relaxed);
+        Running
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        RUNNING.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Waits until no abandoned work runs, for at most `within`.
+pub async fn finished(within: Duration) {
+    let deadline = tokio::time::Instant::now() + within;
+    while RUNNING.load(Ordering::Relaxed) > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 

@@ -181,6 +181,7 @@ pub async fn send_batches(shared: Weak<Shared>, mut asked: mpsc::UnboundedReceiv
             return;
         };
         let answers = send(&shared, &batch).await;
+        let n = batch.len();
         for (asked, answer) in batch.drain(..).zip(answers) {
             let held = answer.is_ok();
             if asked.answer.send(answer).is_err() && held {
@@ -192,6 +193,7 @@ pub async fn send_batches(shared: Weak<Shared>, mut asked: mpsc::UnboundedReceiv
                 }
             }
         }
+        shared.answered(n);
     }
 }
 

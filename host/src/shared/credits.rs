@@ -337,7 +337,8 @@ impl Credits {
     }
 
     /// Writes what was settled every [`FLUSH_EVERY`] until `shutdown`,
-    /// then once more (trying for a second). Run as one task.
+    /// then once more (trying for a second), once the reservations still
+    /// at Redis are answered. Run as one task.
     pub async fn write(self: Arc<Self>, shutdown: CancellationToken) {
         let mut writer = Writer {
             credits: self,
@@ -351,6 +352,7 @@ impl Credits {
             }
             let _ = writer.flush().await;
         }
+        writer.credits.shared.asks_answered().await;
         for _ in 0..10 {
             if writer.flush().await.is_ok() {
                 return;

@@ -25,7 +25,7 @@ pub mod keys;
 pub mod limits;
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -144,6 +144,10 @@ pub struct Shared {
     /// Where requests' asks wait for their batch; the task that sends them
     /// starts with the first ([`batches`]).
     batches: OnceLock<mpsc::UnboundedSender<batches::Asked>>,
+    /// Asks queued or at Redis, not yet answered: at shutdown the last
+    /// settling batch waits for them, since an ask whose requester left
+    /// gives back what it was granted only once its answer comes.
+    unanswered: AtomicUsize,
     batch_script: Script,
     /// This process's name in the store: what it holds on accounts
     /// ([`batches`]) and the numbers of its settled batches ([`credits`])
@@ -173,6 +177,7 @@ impl Shared {
             prefix: config.prefix.clone(),
             healthy: AtomicBool::new(true),
             batches: OnceLock::new(),
+            unanswered: AtomicUsize::new(0),
             batch_script: batches::script(),
             replica: replica_id(),
         })
@@ -195,7 +200,28 @@ impl Shared {
             tokio::spawn(batches::send_batches(Arc::downgrade(self), asked));
             batches
         });
-        batches.send(asked).is_ok()
+        self.unanswered.fetch_add(1, Ordering::Relaxed);
+        let queued = batches.send(asked).is_ok();
+        if !queued {
+            self.answered(1);
+        }
+        queued
+    }
+
+    /// `n` asks were answered (or will never be).
+    fn answered(&self, n: usize) {
+        self.unanswered.fetch_sub(n, Ordering::Relaxed);
+    }
+
+    /// Waits, at most [`OP_TIMEOUT`] and a little, until every ask queued
+    /// so far has its answer, and what those nobody waited for held is
+    /// queued to be given back.
+    pub async fn asks_answered(&self) {
+        let deadline = tokio::time::Instant::now() + OP_TIMEOUT + Duration::from_millis(100);
+        while self.unanswered.load(Ordering::Relaxed) > 0 && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 
     fn batch_script(&self) -> &Script {
