@@ -371,7 +371,7 @@ fn build_app(
     let process = config.process;
     let cursors =
         CursorSealer::new(&process.cursor).map_err(|e| RunError::Random(e.to_string()))?;
-    let upstream = UpstreamClient::new(process.upstream_proxy.as_ref())?;
+    let upstream = UpstreamClient::new(process.upstream_proxy.as_ref(), &process.upstream_roots)?;
     let billing = match &shared {
         None => Billing::open(Ledger::open(&process.ledger.path, LEDGER_FLUSH_EVERY)?)?,
         Some(shared) => Billing::shared(Arc::new(Credits::new(shared.clone()))),

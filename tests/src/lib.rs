@@ -47,6 +47,7 @@ pub mod raw_upstream;
 pub mod redis;
 pub mod reload;
 pub mod stack;
+pub mod tls_upstream;
 pub mod upstream;
 
 pub use api::{Answer, Api};

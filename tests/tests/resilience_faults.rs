@@ -13,12 +13,14 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use socialgate_tests::config::{standard_env, toml_str};
 use socialgate_tests::config::{CHAOS, FALLBACK, PRIMARY, PRIMARY_KEY};
 use socialgate_tests::raw_upstream::{closed_port, Behaviour, RawUpstream};
+use socialgate_tests::tls_upstream::TlsFront;
 use socialgate_tests::upstream::{
     fixtures, json_response, render, FALLBACK_FOLLOWERS, LUNA, PRIMARY_FOLLOWERS,
 };
-use socialgate_tests::{Answer, Stack};
+use socialgate_tests::{run_cli, Answer, FallbackMock, PrimaryMock, Stack};
 use wiremock::ResponseTemplate;
 
 const PROFILE: &str = "/v1/shortvideo/profile?username=lunabakes";
@@ -536,4 +538,73 @@ async fn upstream_requests_go_through_the_configured_proxy() {
         !stack.server.stderr().contains("s3cret"),
         "the proxy's password is in the log"
     );
+}
+
+/// An `https://` upstream whose certificate comes from a private CA:
+/// trusted once `upstream_ca_file` names that CA, over one TLS connection
+/// kept alive; refused without it (the fallback answers, the primary never
+/// sees a request). A CA file that cannot be used is a config error.
+#[tokio::test]
+async fn https_upstreams_under_a_private_ca_are_trusted_through_upstream_ca_file() {
+    let primary = PrimaryMock::start().await;
+    primary.serve_fixtures().await;
+    let front = TlsFront::start(primary.address().parse().expect("an address")).await;
+    let ca_dir = tempfile::tempdir().expect("a folder");
+    let ca_file = ca_dir.path().join("upstream-ca.pem");
+    std::fs::write(&ca_file, front.ca_pem()).expect("can write");
+    let ca_line = format!(
+        "upstream_ca_file = {}",
+        toml_str(&ca_file.display().to_string())
+    );
+
+    let trusting = Stack::builder()
+        .search_order(None)
+        .primary_url(&front.base_url())
+        .server_line(&ca_line)
+        .start()
+        .await;
+    for _ in 0..3 {
+        let a = trusting.get(PROFILE).await;
+        a.assert_success(false);
+        assert_eq!(a.data()["followers"], PRIMARY_FOLLOWERS, "{a:?}");
+    }
+    assert_eq!(trusting.fallback.request_count().await, 0);
+    let requests = primary.requests().await;
+    assert_eq!(requests.len(), 3);
+    for request in &requests {
+        let key = request.headers.get("x-api-key").map(|v| v.as_bytes());
+        assert_eq!(key, Some(PRIMARY_KEY.as_bytes()), "{request:?}");
+    }
+    assert_eq!(front.connections(), 1, "one TLS connection, kept alive");
+
+    let untrusting = Stack::builder()
+        .search_order(None)
+        .primary_url(&front.base_url())
+        .start()
+        .await;
+    untrusting.fallback.serve_fixtures().await;
+    let a = untrusting.get(PROFILE).await;
+    a.assert_success(false);
+    assert_eq!(a.data()["followers"], FALLBACK_FOLLOWERS, "{a:?}");
+    assert_eq!(primary.request_count().await, 3, "no request without trust");
+    assert_eq!(front.connections(), 2, "the handshake was tried");
+
+    let fallback = FallbackMock::start().await;
+    std::fs::write(ca_dir.path().join("empty.pem"), "not a certificate\n").expect("can write");
+    for (file, needle) in [
+        ("missing.pem", "cannot read"),
+        ("empty.pem", "no PEM certificate"),
+    ] {
+        let path = ca_dir.path().join(file).display().to_string();
+        let config = Stack::builder()
+            .server_line(&format!("upstream_ca_file = {}", toml_str(&path)))
+            .config(&primary, &fallback)
+            .write();
+        let check = run_cli(&config, &standard_env(), &["check"]);
+        let line = check.refusal_line(file);
+        assert!(
+            line.contains("upstream_ca_file") && line.contains(needle),
+            "{file}: {line}"
+        );
+    }
 }

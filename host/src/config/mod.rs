@@ -111,6 +111,9 @@ pub struct ProcessConfig {
     /// `upstream_proxy`: the only proxy upstream requests may use. A secret:
     /// it may carry credentials.
     pub upstream_proxy: Option<Secret>,
+    /// `upstream_ca_file`, read: CAs trusted for upstreams besides the
+    /// public roots.
+    pub upstream_roots: Vec<rustls_pki_types::CertificateDer<'static>>,
     pub log_format: LogFormat,
     pub ledger: LedgerConfig,
     /// `[cache] max_bytes`: the store is built once.
@@ -148,6 +151,7 @@ impl ProcessConfig {
             state_dir,
             cursor,
             upstream_proxy,
+            upstream_roots,
             log_format,
             ledger,
             cache_max_bytes,
@@ -163,6 +167,10 @@ impl ProcessConfig {
             (
                 "[server] upstream_proxy",
                 *upstream_proxy != new.upstream_proxy,
+            ),
+            (
+                "[server] upstream_ca_file",
+                *upstream_roots != new.upstream_roots,
             ),
             ("[server] log_format", *log_format != new.log_format),
             ("[ledger] path", *ledger != new.ledger),
@@ -230,6 +238,7 @@ pub struct RawServer {
     pub cursor_key_previous_env: Option<String>,
     pub cursor_ttl_s: Option<u64>,
     pub upstream_proxy: Option<String>,
+    pub upstream_ca_file: Option<PathBuf>,
     pub log_format: Option<LogFormat>,
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
@@ -375,6 +384,7 @@ impl Config {
             state_dir: crate::plugins::state_dir_from_raw(server, &cx),
             cursor: CursorConfig::from_raw(server, &cx)?,
             upstream_proxy: crate::upstream::proxy_from_raw(server, &cx)?,
+            upstream_roots: crate::upstream::ca_file_from_raw(server, &cx)?,
             log_format: server.log_format.unwrap_or_default(),
             ledger: LedgerConfig::from_raw(&raw.ledger, &cx),
             cache_max_bytes: crate::cache::max_bytes_from_raw(&raw.cache, &cx)?,

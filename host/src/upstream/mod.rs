@@ -9,7 +9,8 @@
 //!
 //! Two transports, one behaviour. Direct requests (no `upstream_proxy`, the
 //! common case) are `wire`'s: HTTP/1.1 on the request's own task, over
-//! rustls with the webpki roots for `https://`. Through a proxy (a hop of
+//! rustls with the webpki roots for `https://`, and the CAs of
+//! `upstream_ca_file` when the config names one. Through a proxy (a hop of
 //! its own, whose cost dwarfs a client's), reqwest does the proxying, as
 //! it always has: absolute-form requests for `http://` upstreams, `CONNECT`
 //! tunnels for `https://` ones, credentials from the proxy URL.
@@ -27,6 +28,8 @@ use hyper::body::Body;
 use hyper::header::{HeaderName, HeaderValue, CONTENT_LENGTH, USER_AGENT};
 use hyper::{Request, Response, Uri};
 use plugin_api::{ErrorKind, ProviderError, UpstreamRequest, UpstreamResponse};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::CertificateDer;
 
 use crate::config::{ConfigError, Context, RawServer, Secret};
 
@@ -47,6 +50,38 @@ pub fn proxy_from_raw(raw: &RawServer, cx: &Context) -> Result<Option<Secret>, C
         }
         Some(_) => Err(cx.invalid("[server] upstream_proxy", "not an http:// or https:// URL")),
     }
+}
+
+/// `[server] upstream_ca_file`: a PEM file of CA certificates `https://`
+/// upstreams (and an `https://` proxy) are trusted under besides the public
+/// roots, for providers behind a private CA. Read and checked at load: a
+/// file that holds no certificate, or one rustls cannot anchor trust in,
+/// is a config error.
+pub fn ca_file_from_raw(
+    raw: &RawServer,
+    cx: &Context,
+) -> Result<Vec<CertificateDer<'static>>, ConfigError> {
+    const KEY: &str = "[server] upstream_ca_file";
+    let Some(path) = &raw.upstream_ca_file else {
+        return Ok(Vec::new());
+    };
+    let path = cx.resolve(path);
+    let certs = CertificateDer::pem_file_iter(&path)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| cx.invalid(KEY, format!("cannot read {}: {e}", path.display())))?;
+    if certs.is_empty() {
+        return Err(cx.invalid(KEY, format!("{} holds no PEM certificate", path.display())));
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in &certs {
+        roots.add(cert.clone()).map_err(|e| {
+            cx.invalid(
+                KEY,
+                format!("{}: not a usable CA certificate: {e}", path.display()),
+            )
+        })?;
+    }
+    Ok(certs)
 }
 
 /// Where a provider's requests may go: its `base_url`'s scheme, host and
@@ -185,18 +220,26 @@ impl Fetched {
 }
 
 impl UpstreamClient {
-    pub fn new(proxy: Option<&Secret>) -> Result<UpstreamClient, ClientError> {
+    /// A client through `proxy` when set, trusting `extra_roots` (see
+    /// [`ca_file_from_raw`]) besides the public roots.
+    pub fn new(
+        proxy: Option<&Secret>,
+        extra_roots: &[CertificateDer<'static>],
+    ) -> Result<UpstreamClient, ClientError> {
         let transport = match proxy {
-            None => Transport::Direct(direct()?),
-            Some(proxy) => Transport::Proxied(
-                reqwest::Client::builder()
+            None => Transport::Direct(direct(extra_roots)?),
+            Some(proxy) => {
+                let mut builder = reqwest::Client::builder()
                     .no_proxy()
                     .proxy(reqwest::Proxy::all(proxy.expose())?)
                     .redirect(reqwest::redirect::Policy::none())
                     .connect_timeout(CONNECT_TIMEOUT)
-                    .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-                    .build()?,
-            ),
+                    .pool_idle_timeout(POOL_IDLE_TIMEOUT);
+                for root in extra_roots {
+                    builder = builder.add_root_certificate(reqwest::Certificate::from_der(root)?);
+                }
+                Transport::Proxied(builder.build()?)
+            }
         };
         Ok(UpstreamClient {
             transport: Arc::new(transport),
@@ -329,11 +372,15 @@ fn request_head(uri: &Uri, headers: &[(HeaderName, HeaderValue)]) -> Vec<u8> {
     head
 }
 
-/// The direct transport: `wire` over rustls (ring, webpki roots).
-fn direct() -> Result<wire::Client, ClientError> {
-    let roots = rustls::RootCertStore {
+/// The direct transport: `wire` over rustls (ring, webpki roots and
+/// `extra_roots`).
+fn direct(extra_roots: &[CertificateDer<'static>]) -> Result<wire::Client, ClientError> {
+    let mut roots = rustls::RootCertStore {
         roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
     };
+    for root in extra_roots {
+        roots.add(root.clone())?;
+    }
     let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
