@@ -10,7 +10,9 @@
 //! Two transports, one behaviour. Direct requests (no `upstream_proxy`, the
 //! common case) are `wire`'s: HTTP/1.1 on the request's own task, over
 //! rustls with the webpki roots for `https://`, and the CAs of
-//! `upstream_ca_file` when the config names one. Through a proxy (a hop of
+//! `upstream_ca_file` when the config names one. Its idle connections are
+//! looked over every [`REAP_EVERY`]: those the upstream closed, or that
+//! idled past a minute, are closed. Through a proxy (a hop of
 //! its own, whose cost dwarfs a client's), reqwest does the proxying, as
 //! it always has: absolute-form requests for `http://` upstreams, `CONNECT`
 //! tunnels for `https://` ones, credentials from the proxy URL.
@@ -38,6 +40,8 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often idle upstream connections are looked over ([`wire::reap`]).
+const REAP_EVERY: Duration = Duration::from_secs(15);
 const USER_AGENT_VALUE: &str = concat!("socialgate/", env!("CARGO_PKG_VERSION"));
 
 /// `[server] upstream_proxy`: `http://` or `https://` only, since the client
@@ -195,7 +199,8 @@ pub enum ClientError {
 
 /// How requests reach the upstreams; see the module doc.
 enum Transport {
-    Direct(wire::Client),
+    /// Shared with the task that prunes its idle connections.
+    Direct(Arc<wire::Client>),
     Proxied(reqwest::Client),
 }
 
@@ -227,7 +232,15 @@ impl UpstreamClient {
         extra_roots: &[CertificateDer<'static>],
     ) -> Result<UpstreamClient, ClientError> {
         let transport = match proxy {
-            None => Transport::Direct(direct(extra_roots)?),
+            None => {
+                let client = Arc::new(direct(extra_roots)?);
+                // Without a runtime (a unit test), nothing prunes: idle
+                // connections are looked over when next used, as always.
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    runtime.spawn(wire::reap(Arc::downgrade(&client), REAP_EVERY));
+                }
+                Transport::Direct(client)
+            }
             Some(proxy) => {
                 let mut builder = reqwest::Client::builder()
                     .no_proxy()

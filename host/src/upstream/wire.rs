@@ -203,6 +203,50 @@ impl Client {
         }
     }
 
+    /// Closes the idle connections that are past the idle timeout or were
+    /// closed (or spoke) while idle, in every target's pool, and forgets
+    /// the targets left without any. Run every so often by [`reap`]: an
+    /// upstream that closed its side would otherwise leave our socket
+    /// half-closed (`CLOSE_WAIT`) until the target's next request, and a
+    /// target that goes quiet for good would keep its sockets for ever.
+    pub fn prune(&self) {
+        let checked: Vec<(Target, Vec<Connection>)> = {
+            let mut idle = lock(&self.idle);
+            idle.retain(|_, connections| !connections.is_empty());
+            idle.iter_mut()
+                .map(|(target, connections)| (target.clone(), std::mem::take(connections)))
+                .collect()
+        };
+        // The look at each socket is made outside the pool's lock.
+        let kept: Vec<(Target, Vec<Connection>)> = checked
+            .into_iter()
+            .map(|(target, connections)| {
+                let quiet = connections
+                    .into_iter()
+                    .filter(|c| !self.expired(c))
+                    .filter_map(|mut c| c.is_quiet().then_some(c))
+                    .collect();
+                (target, quiet)
+            })
+            .collect();
+        let mut idle = lock(&self.idle);
+        for (target, mut older) in kept {
+            let pool = idle.entry(target).or_default();
+            // Checked in meanwhile: more recent than those looked at.
+            older.append(pool);
+            let excess = older.len().saturating_sub(MAX_IDLE_PER_TARGET);
+            older.drain(..excess);
+            *pool = older;
+        }
+        idle.retain(|_, connections| !connections.is_empty());
+    }
+
+    /// Idle connections, in every target's pool.
+    #[cfg(test)]
+    fn idle_count(&self) -> usize {
+        lock(&self.idle).values().map(Vec::len).sum()
+    }
+
     async fn connect(&self, target: &Target) -> Result<Connection, WireError> {
         let connecting = async {
             let host = target.host.trim_start_matches('[').trim_end_matches(']');
@@ -230,6 +274,21 @@ impl Client {
             received: false,
             idle_since: Instant::now(),
         })
+    }
+}
+
+/// Prunes `client`'s idle connections every `every` ([`Client::prune`])
+/// for as long as the client is in use.
+pub async fn reap(client: std::sync::Weak<Client>, every: Duration) {
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks.tick().await;
+    loop {
+        ticks.tick().await;
+        let Some(client) = client.upgrade() else {
+            return;
+        };
+        client.prune();
     }
 }
 
@@ -728,6 +787,45 @@ mod tests {
             assert_eq!(answer.body, expected);
         }
         assert_eq!(accepted.load(Ordering::SeqCst), 4);
+    }
+
+    /// Pruning closes what the upstream closed while idle, and keeps what
+    /// is still open.
+    #[tokio::test]
+    async fn pruning_closes_idle_connections_the_upstream_closed() {
+        let (closing, _) = scripted(vec![(
+            "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\na",
+            true,
+        )])
+        .await;
+        let (open, _) = scripted(vec![(
+            "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nb",
+            false,
+        )])
+        .await;
+        let client = client();
+        client.exchange(closing.clone(), GET, 1024).await.unwrap();
+        client.exchange(open.clone(), GET, 1024).await.unwrap();
+        assert_eq!(
+            client.idle_count(),
+            2,
+            "both kept alive after their answers"
+        );
+        let mut pruned = false;
+        for _ in 0..100 {
+            client.prune();
+            if client.idle_count() == 1 {
+                pruned = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(pruned, "the closed one is gone: {}", client.idle_count());
+        assert!(lock(&client.idle).contains_key(&open), "the open one stays");
+        assert!(
+            !lock(&client.idle).contains_key(&closing),
+            "its target forgotten"
+        );
     }
 
     /// An upstream that says something unasked on an idle connection (here
