@@ -11,7 +11,7 @@
 //! common case) are `wire`'s: HTTP/1.1 on the request's own task, over
 //! rustls with the webpki roots for `https://`, and the CAs of
 //! `upstream_ca_file` when the config names one. Its idle connections are
-//! looked over every [`REAP_EVERY`]: those the upstream closed, or that
+//! looked over every 15 seconds: those the upstream closed, or that
 //! idled past a minute, are closed. Through a proxy (a hop of
 //! its own, whose cost dwarfs a client's), reqwest does the proxying, as
 //! it always has: absolute-form requests for `http://` upstreams, `CONNECT`
