@@ -476,9 +476,10 @@ async fn enforced_credits_are_exact_across_replicas_and_fail_closed_without_redi
     apis[0].get(PROFILE).await.assert_error(429, "RATE_LIMITED");
 
     // A replica that died holding reservations: once their hold has
-    // expired, the next reservation on the key frees them; one still held
-    // by a live replica stays. Made here by hand, as a killed replica
-    // leaves them: 60 expired, 30 live, out of 100 free credits.
+    // expired, the next reservation on the key frees them, as it frees an
+    // expired one an earlier version kept as a member of `held:NAME`; one
+    // still held by a live replica stays. Made here by hand, as a killed
+    // replica leaves them: 50 and 10 expired, 30 live, of 100 free credits.
     let h = replicas.issue_everywhere("h").await;
     let live_until = (SystemTime::now() + Duration::from_secs(600))
         .duration_since(UNIX_EPOCH)
@@ -489,18 +490,19 @@ async fn enforced_credits_are_exact_across_replicas_and_fail_closed_without_redi
     let made = [
         redis.command(&["ZADD", "socialgate:leases:h", "1", "dead-replica"]),
         redis.command(&["ZADD", "socialgate:leases:h", &live_until, "live-replica"]),
+        redis.command(&["ZADD", "socialgate:held:h", "1", "10:old-version:1"]),
         redis.command(&[
             "HSET",
             "socialgate:acct:h",
             "h:dead-replica",
-            "60",
+            "50",
             "h:live-replica",
             "30",
             "reserved",
             "90",
         ]),
     ];
-    assert_eq!(made, [":1\r\n", ":1\r\n", ":3\r\n"]);
+    assert_eq!(made, [":1\r\n", ":1\r\n", ":1\r\n", ":3\r\n"]);
     let hs = clients(&replicas, &h);
     assert_eq!(account(&hs[0]).await["credits_remaining"], 10, "both held");
     let a = hs[1].get(PROFILE).await;
@@ -509,7 +511,7 @@ async fn enforced_credits_are_exact_across_replicas_and_fail_closed_without_redi
     let freed = eventually(Duration::from_secs(2), || async {
         account(&hs[2]).await["credits_remaining"] == 69
     });
-    assert!(freed.await, "the dead replica's 60 freed, the live 30 held");
+    assert!(freed.await, "the expired 50 and 10 freed, the live 30 held");
 
     // Redis away: a credit cannot be checked, so none is spent (503 with
     // Retry-After); keys are still the last known set; ready, degraded.

@@ -9,9 +9,9 @@
 //!
 //! [`Detached`] costs nothing while the caller stays: the work runs on the
 //! request's own task, and becomes a task of its own only when dropped
-//! unfinished. Shutdown waits for such tasks ([`finished`]) before the
-//! last settling of credits, so what they hold is given back, not left
-//! held in shared state.
+//! unfinished. Shutdown waits for such tasks ([`finished`], up to a bound)
+//! before the last settling of credits, so what those that end in time
+//! hold is given back, not left held in shared state until it expires.
 
 use std::future::Future;
 use std::pin::Pin;

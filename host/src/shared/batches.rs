@@ -32,8 +32,10 @@ use crate::resilience::rate_limit::{retry_after_secs, RateLimitConfig, Standing}
 /// The most requests in one batch.
 pub const MAX_BATCH: usize = 64;
 
-/// How long a reservation may be held before any replica frees it: far
-/// longer than a request may run, so only a holder that died loses it.
+/// A holder's lease: how long after its last reservation on an account
+/// what it holds there may be freed by any replica. Far longer than a
+/// request may run, so only a holder no longer used (its replica died, or
+/// renamed its holds) loses what it holds.
 const HOLD_FOR: Duration = Duration::from_secs(10 * 60);
 /// How long one name of this replica's holds is used for new reservations.
 /// A name no longer used is no longer renewed, so its lease runs out
@@ -42,14 +44,19 @@ const HOLD_FOR: Duration = Duration::from_secs(10 * 60);
 /// reservation made as its answer was lost, which nothing will release) is
 /// freed while the replica lives on, within `HOLD_FOR + RENAME_EVERY`.
 const RENAME_EVERY: Duration = Duration::from_secs(5 * 60);
-/// How often a reservation looks for expired reservations of its account:
-/// a dead holder's credits come back a moment later, and the request path
+// A name is never used again once its lease could have run out, so a late
+// release never takes from a newer hold under the same name (as long as
+// Redis's clock does not jump ahead by a lease).
+const _: () = assert!(RENAME_EVERY.as_secs() < HOLD_FOR.as_secs());
+/// How often a reservation looks for expired leases on its account: a
+/// dead holder's credits come back a moment later, and the request path
 /// is spared a sorted-set scan each time.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// After [`PRELUDE`]: `ARGV[1]` the hold (ms), `ARGV[2]` the sweep period
-/// (ms), then one group per key: its bucket, account and leases as
-/// `KEYS[3g-2..3g]`, and in `ARGV` its rate a second (0: no limit), burst,
+/// (ms), then one group per key: its bucket, account, leases and legacy
+/// reservations as `KEYS[4g-3..4g]`, and in `ARGV` its rate a second (0: no
+/// limit), burst,
 /// free credits (-1: tokens only, no account), holder ([`holder`]) and
 /// number of requests, then each request's amount.
 ///
@@ -58,7 +65,9 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 /// leases) renewed by each of its reservations: so a batch costs Redis the
 /// same whatever its size, and a release is one sum per key. For each group
 /// with an account: frees what holders hold whose lease ran out (a replica
-/// that died, or a name it no longer uses), at most every sweep period
+/// that died, or a name it no longer uses), and the expired reservations
+/// of the sorted set `held:NAME` earlier versions kept one per request (so
+/// none is stranded by a rolling upgrade), at most every sweep period
 /// (`sweep_at`). Then for each request in turn: takes a token when there is
 /// a limit and, unless the group is tokens only, holds the amount, unless
 /// `spent + reserved + amount` would pass the free credits plus the
@@ -74,8 +83,8 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 const BATCH: &str = r"
 local hold, sweep_every = tonumber(ARGV[1]), tonumber(ARGV[2])
 local out, arg = {}, 3
-for g = 1, #KEYS / 3 do
-  local bucket, account, leases = KEYS[3 * g - 2], KEYS[3 * g - 1], KEYS[3 * g]
+for g = 1, #KEYS / 4 do
+  local bucket, account, leases, legacy = KEYS[4 * g - 3], KEYS[4 * g - 2], KEYS[4 * g - 1], KEYS[4 * g]
   local rate, burst = tonumber(ARGV[arg]) / 1000, tonumber(ARGV[arg + 1])
   local free, holder, n = tonumber(ARGV[arg + 2]), ARGV[arg + 3], tonumber(ARGV[arg + 4])
   arg = arg + 5
@@ -94,6 +103,11 @@ for g = 1, #KEYS / 3 do
           redis.call('HDEL', account, field)
         end
         redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
+      end
+      local stranded = redis.call('ZRANGEBYSCORE', legacy, '-inf', now)
+      if #stranded > 0 then
+        for _, m in ipairs(stranded) do reserved = reserved - (tonumber(string.match(m, '^(%d+):')) or 0) end
+        redis.call('ZREMRANGEBYSCORE', legacy, '-inf', now)
       end
       redis.call('HSET', account, 'reserved', reserved, 'sweep_at', now + sweep_every)
     end
@@ -268,6 +282,7 @@ async fn send(shared: &Shared, batch: &[Asked]) -> Vec<Result<Granted, Refusal>>
             .key(super::limits::bucket_key(shared, &first.name))
             .key(shared.named("acct:", &first.name))
             .key(shared.named("leases:", &first.name))
+            .key(shared.named("held:", &first.name))
             .arg(rate)
             .arg(burst)
             .arg(free(first).map_or_else(|| "-1".to_owned(), |(f, _)| f.to_string()))

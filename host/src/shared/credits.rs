@@ -5,13 +5,19 @@
 //!   `sweep_at`, and `h:HOLDER`, what each holder holds of `reserved`, a
 //!   holder being one replica's name for its reservations of a few
 //!   minutes, [`batches::holder`]) and the holders' leases on them
-//!   (`{prefix}leases:NAME`, a sorted set of holders by expiry). A reservation is made by a script that frees
-//!   what dead replicas held (a replica killed mid-request), checks
-//!   `spent + reserved + amount` against `free_credits + granted`, and
-//!   holds the amount; the reservations asked at the same time share one
-//!   script ([`super::batches`]). So a key never spends more than its
-//!   balance, whatever the replicas and the concurrency. When Redis cannot
-//!   answer, no credit can be reserved: billing fails closed.
+//!   (`{prefix}leases:NAME`, a sorted set of holders by expiry). A
+//!   reservation is made by a script that frees what holders no longer in
+//!   use held (a replica killed mid-request, or a name its replica retired
+//!   with a hold it lost track of), checks `spent + reserved + amount`
+//!   against `free_credits + granted`, and holds the amount; the
+//!   reservations asked at the same time share one script
+//!   ([`super::batches`]). So a key never spends more than its balance,
+//!   whatever the replicas and the concurrency, as long as Redis keeps
+//!   what it acknowledged (with `appendfsync everysec`, a crash can lose a
+//!   second of writes: holds lost that way are released from the holds
+//!   that remain, so up to a second's reservations may be spent twice).
+//!   When Redis cannot answer, no credit can be reserved: billing fails
+//!   closed.
 //! - **Settling** (a delivered answer's credits spent and its usage
 //!   counted, or a failed request's reservation released) is not on the
 //!   request path: it is queued here and written by one task every
@@ -56,14 +62,15 @@ use crate::resilience::rate_limit::{RateLimitConfig, Standing};
 /// How often settled credits are written.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(100);
 /// Settled entries kept while Redis is away, at most (an entry is a key's
-/// usage of one day, or what to release of its holds).
+/// usage of one day, or what to release of its hold under one holder;
+/// adding to an entry is never refused).
 pub const MAX_PENDING: usize = 100_000;
 /// KEYS[1]: this process's last applied batch number. ARGV[1]: the
 /// prefix, ARGV[2]: this batch's number, then groups of six: `u NAME DAY
 /// ENDPOINT REQUESTS CREDITS` (usage) or `r NAME HOLDER AMOUNT - -` (what
 /// to release of the holder's hold on the account). A release takes no
 /// more than the holder holds: once a sweep freed an expired hold there is
-/// nothing left to release, and a holder name is never used again.
+/// nothing left to release, and a holder name is not used again by then.
 const SETTLE: &str = r"
 local seq = tonumber(ARGV[2])
 if seq <= tonumber(redis.call('GET', KEYS[1]) or '0') then return 0 end
@@ -196,19 +203,15 @@ impl Credits {
     /// in `name`'s usage of today and spent; its reservation (`held`: its
     /// holder's generation and what it held) released.
     pub fn commit(&self, name: &str, endpoint: Endpoint, held: Option<(u64, u32)>, amount: u32) {
-        let day = super::utc_day();
+        let usage = (super::utc_day(), name.to_owned(), endpoint);
         let mut pending = self.pending();
-        if self.full(&mut pending) {
-            return;
+        if pending.usage.contains_key(&usage) || !self.full(&mut pending) {
+            let counts = pending.usage.entry(usage).or_default();
+            counts.0 += 1;
+            counts.1 += u64::from(amount);
         }
-        let counts = pending
-            .usage
-            .entry((day, name.to_owned(), endpoint))
-            .or_default();
-        counts.0 += 1;
-        counts.1 += u64::from(amount);
         if let Some((generation, held)) = held {
-            release(&mut pending, name, generation, held);
+            self.release(&mut pending, name, generation, held);
         }
     }
 
@@ -316,8 +319,16 @@ impl Credits {
     /// A reservation given back: nothing was delivered.
     pub fn refund(&self, name: &str, generation: u64, amount: u32) {
         let mut pending = self.pending();
-        if !self.full(&mut pending) {
-            release(&mut pending, name, generation, amount);
+        self.release(&mut pending, name, generation, amount);
+    }
+
+    /// Adds `amount` to what the next batch releases of `name`'s hold
+    /// under the holder of `generation`: a busy key's releases are one
+    /// entry however many, and adding to an entry is never refused.
+    fn release(&self, pending: &mut Pending, name: &str, generation: u64, amount: u32) {
+        let key = (name.to_owned(), generation);
+        if pending.releases.contains_key(&key) || !self.full(pending) {
+            *pending.releases.entry(key).or_default() += u64::from(amount);
         }
     }
 
@@ -353,11 +364,14 @@ impl Credits {
             let _ = writer.flush().await;
         }
         writer.credits.shared.asks_answered().await;
+        // A batch that failed before goes first, then what is pending: each
+        // is a flush of its own.
         for _ in 0..10 {
-            if writer.flush().await.is_ok() {
-                return;
+            match writer.flush().await {
+                Ok(()) if writer.failed.is_none() && writer.credits.pending().len() == 0 => return,
+                Ok(()) => {}
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
         }
         tracing::error!("shared state away at shutdown: settled credits not written");
     }
@@ -438,16 +452,6 @@ impl Credits {
         }
         Ok(rows)
     }
-}
-
-/// Adds `amount` to what the next batch releases of `name`'s hold under
-/// the holder of `generation`: a busy key's releases are one entry however
-/// many.
-fn release(pending: &mut Pending, name: &str, generation: u64, amount: u32) {
-    *pending
-        .releases
-        .entry((name.to_owned(), generation))
-        .or_default() += u64::from(amount);
 }
 
 /// The task that writes batches, in order, each until it lands.

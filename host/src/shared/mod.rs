@@ -213,11 +213,11 @@ impl Shared {
         self.unanswered.fetch_sub(n, Ordering::Relaxed);
     }
 
-    /// Waits, at most [`OP_TIMEOUT`] and a little, until every ask queued
-    /// so far has its answer, and what those nobody waited for held is
-    /// queued to be given back.
+    /// Waits until every ask queued so far has its answer, and what those
+    /// nobody waited for held is queued to be given back: at most as long
+    /// as the batch at Redis and the one queued behind it may take.
     pub async fn asks_answered(&self) {
-        let deadline = tokio::time::Instant::now() + OP_TIMEOUT + Duration::from_millis(100);
+        let deadline = tokio::time::Instant::now() + 2 * OP_TIMEOUT + Duration::from_millis(100);
         while self.unanswered.load(Ordering::Relaxed) > 0 && tokio::time::Instant::now() < deadline
         {
             tokio::time::sleep(Duration::from_millis(5)).await;
