@@ -243,6 +243,17 @@ async fn the_request_id_is_on_every_human_log_line_of_its_request() {
             "the request line lacks {field}: {line}"
         );
     }
+    // Milliseconds to the microsecond, not every digit of a float.
+    let latency = line
+        .split("latency_ms=")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap_or_default();
+    let decimals = latency.split_once('.').map_or(0, |(_, d)| d.len());
+    assert!(
+        latency.parse::<f64>().is_ok() && decimals <= 3,
+        "latency_ms={latency}: {line}"
+    );
     // The lines the request made (its modules; a reload, say, may log in
     // between): every one carries its ID.
     let stderr = stack.server.stderr();

@@ -128,7 +128,8 @@ pub async fn handle(app: &App, request: Request<Incoming>) -> Response<Body> {
             method = %request.method(),
             path,
             status,
-            latency_ms = elapsed.as_secs_f64() * 1000.0,
+            // To the microsecond: `1.277`, not `1.2771359999999998`.
+            latency_ms = elapsed.as_micros() as f64 / 1000.0,
             provider = report.provider.as_deref().unwrap_or("-"),
             cache = %report.cache.as_ref().map_or("-", CacheStatus::log_value),
             attempts = report.journal.attempts.len(),
