@@ -56,9 +56,8 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 /// After [`PRELUDE`]: `ARGV[1]` the hold (ms), `ARGV[2]` the sweep period
 /// (ms), then one group per key: its bucket, account, leases and legacy
 /// reservations as `KEYS[4g-3..4g]`, and in `ARGV` its rate a second (0: no
-/// limit), burst,
-/// free credits (-1: tokens only, no account), holder ([`holder`]) and
-/// number of requests, then each request's amount.
+/// limit), burst, free credits (-1: tokens only, no account), holder
+/// ([`holder`]) and number of requests, then each request's amount.
 ///
 /// What a holder holds on an account is one sum, the account's field
 /// `h:HOLDER`, under a lease (the holder's score in the sorted set of
