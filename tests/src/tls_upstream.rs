@@ -38,7 +38,11 @@ impl TlsFront {
         let accepted = Arc::new(AtomicUsize::new(0));
         let counted = accepted.clone();
         let task = tokio::spawn(async move {
-            while let Ok((tcp, _)) = listener.accept().await {
+            loop {
+                // A failed accept (an aborted connection) ends nothing.
+                let Ok((tcp, _)) = listener.accept().await else {
+                    continue;
+                };
                 counted.fetch_add(1, Ordering::SeqCst);
                 let acceptor = acceptor.clone();
                 tokio::spawn(async move {

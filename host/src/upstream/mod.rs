@@ -58,9 +58,10 @@ pub fn proxy_from_raw(raw: &RawServer, cx: &Context) -> Result<Option<Secret>, C
 
 /// `[server] upstream_ca_file`: a PEM file of CA certificates `https://`
 /// upstreams (and an `https://` proxy) are trusted under besides the public
-/// roots, for providers behind a private CA. Read and checked at load: a
-/// file that holds no certificate, or one rustls cannot anchor trust in,
-/// is a config error.
+/// roots, for providers behind a private CA. Read and checked at load
+/// (sections other than certificates are skipped): a file that cannot be
+/// read, holds no certificate or one that does not parse is a config
+/// error.
 pub fn ca_file_from_raw(
     raw: &RawServer,
     cx: &Context,

@@ -102,7 +102,10 @@ impl Connection {
     fn is_quiet(&mut self) -> bool {
         let mut byte = [0u8; 1];
         // One poll: `None` means nothing to read, the only good answer.
-        futures_util::FutureExt::now_or_never(self.io.read(&mut byte)).is_none()
+        // Unconstrained: a task that spent its budget of I/O results would
+        // otherwise be told "nothing yet" without the socket being read.
+        let read = tokio::task::unconstrained(self.io.read(&mut byte));
+        futures_util::FutureExt::now_or_never(read).is_none()
     }
 }
 
@@ -210,35 +213,37 @@ impl Client {
     /// half-closed (`CLOSE_WAIT`) until the target's next request, and a
     /// target that goes quiet for good would keep its sockets for ever.
     pub fn prune(&self) {
+        // The connections idle for a while, the oldest of each pool: the
+        // recent ones stay where requests take them from meanwhile.
         let checked: Vec<(Target, Vec<Connection>)> = {
             let mut idle = lock(&self.idle);
             idle.retain(|_, connections| !connections.is_empty());
             idle.iter_mut()
-                .map(|(target, connections)| (target.clone(), std::mem::take(connections)))
+                .map(|(target, connections)| {
+                    let settled = connections
+                        .iter()
+                        .take_while(|c| c.idle_since.elapsed() >= SETTLED)
+                        .count();
+                    (target.clone(), connections.drain(..settled).collect())
+                })
                 .collect()
         };
         // The look at each socket is made outside the pool's lock.
-        let kept: Vec<(Target, Vec<Connection>)> = checked
-            .into_iter()
-            .map(|(target, connections)| {
-                let quiet = connections
-                    .into_iter()
-                    .filter(|c| !self.expired(c))
-                    .filter_map(|mut c| c.is_quiet().then_some(c))
-                    .collect();
-                (target, quiet)
-            })
-            .collect();
-        let mut idle = lock(&self.idle);
-        for (target, mut older) in kept {
+        for (target, connections) in checked {
+            let mut kept: Vec<Connection> = connections
+                .into_iter()
+                .filter(|c| !self.expired(c))
+                .filter_map(|mut c| c.is_quiet().then_some(c))
+                .collect();
+            let mut idle = lock(&self.idle);
             let pool = idle.entry(target).or_default();
-            // Checked in meanwhile: more recent than those looked at.
-            older.append(pool);
-            let excess = older.len().saturating_sub(MAX_IDLE_PER_TARGET);
-            older.drain(..excess);
-            *pool = older;
+            // Older than those left in the pool.
+            kept.append(pool);
+            let excess = kept.len().saturating_sub(MAX_IDLE_PER_TARGET);
+            kept.drain(..excess);
+            *pool = kept;
         }
-        idle.retain(|_, connections| !connections.is_empty());
+        lock(&self.idle).retain(|_, connections| !connections.is_empty());
     }
 
     /// Idle connections, in every target's pool.
@@ -276,6 +281,10 @@ impl Client {
         })
     }
 }
+
+/// How long a connection must have been idle before [`Client::prune`]
+/// looks at it: the ones just put back are left for the next request.
+const SETTLED: Duration = Duration::from_secs(1);
 
 /// Prunes `client`'s idle connections every `every` ([`Client::prune`])
 /// for as long as the client is in use.
@@ -811,6 +820,8 @@ mod tests {
             2,
             "both kept alive after their answers"
         );
+        // Pruning looks only at connections idle for a while.
+        tokio::time::sleep(SETTLED).await;
         let mut pruned = false;
         for _ in 0..100 {
             client.prune();
@@ -826,6 +837,47 @@ mod tests {
             !lock(&client.idle).contains_key(&closing),
             "its target forgotten"
         );
+    }
+
+    /// Every pooled connection is looked at, however many: more than one
+    /// task's budget of I/O results (tokio's is 128 a poll).
+    #[tokio::test]
+    async fn pruning_looks_at_every_idle_connection() {
+        const MANY: usize = 300;
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            // Each connection: one answer, kept alive, then closed.
+            while let Ok((mut socket, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buffer = [0u8; 4096];
+                    let _ = socket.read(&mut buffer).await;
+                    let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx";
+                    let _ = socket.write_all(answer).await;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                });
+            }
+        });
+        let target = Target {
+            https: false,
+            host: "127.0.0.1".into(),
+            port,
+        };
+        let client = Arc::new(client());
+        let exchanges: Vec<_> = (0..MANY)
+            .map(|_| {
+                let (client, target) = (client.clone(), target.clone());
+                tokio::spawn(async move { client.exchange(target, GET, 1024).await })
+            })
+            .collect();
+        for exchange in exchanges {
+            assert_eq!(exchange.await.unwrap().unwrap().body, b"x");
+        }
+        assert_eq!(client.idle_count(), MANY, "each kept alive");
+        // All closed by the upstream, and idle long enough to be looked at.
+        tokio::time::sleep(SETTLED + Duration::from_millis(200)).await;
+        client.prune();
+        assert_eq!(client.idle_count(), 0, "every closed one seen in one go");
     }
 
     /// An upstream that says something unasked on an idle connection (here
