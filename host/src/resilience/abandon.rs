@@ -15,11 +15,13 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tracing::instrument::Instrumented;
+
+use crate::sync::Outstanding;
 use tracing::Instrument;
 
 /// A future that, dropped before it ends, goes on as a task of its own,
@@ -68,30 +70,27 @@ impl<F: Future<Output: Send> + Send + 'static> Drop for Detached<F> {
 }
 
 /// Abandoned work still running, in the process.
-static RUNNING: AtomicUsize = AtomicUsize::new(0);
+static RUNNING: Outstanding = Outstanding::new();
 
 /// One abandoned task counted in [`RUNNING`] until it ends (or panics).
 struct Running;
 
 impl Running {
     fn start() -> Running {
-        RUNNING.fetch_add(1, Ordering::Relaxed);
+        RUNNING.add(1);
         Running
     }
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
-        RUNNING.fetch_sub(1, Ordering::Relaxed);
+        RUNNING.done(1);
     }
 }
 
 /// Waits until no abandoned work runs, for at most `within`.
 pub async fn finished(within: Duration) {
-    let deadline = tokio::time::Instant::now() + within;
-    while RUNNING.load(Ordering::Relaxed) > 0 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    RUNNING.none_within(within).await;
 }
 
 /// One line a second at most: a client that hangs up in a loop must not

@@ -25,7 +25,7 @@ pub mod keys;
 pub mod limits;
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -147,7 +147,7 @@ pub struct Shared {
     /// Asks queued or at Redis, not yet answered: at shutdown the last
     /// settling batch waits for them, since an ask whose requester left
     /// gives back what it was granted only once its answer comes.
-    unanswered: AtomicUsize,
+    unanswered: crate::sync::Outstanding,
     batch_script: Script,
     /// This process's name in the store: what it holds on accounts
     /// ([`batches`]) and the numbers of its settled batches ([`credits`])
@@ -177,7 +177,7 @@ impl Shared {
             prefix: config.prefix.clone(),
             healthy: AtomicBool::new(true),
             batches: OnceLock::new(),
-            unanswered: AtomicUsize::new(0),
+            unanswered: crate::sync::Outstanding::new(),
             batch_script: batches::script(),
             replica: replica_id(),
         })
@@ -200,7 +200,7 @@ impl Shared {
             tokio::spawn(batches::send_batches(Arc::downgrade(self), asked));
             batches
         });
-        self.unanswered.fetch_add(1, Ordering::Relaxed);
+        self.unanswered.add(1);
         let queued = batches.send(asked).is_ok();
         if !queued {
             self.answered(1);
@@ -210,18 +210,15 @@ impl Shared {
 
     /// `n` asks were answered (or will never be).
     fn answered(&self, n: usize) {
-        self.unanswered.fetch_sub(n, Ordering::Relaxed);
+        self.unanswered.done(n);
     }
 
     /// Waits until every ask queued so far has its answer, and what those
     /// nobody waited for held is queued to be given back: at most as long
     /// as the batch at Redis and the one queued behind it may take.
     pub async fn asks_answered(&self) {
-        let deadline = tokio::time::Instant::now() + 2 * OP_TIMEOUT + Duration::from_millis(100);
-        while self.unanswered.load(Ordering::Relaxed) > 0 && tokio::time::Instant::now() < deadline
-        {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        let within = 2 * OP_TIMEOUT + Duration::from_millis(100);
+        self.unanswered.none_within(within).await;
     }
 
     fn batch_script(&self) -> &Script {
