@@ -311,9 +311,13 @@ pub async fn serve<H, F>(
             tracing::debug!(listener = name, %peer, "cannot set TCP_NODELAY: {e}");
         }
         let handler = handler.clone();
+        // Boxed: hyper keeps room for one request's future beside every
+        // connection for the connection's whole life, and the API's is a
+        // few KiB, so unboxed it would be held by each idle keep-alive
+        // connection rather than only by requests in flight.
         let service = service_fn(move |request| {
             let response = handler(request);
-            async move { Ok::<_, Infallible>(response.await) }
+            Box::pin(async move { Ok::<_, Infallible>(response.await) })
         });
         let stream = WriteTimeout::new(stream, hardening.write_timeout);
         let opening = Opening {
@@ -329,13 +333,18 @@ pub async fn serve<H, F>(
             let _slot = slot;
             let served = match tls {
                 None => opening.serve(stream, service).await,
+                // Boxed, as the connections are in `serve`: a TLS session
+                // is large, and a plain connection need not hold its room.
                 Some(acceptor) => {
-                    let handshake = acceptor.accept(stream);
-                    match tokio::time::timeout_at(opening.deadline, handshake).await {
-                        Ok(Ok(stream)) => opening.serve(stream, service).await,
-                        Ok(Err(e)) => Err(Box::new(e) as BoxError),
-                        Err(_) => Ok(()),
-                    }
+                    Box::pin(async move {
+                        let handshake = acceptor.accept(stream);
+                        match tokio::time::timeout_at(opening.deadline, handshake).await {
+                            Ok(Ok(stream)) => opening.serve(stream, service).await,
+                            Ok(Err(e)) => Err(Box::new(e) as BoxError),
+                            Err(_) => Ok(()),
+                        }
+                    })
+                    .await
                 }
             };
             if let Err(e) = served {
@@ -402,12 +411,18 @@ impl Opening {
         }
         let (http1, http2) = &*self.builders;
         let io = Prefixed { first, at: 0, io };
+        // Each protocol's connection is boxed, so a connection holds only
+        // the one it speaks, not room for the larger of the two.
         if io.first == H2_PREFACE {
             let connection = http2.serve_connection(TokioIo::new(io), service);
-            self.watcher.watch(connection).await.map_err(Into::into)
+            Box::pin(self.watcher.watch(connection))
+                .await
+                .map_err(Into::into)
         } else {
             let connection = http1.serve_connection(TokioIo::new(Refusals::new(io)), service);
-            self.watcher.watch(connection).await.map_err(Into::into)
+            Box::pin(self.watcher.watch(connection))
+                .await
+                .map_err(Into::into)
         }
     }
 }
