@@ -3,8 +3,8 @@
 //! `ETag` with `304` for a matching `If-None-Match` (at no cost), CORS for
 //! allowed origins only, `HEAD`, HTTP/2 with prior knowledge and over TLS
 //! with ALPN, a TLS certificate replaced on disk served without a restart,
-//! `WWW-Authenticate` on 401, a repeated `X-API-Key` refused, and
-//! `error.param`.
+//! `WWW-Authenticate` on 401, a repeated `X-API-Key` refused,
+//! `error.param`, and an oversized HTTP/2 head refused as an HTTP/1 one is.
 
 use std::io::Read;
 use std::net::SocketAddr;
@@ -266,28 +266,50 @@ async fn a_401_challenges_and_a_repeated_key_is_refused_naming_it() {
     assert_eq!(stack.primary.request_count().await, 0);
 }
 
-/// `GET path` over HTTP/2 on `io`: the status, and the body.
-async fn h2_get<I>(io: I, path: &str) -> (u16, Bytes)
+/// An HTTP/2 connection on `io`, driven in the background.
+async fn h2_connect<I>(io: I) -> hyper::client::conn::http2::SendRequest<Empty<Bytes>>
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let (mut sender, connection) =
+    let (sender, connection) =
         hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(io))
             .await
             .expect("an HTTP/2 handshake");
     tokio::spawn(connection);
-    let request = hyper::Request::get(format!("http://localhost{path}"))
-        .body(Empty::<Bytes>::new())
-        .expect("a request");
+    sender
+}
+
+/// `GET path` with `headers` on an HTTP/2 connection: the status, the
+/// headers, and the body.
+async fn h2_request(
+    sender: &mut hyper::client::conn::http2::SendRequest<Empty<Bytes>>,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, hyper::HeaderMap, Bytes) {
+    let mut request = hyper::Request::get(format!("http://localhost{path}"));
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let request = request.body(Empty::<Bytes>::new()).expect("a request");
     let response = sender.send_request(request).await.expect("an answer");
     assert_eq!(response.version(), hyper::Version::HTTP_2);
     let status = response.status().as_u16();
+    let headers = response.headers().clone();
     let body = response
         .into_body()
         .collect()
         .await
         .expect("a body")
         .to_bytes();
+    (status, headers, body)
+}
+
+/// `GET path` over HTTP/2 on `io`: the status, and the body.
+async fn h2_get<I>(io: I, path: &str) -> (u16, Bytes)
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (status, _, body) = h2_request(&mut h2_connect(io).await, path, &[]).await;
     (status, body)
 }
 
@@ -299,6 +321,49 @@ async fn http2_with_prior_knowledge_is_answered() {
         .expect("connects");
     let (status, body) = h2_get(tcp, "/healthz").await;
     assert_eq!((status, &body[..]), (200, &br#"{"status":"ok"}"#[..]));
+}
+
+/// Over HTTP/2 an oversized head gets what it gets over HTTP/1: 431
+/// `HEADERS_TOO_LARGE` in the JSON envelope, with a request ID. Only that
+/// request's stream ends: the connection goes on serving. A head past twice
+/// the limit is refused by the HTTP/2 layer itself, a bare 431, and the
+/// connection still goes on.
+#[tokio::test]
+async fn an_oversized_http2_head_gets_the_envelope_and_the_connection_goes_on() {
+    let stack = Stack::builder()
+        .server_line("max_header_bytes = 8192")
+        .start()
+        .await;
+    stack.primary.serve_fixtures().await;
+    let tcp = TcpStream::connect(stack.server.addr())
+        .await
+        .expect("connects");
+    let mut h2 = h2_connect(tcp).await;
+    let key = [("x-api-key", stack.key.as_str())];
+
+    let padding = "p".repeat(12 * 1024);
+    let padded = [("x-api-key", stack.key.as_str()), ("x-padding", &padding)];
+    let (status, headers, body) = h2_request(&mut h2, PROFILE, &padded).await;
+    assert_eq!(status, 431, "{body:?}");
+    let json = json_of(&body);
+    assert_eq!(json["error"]["code"], "HEADERS_TOO_LARGE", "{json}");
+    let id = headers
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .expect("a request ID");
+    assert_eq!(json["meta"]["request_id"], id);
+    assert_eq!(stack.primary.request_count().await, 0);
+
+    let (status, _, body) = h2_request(&mut h2, PROFILE, &key).await;
+    assert_eq!(status, 200, "the same connection serves on: {body:?}");
+
+    let padding = "p".repeat(20 * 1024);
+    let padded = [("x-api-key", stack.key.as_str()), ("x-padding", &padding)];
+    let (status, _, _) = h2_request(&mut h2, PROFILE, &padded).await;
+    assert_eq!(status, 431);
+    let (status, _, body) = h2_request(&mut h2, PROFILE, &key).await;
+    assert_eq!(status, 200, "the same connection serves on: {body:?}");
+    assert_eq!(stack.primary.request_count().await, 2);
 }
 
 /// A self-signed certificate for `localhost`, as PEM files in `dir`.

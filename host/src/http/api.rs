@@ -241,8 +241,10 @@ async fn route(
 ) -> Result<Response<Body>, ApiError> {
     let path = request.uri().path();
     let method = request.method();
-    // hyper refuses most heads over the limit itself (see `refusal`), but
-    // not one that arrives whole in a read buffer grown by earlier requests.
+    // hyper refuses most HTTP/1 heads over the limit itself (see
+    // `refusal`), but not one that arrives whole in a read buffer grown by
+    // earlier requests; HTTP/2 heads are measured only here (hyper's limit
+    // for them is above this one: `server::H2_HEADER_LIST_MARGIN`).
     if head_size(request) > app.process.listener.hardening.max_header_bytes {
         return Err(ApiError::HeadersTooLarge);
     }

@@ -4,7 +4,8 @@
 //!
 //! Connections are hardened against slow and greedy clients: the whole
 //! request head must arrive within `header_timeout_ms` and fit in
-//! `max_header_bytes`, or the connection is closed; an answer whose writing
+//! `max_header_bytes`, or the connection is closed (over HTTP/2, a head too
+//! large ends only its own stream); an answer whose writing
 //! makes no progress for `write_timeout_ms` (a client that does not read)
 //! closes its connection; and a listener holds at most `max_connections`
 //! open at once: past it, it stops accepting until one closes, so new
@@ -235,6 +236,16 @@ impl ListenerConfig {
 /// How often, at most, a listener at its connection cap says so.
 const FULL_WARNING_EVERY: Duration = Duration::from_secs(60);
 
+/// HTTP/2's own header limit, as a multiple of `max_header_bytes`. The
+/// service measures every head as HTTP/1 does and refuses one over
+/// `max_header_bytes` with the JSON envelope and a request ID; h2 counts
+/// 32 bytes more per field (RFC 9113, 6.5.2), and answers what passes its
+/// own limit itself: a bare 431 with no body or request ID (past four times
+/// its limit, it closes the connection). With this margin a head the
+/// service refuses reaches the service, and one it serves is not refused
+/// by h2's count unless it is mostly tiny fields (under 24 bytes each).
+const H2_HEADER_LIST_MARGIN: usize = 2;
+
 /// What a client sends first on an HTTP/2 connection (RFC 9113, 3.4).
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -262,9 +273,14 @@ pub async fn serve<H, F>(
         .header_read_timeout(hardening.header_timeout)
         .max_buf_size(hardening.max_header_bytes);
     let mut http2 = http2::Builder::new(TokioExecutor::new());
-    http2
-        .timer(TokioTimer::new())
-        .max_header_list_size(u32::try_from(hardening.max_header_bytes).unwrap_or(u32::MAX));
+    http2.timer(TokioTimer::new()).max_header_list_size(
+        u32::try_from(
+            hardening
+                .max_header_bytes
+                .saturating_mul(H2_HEADER_LIST_MARGIN),
+        )
+        .unwrap_or(u32::MAX),
+    );
     let builders = Arc::new((http1, http2));
     let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(hardening.max_connections));
