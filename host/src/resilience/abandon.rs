@@ -20,9 +20,9 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tracing::instrument::Instrumented;
+use tracing::Instrument;
 
 use crate::sync::Outstanding;
-use tracing::Instrument;
 
 /// A future that, dropped before it ends, goes on as a task of its own,
 /// in the span (and so with the request ID) it was made in. Whatever it

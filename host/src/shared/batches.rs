@@ -249,7 +249,9 @@ pub async fn ask(
 async fn send(shared: &Shared, batch: &[Asked]) -> Vec<Result<Granted, Refusal>> {
     // The asks of one key (with the same settings, and all for credits or
     // all for tokens only) form one group, in the order they were asked.
-    let free = |asked: &Asked| {
+    // What a group's asks for credits share: the free credits, and the
+    // generation of the holder they are held under.
+    let credit_terms = |asked: &Asked| {
         asked
             .credits
             .as_ref()
@@ -260,7 +262,7 @@ async fn send(shared: &Shared, batch: &[Asked]) -> Vec<Result<Granted, Refusal>>
         let same = |g: &Vec<usize>| {
             let first = &batch[g[0]];
             first.name == asked.name
-                && free(first) == free(asked)
+                && credit_terms(first) == credit_terms(asked)
                 && first.rate_limit == asked.rate_limit
         };
         match groups.iter_mut().find(|g| same(g)) {
@@ -277,6 +279,10 @@ async fn send(shared: &Shared, batch: &[Asked]) -> Vec<Result<Granted, Refusal>>
         let (rate, burst) = first
             .rate_limit
             .map_or((0.0, 0.0), |r| (r.per_second, r.burst));
+        let (free, holder_name) = match credit_terms(first) {
+            Some((free, generation)) => (free.to_string(), holder(shared, generation)),
+            None => ("-1".to_owned(), "-".to_owned()),
+        };
         invocation
             .key(super::limits::bucket_key(shared, &first.name))
             .key(shared.named("acct:", &first.name))
@@ -284,8 +290,8 @@ async fn send(shared: &Shared, batch: &[Asked]) -> Vec<Result<Granted, Refusal>>
             .key(shared.named("held:", &first.name))
             .arg(rate)
             .arg(burst)
-            .arg(free(first).map_or_else(|| "-1".to_owned(), |(f, _)| f.to_string()))
-            .arg(free(first).map_or_else(|| "-".to_owned(), |(_, g)| holder(shared, g)))
+            .arg(free)
+            .arg(holder_name)
             .arg(group.len());
         for &i in group {
             invocation.arg(batch[i].credits.as_ref().map_or(0, |c| c.amount));
