@@ -10,7 +10,6 @@
 //! cannot read. A request's key is hashed and looked up by its hash: the
 //! same cost with ten keys or a hundred thousand, and with a made-up key.
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -19,6 +18,8 @@ use base64::Engine;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
+
+use crate::FastMap;
 
 /// `[server] keys_file` (default `keys.toml` beside the config). Serving
 /// configuration: a reload reads the keys from the file it names.
@@ -246,7 +247,7 @@ fn keep_owner_and_mode(file: &File, meta: &std::fs::Metadata) -> std::io::Result
 #[derive(Default, PartialEq, Eq)]
 pub struct KeyStore {
     /// Key names by the SHA-256 of their key.
-    by_hash: HashMap<[u8; 32], String>,
+    by_hash: FastMap<[u8; 32], String>,
 }
 
 impl KeyStore {
@@ -261,7 +262,7 @@ impl KeyStore {
     /// The keys of `records`; the name of the first with a malformed hash
     /// if one has.
     pub fn from_records(records: Vec<KeyRecord>) -> Result<KeyStore, String> {
-        let mut by_hash = HashMap::new();
+        let mut by_hash = FastMap::default();
         for record in records {
             let Some(hash) = unhex(&record.sha256) else {
                 return Err(record.name);

@@ -23,7 +23,6 @@
 //! same seam for both: [`Billing::reserve_for`], then
 //! [`Reservation::commit`] or a drop.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -35,6 +34,7 @@ use crate::ledger::{Ledger, LedgerError};
 use crate::resilience::rate_limit::{RateLimitConfig, Standing};
 use crate::shared::credits::{Credits, Held, Refusal};
 use crate::sync::lock;
+use crate::FastMap;
 
 /// Credits an answer costs when the config says nothing else.
 const DEFAULT_COST: u32 = 1;
@@ -172,7 +172,7 @@ impl Account {
     }
 }
 
-type Accounts = HashMap<String, Account>;
+type Accounts = FastMap<String, Account>;
 
 /// Every key's account since the ledger began, kept in memory, and the
 /// ledger that keeps it. The one place credits are booked.

@@ -34,6 +34,7 @@ use plugin_api::{Endpoint, Timestamp};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 
 use crate::sync::lock;
+use crate::FastMap;
 
 /// The schema this code writes, in `PRAGMA user_version`; a newer file is
 /// refused rather than misread.
@@ -153,7 +154,7 @@ fn slot(endpoint: Endpoint) -> usize {
 
 /// Pending counts by day, then by key name: nested so that `record` finds an
 /// existing entry without allocating.
-type Pending = HashMap<String, HashMap<String, PerEndpoint>>;
+type Pending = FastMap<String, FastMap<String, PerEndpoint>>;
 
 /// Credits granted to a key, as the server learns of them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -284,7 +285,7 @@ impl Ledger {
         let conn = open_for_writing(path)?;
         let shared = Arc::new(Shared {
             path: path.to_owned(),
-            pending: Mutex::new(HashMap::new()),
+            pending: Mutex::new(FastMap::default()),
             conn: Mutex::new(conn),
             grants: Mutex::new(GrantWatch {
                 last_id: 0,

@@ -181,24 +181,63 @@ struct PlainVisitor<'w> {
     result: std::fmt::Result,
 }
 
+/// What a field gets from [`PlainVisitor`].
+enum Treatment {
+    /// `log.` metadata: already on the line.
+    Skipped,
+    /// The message, an `r#` name: the default visitor writes it.
+    ByDefault,
+    /// ` name=` is written; the value follows.
+    Value,
+}
+
 impl PlainVisitor<'_> {
-    /// Writes `value` as `name=value` when `field` is an ordinary one;
-    /// otherwise does what the default visitor does with it.
-    fn write(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+    /// Starts `field`: writes ` name=` when it is an ordinary one.
+    fn begin(&mut self, field: &Field) -> Treatment {
         if self.result.is_err() {
-            return;
+            return Treatment::Skipped;
         }
         let name = field.name();
         // Metadata of events from the `log` crate: already on the line.
         if name.starts_with("log.") {
-            return;
+            return Treatment::Skipped;
         }
         if name == "message" || name.starts_with("r#") {
-            self.by_default(|default| default.record_debug(field, value));
+            return Treatment::ByDefault;
+        }
+        let space = if self.is_empty { "" } else { " " };
+        self.is_empty = false;
+        self.result = self
+            .writer
+            .write_str(space)
+            .and_then(|()| self.writer.write_str(name))
+            .and_then(|()| self.writer.write_char('='));
+        if self.result.is_ok() {
+            Treatment::Value
         } else {
-            let space = if self.is_empty { "" } else { " " };
-            self.result = write!(self.writer, "{space}{name}={value:?}");
-            self.is_empty = false;
+            Treatment::Skipped
+        }
+    }
+
+    /// Writes `value` as `name=value` when `field` is an ordinary one;
+    /// otherwise does what the default visitor does with it.
+    fn write(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        match self.begin(field) {
+            Treatment::Value => self.result = write!(self.writer, "{value:?}"),
+            Treatment::ByDefault => self.by_default(|default| default.record_debug(field, value)),
+            Treatment::Skipped => {}
+        }
+    }
+
+    /// Writes an integer field; `Debug` of an integer is its digits, which
+    /// `itoa` writes without the formatting machinery.
+    fn write_integer(&mut self, field: &Field, value: impl itoa::Integer + std::fmt::Debug) {
+        match self.begin(field) {
+            Treatment::Value => {
+                self.result = self.writer.write_str(itoa::Buffer::new().format(value));
+            }
+            Treatment::ByDefault => self.by_default(|default| default.record_debug(field, &value)),
+            Treatment::Skipped => {}
         }
     }
 
@@ -212,13 +251,41 @@ impl PlainVisitor<'_> {
     }
 }
 
+/// `value` as `Debug` writes a `str`: quoted, escaped. Printable ASCII other
+/// than `"` and `\` is written as it is, so a string of only that (a path,
+/// a key's name) skips the per-character escaping.
+fn write_quoted(writer: &mut impl std::fmt::Write, value: &str) -> std::fmt::Result {
+    let plain = value
+        .bytes()
+        .all(|b| (b' '..=b'~').contains(&b) && b != b'"' && b != b'\\');
+    if plain {
+        writer.write_char('"')?;
+        writer.write_str(value)?;
+        writer.write_char('"')
+    } else {
+        write!(writer, "{value:?}")
+    }
+}
+
 impl Visit for PlainVisitor<'_> {
     fn record_str(&mut self, field: &Field, value: &str) {
         if field.name() == "message" {
             self.write(field, &format_args!("{value}"));
-        } else {
-            self.write(field, &value);
+            return;
         }
+        match self.begin(field) {
+            Treatment::Value => self.result = write_quoted(&mut self.writer, value),
+            Treatment::ByDefault => self.by_default(|default| default.record_str(field, value)),
+            Treatment::Skipped => {}
+        }
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.write_integer(field, value);
+    }
+
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.write_integer(field, value);
     }
 
     fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
@@ -422,6 +489,22 @@ mod tests {
             );
             tracing::info!("no fields");
             tracing::info!(first = 1u64, "message last");
+            // The fast paths: strings and integers of every shape.
+            tracing::info!(
+                plain = "/v1/shortvideo/profile",
+                quoted = "say \"hi\"",
+                slash = "a\\b",
+                tab = "a\tb",
+                unicode = "caf\u{e9} \u{200b}",
+                empty = "",
+                r#loop = "kept",
+                max = u64::MAX,
+                min = i64::MIN,
+                small = 7u8,
+                negative = -1i32,
+                usize = 12usize,
+                "fields"
+            );
         };
         if plain {
             let subscriber = builder.fmt_fields(PlainFields).event_format(PlainLine);
@@ -442,7 +525,7 @@ mod tests {
                 .collect()
         };
         assert_eq!(without_time(&plain), without_time(&default));
-        assert_eq!(plain.lines().count(), 3);
+        assert_eq!(plain.lines().count(), 4);
         for line in plain.lines() {
             let stamp = line.split(' ').next().unwrap();
             assert_eq!(stamp.len(), "2026-11-25T11:15:55.598305Z".len(), "{line}");

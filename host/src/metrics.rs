@@ -7,7 +7,6 @@
 //! anything else is `unknown`, so a caller cannot grow the series.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::time::Duration;
 
 use metrics::{counter, gauge, histogram, Counter, Histogram};
@@ -15,6 +14,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use plugin_api::Endpoint;
 
 use crate::state::Snapshot;
+use crate::FastMap;
 
 const REQUESTS: &str = "socialgate_requests_total";
 const REQUEST_SECONDS: &str = "socialgate_request_duration_seconds";
@@ -183,28 +183,28 @@ pub fn state_error(op: &'static str) {
 struct Handles {
     routes: ByName<RouteHandles>,
     providers: ByName<ProviderHandles>,
-    cache: HashMap<(&'static str, &'static str), Counter>,
+    cache: FastMap<(&'static str, &'static str), Counter>,
 }
 
 #[derive(Default)]
 struct RouteHandles {
-    requests: HashMap<(&'static str, u16), Counter>,
-    seconds: HashMap<&'static str, Histogram>,
+    requests: FastMap<(&'static str, u16), Counter>,
+    seconds: FastMap<&'static str, Histogram>,
 }
 
 #[derive(Default)]
 struct ProviderHandles {
-    attempts: HashMap<&'static str, Counter>,
+    attempts: FastMap<&'static str, Counter>,
     seconds: Option<Histogram>,
 }
 
 /// Handles by a platform's or provider's name, looked up without
 /// allocating the name.
-struct ByName<T>(HashMap<String, T>);
+struct ByName<T>(FastMap<String, T>);
 
 impl<T> Default for ByName<T> {
     fn default() -> Self {
-        ByName(HashMap::new())
+        ByName(FastMap::default())
     }
 }
 

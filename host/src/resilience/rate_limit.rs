@@ -8,7 +8,6 @@
 //! (`"default";q=10;w=2`), the state is the whole tokens left and the
 //! seconds until one more (`"default";r=7;t=1`).
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -18,6 +17,7 @@ use tokio::time::Instant;
 use serde::Deserialize;
 
 use crate::config::{ConfigError, Context};
+use crate::FastMap;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RateLimitConfig {
@@ -66,7 +66,7 @@ struct Bucket {
 #[derive(Debug)]
 pub struct RateLimiter {
     config: RateLimitConfig,
-    buckets: Mutex<HashMap<String, Bucket>>,
+    buckets: Mutex<FastMap<String, Bucket>>,
     /// `RateLimit-Policy`, the same on every answer: formatted once.
     policy: HeaderValue,
 }
@@ -111,7 +111,7 @@ impl RateLimiter {
     pub fn new(config: RateLimitConfig) -> RateLimiter {
         RateLimiter {
             config,
-            buckets: Mutex::new(HashMap::new()),
+            buckets: Mutex::new(FastMap::default()),
             policy: HeaderValue::from_str(&config.policy_field())
                 .unwrap_or_else(|_| HeaderValue::from_static("")),
         }
