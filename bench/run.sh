@@ -12,7 +12,9 @@
 # the upstream requests it causes; then growth figures of socialgate alone
 # (connections, keys, idle memory); then the shared-state scenario (issue
 # 15): one instance on `[state] backend = "redis"` against the same
-# instance on "local", interleaved.
+# instance on "local", interleaved; then the user-space instructions an
+# uncached `profile` costs socialgate and the nginx proxy, counted by
+# callgrind (a figure the machine's load does not move).
 #
 # Usage: bench/run.sh   (knobs: see bench/README.md or the block below)
 # Exit: 0 targets met; 1 a target missed (the reasons are printed last);
@@ -60,6 +62,10 @@ REDIS_P50_MS=${BENCH_REDIS_P50_MS:-0.5}   # most p50 redis may add, at 1 connect
 # appendfsync of the redis instances' servers; the first is judged.
 REDIS_FSYNC=${BENCH_REDIS_FSYNC:-"everysec always"}
 
+# The instruction count: 1 runs it (valgrind's callgrind), 0 skips it.
+INSTR_MODE=${BENCH_INSTRUCTIONS:-1}
+INSTR_SECONDS=${BENCH_INSTR_SECONDS:-8}   # seconds of wrk -c4 counted
+
 # The fixtures' subjects (tests/src/upstream.rs: LUNA, POST_ID).
 USERNAME=lunabakes
 POST_ID=7312345678901234567
@@ -67,6 +73,8 @@ POST_ID=7312345678901234567
 export SHORTVIDEO_PRIMARY_KEY=bench-upstream-key
 
 PIDS=()        # everything started here, stopped by cleanup()
+NGINX_WRAP=()  # a command nginx runs under (valgrind), for the next start
+SG_WRAP=()     # the same for socialgate
 
 # ------------------------------------------------------------ utilities
 log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
@@ -82,7 +90,7 @@ validate_knobs() {
     local v
     for v in "$DURATION" "$ROUNDS" "$CHECK_CONNS" "$KEYS_LARGE" "$IDLE_CONNS" \
         "$WARMUP" "$COMMENTS_COUNT" "$TRACE_REQUESTS" "$TRACE_USERS" "$TRACE_SEED" \
-        "$TRACE_CONNS" $CONNS $GROWTH_CONNS; do
+        "$TRACE_CONNS" "$INSTR_SECONDS" $CONNS $GROWTH_CONNS; do
         is_uint "$v" || die "not a whole number: '$v' (check the BENCH_* variables)"
     done
     is_number "$TARGET_RATIO" || die "BENCH_TARGET_RATIO is not a number: $TARGET_RATIO"
@@ -96,6 +104,8 @@ validate_knobs() {
     [[ $REDIS_FSYNC =~ ^(always|everysec|no)( (always|everysec|no))*$ ]] ||
         die "BENCH_REDIS_FSYNC lists always, everysec or no"
     [[ $CACHE_MODE =~ ^(0|1|force)$ ]] || die "BENCH_CACHE is 0, 1 or force, not '$CACHE_MODE'"
+    [[ $INSTR_MODE =~ ^(0|1)$ ]] || die "BENCH_INSTRUCTIONS is 0 or 1, not '$INSTR_MODE'"
+    ((INSTR_SECONDS >= 1)) || die "BENCH_INSTR_SECONDS must be >= 1"
     ((TRACE_REQUESTS >= 1 && TRACE_USERS >= 1 && TRACE_CONNS >= 1)) ||
         die "BENCH_TRACE_REQUESTS, BENCH_TRACE_USERS and BENCH_TRACE_CONNS must be >= 1"
     ((DURATION >= 1 && ROUNDS >= 1)) || die "BENCH_SECONDS and BENCH_ROUNDS must be >= 1"
@@ -164,6 +174,9 @@ ensure_tools() {
     command -v wrk >/dev/null || missing+=(wrk)
     command -v curl >/dev/null || missing+=(curl)
     command -v python3 >/dev/null || missing+=(python3)
+    if [[ $INSTR_MODE == 1 ]]; then
+        command -v callgrind_control >/dev/null || missing+=(valgrind)
+    fi
     if ((${#missing[@]})); then
         local sudo=()
         ((EUID == 0)) || sudo=(sudo)
@@ -223,7 +236,7 @@ start_nginx() {
         "$@" "$template" >"$dir/nginx.conf"
     "$NGINX" -q -t -p "$dir" -e "$dir/error.log" -c "$dir/nginx.conf" ||
         die "$name: nginx refuses its config ($dir/nginx.conf)"
-    "$NGINX" -p "$dir" -e "$dir/error.log" -c "$dir/nginx.conf" &
+    "${NGINX_WRAP[@]}" "$NGINX" -p "$dir" -e "$dir/error.log" -c "$dir/nginx.conf" &
     NGINX_PID=$!
     PIDS+=("$NGINX_PID")
     wait_http "http://127.0.0.1:$port/" "$NGINX_PID" ||
@@ -299,7 +312,7 @@ start_socialgate() {
     mkdir -p "$dir/logs"
     # Created here: the child's redirection may happen after our first read.
     : >"$dir/logs/stdout.log"
-    SOCIALGATE_LOG=$LOG_LEVEL "$SG" serve --config "$dir/platforms.toml" \
+    SOCIALGATE_LOG=$LOG_LEVEL "${SG_WRAP[@]}" "$SG" serve --config "$dir/platforms.toml" \
         >"$dir/logs/stdout.log" 2>"$dir/logs/server.log" &
     SG_PID=$!
     PIDS+=("$SG_PID")
@@ -751,8 +764,66 @@ write_meta() {
             "${TRACE_LINE:-}" "$TRACE_CONNS" "${TRACE_UPSTREAM:-}"
         printf 'redis_mode\t%s\nredis_ratio\t%s\nredis_p50_ms\t%s\nredis_fsync\t%s\nredis_version\t%s\n' \
             "$REDIS_MODE" "$REDIS_RATIO" "$REDIS_P50_MS" "$REDIS_FSYNC" "${REDIS_VERSION:-}"
+        printf 'instr_mode\t%s\ninstr_seconds\t%s\ninstr_valgrind\t%s\n' \
+            "$INSTR_MODE" "$INSTR_SECONDS" "${INSTR_VALGRIND:-}"
         printf 'replay_json\t%s\n' "$([[ -f $WORK/trace/replay.json ]] && echo "$WORK/trace/replay.json")"
     } >"$WORK/meta.tsv"
+}
+
+# ------------------------------------------------------------ instructions
+# User-space instructions per uncached `profile` request, socialgate's and
+# the nginx proxy's, each counted by callgrind in a server of its own run
+# under valgrind (nginx with `master_process off`, so that one process does
+# all its work), each while answering `wrk -t1 -c4`. Rates move with the
+# machine's load from run to run; this count does not, so it shows a change
+# to the request path that their noise would hide. Not a target.
+
+# count_instructions NAME PID URL HEADER: one row of instructions.tsv.
+count_instructions() {
+    local name=$1 pid=$2 url=$3 hdr=$4 requests dump total
+    wrk -t1 -c4 -d2s -H "$hdr" "$url" >/dev/null
+    callgrind_control -z "$pid" >/dev/null || die "$name: callgrind_control -z failed"
+    requests=$(wrk -t1 -c4 -d"${INSTR_SECONDS}s" -H "$hdr" "$url" |
+        awk '/requests in/ {print $1}')
+    callgrind_control -d "$pid" >/dev/null || die "$name: callgrind_control -d failed"
+    dump=$(ls -t "$WORK/callgrind-$name"/callgrind.out.* 2>/dev/null | head -n 1)
+    [[ -n $dump ]] || die "$name: callgrind wrote no dump"
+    total=$(callgrind_annotate "$dump" | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
+    is_uint "$requests" && is_uint "$total" && ((requests > 0)) ||
+        die "$name: no count (requests '$requests', instructions '$total')"
+    printf '%s\t%s\t%s\n' "$name" "$requests" "$total" >>"$WORK/instructions.tsv"
+    log "instructions: $name: $requests requests, $((total / requests)) instructions each"
+}
+
+instructions() {
+    if [[ $INSTR_MODE != 1 ]]; then
+        log "instructions: skipped (BENCH_INSTRUCTIONS=0)"
+        return
+    fi
+    local port key up_hdr="X-Api-Key: $SHORTVIDEO_PRIMARY_KEY"
+    mkdir -p "$WORK/callgrind-socialgate" "$WORK/callgrind-proxy"
+    write_config "$WORK/sg-counted" "" "$CACHE_OFF"
+    key=$(issue_key "$WORK/sg-counted" bench)
+    SG_WRAP=(valgrind --tool=callgrind "--log-file=$WORK/callgrind-socialgate/valgrind.log"
+        "--callgrind-out-file=$WORK/callgrind-socialgate/callgrind.out")
+    start_socialgate sg-counted
+    SG_WRAP=()
+    check_socialgate "$SG_URL${SG_PATH[profile]}" profile "$key" >/dev/null
+    count_instructions socialgate "$SG_PID" "$SG_URL${SG_PATH[profile]}" "X-API-Key: $key"
+    stop_pid "$SG_PID"
+    forget_pid "$SG_PID"
+
+    port=$(python3 "$SRC/tools.py" free-ports 1)
+    NGINX_WRAP=(valgrind --tool=callgrind "--log-file=$WORK/callgrind-proxy/valgrind.log"
+        "--callgrind-out-file=$WORK/callgrind-proxy/callgrind.out")
+    start_nginx nginx-proxy-counted "$SRC/nginx-proxy.conf.in" "$port" \
+        -e "s|@UPSTREAM_PORT@|$UPSTREAM_PORT|g" -e 's|^daemon off;|daemon off;\nmaster_process off;|'
+    NGINX_WRAP=()
+    check_upstream "http://127.0.0.1:$port${UP_PATH[profile]}" "counted proxy profile"
+    count_instructions proxy "$NGINX_PID" "http://127.0.0.1:$port${UP_PATH[profile]}" "$up_hdr"
+    stop_pid "$NGINX_PID"
+    forget_pid "$NGINX_PID"
+    INSTR_VALGRIND=$(valgrind --version)
 }
 
 main() {
@@ -817,6 +888,7 @@ main() {
     side_by_side
     cache_scenarios
     shared_state
+    instructions
     if [[ $GROWTH == 1 ]]; then
         growth
         sleep 1

@@ -444,6 +444,33 @@ def state_report(out, res, meta, failures):
     return targets
 
 
+def instructions_report(out, path, meta):
+    """The instruction count's table (informational: no target)."""
+    title = "#### User-space instructions per uncached `profile` request (callgrind)"
+    if meta.get("instr_mode") != "1":
+        out += ["", title, "", "skipped (BENCH_INSTRUCTIONS=0)."]
+        return
+    rows, per = [], {}
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                name, requests, total = line.rstrip("\n").split("\t")
+                per[name] = int(total) / int(requests)
+                label = {"socialgate": "socialgate", "proxy": "nginx proxy"}.get(name, name)
+                rows.append([label, f"{int(requests):,}", f"{int(total):,}",
+                             f"{per[name]:,.0f}"])
+    out += ["", title, "",
+            f"Each server run alone under {meta.get('instr_valgrind') or 'valgrind'} "
+            f"`--tool=callgrind` (nginx with `master_process off`), counted from a zeroing to a "
+            f"dump around `wrk -t1 -c4 -d{meta.get('instr_seconds', '?')}s`; the kernel's "
+            f"share is not counted. Unlike the rates, the count does not move with the "
+            f"machine's load.", ""]
+    out.append(table(["server", "requests counted", "instructions", "per request"], rows))
+    if "socialgate" in per and "proxy" in per:
+        out += ["", f"socialgate / nginx proxy: {per['socialgate'] / per['proxy']:.2f}x the "
+                    f"instructions per request (for information; no target)."]
+
+
 def report(results_path, memory_path, meta_path):
     meta = {}
     with open(meta_path, encoding="utf-8") as f:
@@ -539,6 +566,8 @@ def report(results_path, memory_path, meta_path):
     cache_targets = cache_report(out, res, meta, cache_failures, notes)
     state_failures = []
     state_targets = state_report(out, res, meta, state_failures)
+    instructions_report(out, os.path.join(os.path.dirname(results_path), "instructions.tsv"),
+                        meta)
 
     # The enforced targets.
     out.append("")
