@@ -17,7 +17,6 @@
 //! that the upstream had closed meanwhile is sent again once on a new one
 //! (a `GET` may be).
 
-use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
@@ -29,6 +28,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
 use crate::sync::lock;
+use crate::FastMap;
 
 /// The longest answer head read.
 const MAX_HEAD_BYTES: usize = 64 * 1024;
@@ -111,7 +111,7 @@ impl Connection {
 
 /// Opens connections, keeps the idle ones, and runs exchanges on them.
 pub struct Client {
-    idle: Mutex<HashMap<Target, Vec<Connection>>>,
+    idle: Mutex<FastMap<Target, Vec<Connection>>>,
     tls: TlsConnector,
     connect_timeout: Duration,
     idle_timeout: Duration,
@@ -124,7 +124,7 @@ impl Client {
         idle_timeout: Duration,
     ) -> Client {
         Client {
-            idle: Mutex::new(HashMap::new()),
+            idle: Mutex::new(FastMap::default()),
             tls: TlsConnector::from(tls),
             connect_timeout,
             idle_timeout,
