@@ -778,8 +778,35 @@ write_meta() {
 # machine's load from run to run; this count does not, so it shows a change
 # to the request path that their noise would hide. Not a target.
 
+# callgrind_command NAME FLAG PID: `callgrind_control FLAG PID`, which exits
+# 0 even when it found no such run: its output says whether it did.
+callgrind_command() {
+    local out
+    out=$(callgrind_control "$2" "$3" 2>&1) || true
+    [[ $out != *Error* && $out != *"No active callgrind runs"* ]] ||
+        die "$1: callgrind_control $2 failed: $out"
+}
+
 # count_instructions NAME PID URL HEADER: one row of instructions.tsv.
 count_instructions() {
+    local name=$1 pid=$2 url=$3 hdr=$4 requests dump total
+    wrk -t1 -c4 -d2s -H "$hdr" "$url" >/dev/null
+    callgrind_command "$name" -z "$pid"
+    requests=$(wrk -t1 -c4 -d"${INSTR_SECONDS}s" -H "$hdr" "$url" |
+        awk '/requests in/ {print $1}') || true
+    callgrind_command "$name" -d "$pid"
+    # The first dump asked for; the one at exit is callgrind.out itself.
+    dump=$WORK/callgrind-$name/callgrind.out.1
+    [[ -f $dump ]] || die "$name: callgrind wrote no dump ($dump)"
+    total=$(callgrind_annotate "$dump" | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}') ||
+        true
+    is_uint "$requests" && is_uint "$total" && ((requests > 0)) ||
+        die "$name: no count (requests '$requests', instructions '$total')"
+    printf '%s\t%s\t%s\n' "$name" "$requests" "$total" >>"$WORK/instructions.tsv"
+    log "instructions: $name: $requests requests, $((total / requests)) instructions each"
+}
+
+instructions() {
     local name=$1 pid=$2 url=$3 hdr=$4 requests dump total
     wrk -t1 -c4 -d2s -H "$hdr" "$url" >/dev/null
     callgrind_control -z "$pid" >/dev/null || die "$name: callgrind_control -z failed"

@@ -75,8 +75,9 @@ pub mod sync;
 pub mod upstream;
 
 /// The maps every request looks in (metrics handles, accounts, ledger
-/// counts, rate-limit buckets, key digests), keyed by names from the
-/// configuration or by digests: foldhash rather than SipHash, which took
-/// about 3% of an uncached request's instructions. Seeded per process like
-/// std's, and no map here grows with what a caller sends.
+/// counts, rate-limit buckets, key digests, idle upstream connections),
+/// keyed by configured names and origins, key digests and the day:
+/// foldhash rather than SipHash, which took about 3% of an uncached
+/// request's instructions. Seeded per process like std's, and no map here
+/// grows with, or hashes, anything a caller chooses.
 pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
