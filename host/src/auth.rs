@@ -305,7 +305,9 @@ fn new_key() -> Result<String, KeysError> {
 }
 
 fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    let mut text = String::with_capacity(2 * bytes.len());
+    crate::hex::push_hex(&mut text, bytes);
+    text
 }
 
 fn unhex(text: &str) -> Option<[u8; 32]> {

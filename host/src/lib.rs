@@ -59,6 +59,7 @@ pub mod cursor;
 pub mod demo;
 pub mod error;
 pub mod files;
+mod hex;
 pub mod http;
 pub mod ledger;
 pub mod lifecycle;

@@ -222,23 +222,30 @@ impl PlainVisitor<'_> {
     /// Writes `value` as `name=value` when `field` is an ordinary one;
     /// otherwise does what the default visitor does with it.
     fn write(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.write_as(field, value, |writer| write!(writer, "{value:?}"));
+    }
+
+    /// [`write`](Self::write), with `fast` writing an ordinary field's
+    /// value: what `Debug` of `value` writes, without its machinery.
+    fn write_as(
+        &mut self,
+        field: &Field,
+        value: &dyn std::fmt::Debug,
+        fast: impl FnOnce(&mut format::Writer<'_>) -> std::fmt::Result,
+    ) {
         match self.begin(field) {
-            Treatment::Value => self.result = write!(self.writer, "{value:?}"),
+            Treatment::Value => self.result = fast(&mut self.writer),
             Treatment::ByDefault => self.by_default(|default| default.record_debug(field, value)),
             Treatment::Skipped => {}
         }
     }
 
     /// Writes an integer field; `Debug` of an integer is its digits, which
-    /// `itoa` writes without the formatting machinery.
+    /// `itoa` writes.
     fn write_integer(&mut self, field: &Field, value: impl itoa::Integer + std::fmt::Debug) {
-        match self.begin(field) {
-            Treatment::Value => {
-                self.result = self.writer.write_str(itoa::Buffer::new().format(value));
-            }
-            Treatment::ByDefault => self.by_default(|default| default.record_debug(field, &value)),
-            Treatment::Skipped => {}
-        }
+        self.write_as(field, &value, |writer| {
+            writer.write_str(itoa::Buffer::new().format(value))
+        });
     }
 
     /// Hands one field to tracing-subscriber's own visitor, which writes it
@@ -273,11 +280,7 @@ impl Visit for PlainVisitor<'_> {
             self.write(field, &format_args!("{value}"));
             return;
         }
-        match self.begin(field) {
-            Treatment::Value => self.result = write_quoted(&mut self.writer, value),
-            Treatment::ByDefault => self.by_default(|default| default.record_str(field, value)),
-            Treatment::Skipped => {}
-        }
+        self.write_as(field, &value, |writer| write_quoted(writer, value));
     }
 
     fn record_u64(&mut self, field: &Field, value: u64) {

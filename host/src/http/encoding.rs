@@ -16,6 +16,8 @@ use std::sync::OnceLock;
 use bytes::Bytes;
 use hyper::header::{HeaderMap, HeaderValue, CONTENT_ENCODING, ETAG, IF_NONE_MATCH, VARY};
 
+use crate::hex::push_hex;
+
 /// Smaller bodies are sent as they are.
 pub const MIN_COMPRESSED_BYTES: usize = 1024;
 
@@ -117,15 +119,12 @@ pub fn etag(parts: &[&[u8]]) -> HeaderValue {
         hasher.update(&(part.len() as u64).to_le_bytes());
         hasher.update(part);
     }
-    // `"` and 32 lower-case hex digits and `"`, written without the
-    // formatting machinery (a request's ETag is on the uncached path too).
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut tag = [b'"'; 34];
-    for (i, byte) in hasher.digest128().to_be_bytes().iter().enumerate() {
-        tag[1 + 2 * i] = HEX[usize::from(byte >> 4)];
-        tag[2 + 2 * i] = HEX[usize::from(byte & 0x0f)];
-    }
-    HeaderValue::from_bytes(&tag).expect("hex digits are a valid header value")
+    // `"`, the 128 bits as 32 hex digits (most significant first), `"`.
+    let mut tag = String::with_capacity(34);
+    tag.push('"');
+    push_hex(&mut tag, &hasher.digest128().to_be_bytes());
+    tag.push('"');
+    HeaderValue::try_from(tag).expect("hex digits are a valid header value")
 }
 
 /// Whether the request's `If-None-Match` matches `etag` (weak comparison,

@@ -5,6 +5,8 @@
 
 use hyper::header::HeaderValue;
 
+use crate::hex::push_hex;
+
 pub const HEADER: &str = "x-request-id";
 
 /// The ID for a request carrying `given` (the header's value, if any).
@@ -29,14 +31,15 @@ fn uuid_v4() -> String {
     random_bytes(&mut b);
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut id = String::with_capacity(36);
-    for (i, byte) in b.iter().enumerate() {
-        if matches!(i, 4 | 6 | 8 | 10) {
+    for (i, group) in [&b[..4], &b[4..6], &b[6..8], &b[8..10], &b[10..]]
+        .into_iter()
+        .enumerate()
+    {
+        if i > 0 {
             id.push('-');
         }
-        id.push(HEX[usize::from(byte >> 4)] as char);
-        id.push(HEX[usize::from(byte & 0x0f)] as char);
+        push_hex(&mut id, group);
     }
     id
 }
