@@ -6,15 +6,18 @@
 #   static      wrk straight at the upstream URL the plugin requests
 #   proxy       wrk at a plain nginx reverse proxy (1 worker, keepalive)
 #   socialgate  wrk at the release build, `shortvideo-primary` -> upstream
-# then, when the build has the response cache (issue 10), two cache
-# scenarios: cached `profile` against nginx `proxy_cache` and nginx static,
-# and a seeded Zipf trace replayed once through a fresh instance, counting
-# the upstream requests it causes; then growth figures of socialgate alone
-# (connections, keys, idle memory); then the shared-state scenario (issue
-# 15): one instance on `[state] backend = "redis"` against the same
-# instance on "local", interleaved; then the user-space instructions an
-# uncached `profile` costs socialgate and the nginx proxy, counted by
-# callgrind (a figure the machine's load does not move).
+# then the floor: bench/floor's plain tokio + hyper proxy at one worker
+# and at one per core, and socialgate on one worker, beside the proxy and
+# socialgate, with the CPU each spends per request; then, when the build
+# has the response cache (issue 10), two cache scenarios: cached `profile`
+# against nginx `proxy_cache` and nginx static, and a seeded Zipf trace
+# replayed once through a fresh instance, counting the upstream requests it
+# causes; then the shared-state scenario (issue 15): one instance on
+# `[state] backend = "redis"` against the same instance on "local",
+# interleaved; then the user-space instructions an uncached `profile`
+# costs socialgate and the nginx proxy, counted by callgrind (a figure the
+# machine's load does not move); last, growth figures of socialgate alone
+# (connections, keys, idle memory).
 #
 # Usage: bench/run.sh   (knobs: see bench/README.md or the block below)
 # Exit: 0 targets met; 1 a target missed (the reasons are printed last);
@@ -62,6 +65,10 @@ REDIS_P50_MS=${BENCH_REDIS_P50_MS:-0.5}   # most p50 redis may add, at 1 connect
 # appendfsync of the redis instances' servers; the first is judged.
 REDIS_FSYNC=${BENCH_REDIS_FSYNC:-"everysec always"}
 
+# The floor: 1 runs it (bench/floor's plain hyper proxy, and socialgate on
+# one worker, beside the nginx proxy), 0 skips it.
+FLOOR_MODE=${BENCH_FLOOR:-1}
+
 # The instruction count: 1 runs it (valgrind's callgrind), 0 skips it.
 INSTR_MODE=${BENCH_INSTRUCTIONS:-1}
 INSTR_SECONDS=${BENCH_INSTR_SECONDS:-8}   # seconds of wrk -c4 counted
@@ -105,6 +112,7 @@ validate_knobs() {
         die "BENCH_REDIS_FSYNC lists always, everysec or no"
     [[ $CACHE_MODE =~ ^(0|1|force)$ ]] || die "BENCH_CACHE is 0, 1 or force, not '$CACHE_MODE'"
     [[ $INSTR_MODE =~ ^(0|1)$ ]] || die "BENCH_INSTRUCTIONS is 0 or 1, not '$INSTR_MODE'"
+    [[ $FLOOR_MODE =~ ^(0|1)$ ]] || die "BENCH_FLOOR is 0 or 1, not '$FLOOR_MODE'"
     ((INSTR_SECONDS >= 1)) || die "BENCH_INSTR_SECONDS must be >= 1"
     ((TRACE_REQUESTS >= 1 && TRACE_USERS >= 1 && TRACE_CONNS >= 1)) ||
         die "BENCH_TRACE_REQUESTS, BENCH_TRACE_USERS and BENCH_TRACE_CONNS must be >= 1"
@@ -130,7 +138,8 @@ stop_pid() {
 forget_pid() {
     local pid=$1 i
     for i in "${!PIDS[@]}"; do
-        [[ ${PIDS[$i]} == "$pid" ]] && unset 'PIDS[i]'
+        # An `if`, not `&&`: a last entry that differs must not fail the call.
+        if [[ ${PIDS[$i]} == "$pid" ]]; then unset 'PIDS[i]'; fi
     done
 }
 
@@ -199,13 +208,16 @@ build() {
     if [[ $SKIP_BUILD == 1 ]]; then
         log "BENCH_SKIP_BUILD=1: using the existing release build"
     else
-        # Only what the benchmark runs: the server and its provider plugins.
-        log "cargo build --release -p socialgate -p shortvideo-primary -p shortvideo-fallback"
+        # Only what the benchmark runs: the server, its provider plugins and
+        # the floor.
+        log "cargo build --release -p socialgate -p shortvideo-primary -p shortvideo-fallback -p bench-floor"
         (cd "$ROOT" && cargo build --release -p socialgate -p shortvideo-primary \
-            -p shortvideo-fallback) || die "release build failed"
+            -p shortvideo-fallback -p bench-floor) || die "release build failed"
     fi
     SG=$TARGET_DIR/release/socialgate
+    FLOOR=$TARGET_DIR/release/floor-proxy
     [[ -x $SG ]] || die "$SG missing"
+    [[ $FLOOR_MODE == 0 || -x $FLOOR ]] || die "$FLOOR missing"
     [[ -f $TARGET_DIR/release/libshortvideo_primary.so ]] ||
         die "$TARGET_DIR/release/libshortvideo_primary.so missing"
 }
@@ -764,10 +776,95 @@ write_meta() {
             "${TRACE_LINE:-}" "$TRACE_CONNS" "${TRACE_UPSTREAM:-}"
         printf 'redis_mode\t%s\nredis_ratio\t%s\nredis_p50_ms\t%s\nredis_fsync\t%s\nredis_version\t%s\n' \
             "$REDIS_MODE" "$REDIS_RATIO" "$REDIS_P50_MS" "$REDIS_FSYNC" "${REDIS_VERSION:-}"
+        printf 'floor_mode\t%s\nfloor_cores\t%s\nclock_ticks\t%s\n' \
+            "$FLOOR_MODE" "${FLOOR_CORES:-}" "$(getconf CLK_TCK)"
         printf 'instr_mode\t%s\ninstr_seconds\t%s\ninstr_valgrind\t%s\n' \
             "$INSTR_MODE" "$INSTR_SECONDS" "${INSTR_VALGRIND:-}"
         printf 'replay_json\t%s\n' "$([[ -f $WORK/trace/replay.json ]] && echo "$WORK/trace/replay.json")"
     } >"$WORK/meta.tsv"
+}
+
+# ---------------------------------------------------------------- floor
+# What the stack costs without socialgate's work, for information (no
+# target): `profile` at CHECK_CONNS connections, interleaved within each
+# round, with the CPU each server used per request:
+#   proxy          the nginx proxy of the side by side
+#   floor-1w       bench/floor (tokio, hyper, hyper-util's pooled client;
+#                  nothing else), one worker
+#   floor-Nw       the same with one worker per core
+#   socialgate     the main instance (one worker per core, and one more)
+#   socialgate-1w  socialgate on one worker (TOKIO_WORKER_THREADS=1): without
+#                  the worker the runaway defence keeps free, so a stuck
+#                  plugin would stall it; measured, never a setting to serve
+#                  with.
+
+# cpu_ticks PID: the user and system clock ticks the process has used.
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+
+# start_floor WORKERS; sets FLOOR_PID and FLOOR_URL.
+start_floor() {
+    local out=$WORK/floor-$1w.out i
+    : >"$out"
+    "$FLOOR" "$UPSTREAM_URL" "$1" >"$out" 2>&1 &
+    FLOOR_PID=$!
+    PIDS+=("$FLOOR_PID")
+    FLOOR_URL=""
+    for ((i = 0; i < 100; i++)); do
+        FLOOR_URL=$(sed -n 's|^listening on \(http://[0-9.:]*\)$|\1|p' "$out")
+        [[ -n $FLOOR_URL ]] && break
+        kill -0 "$FLOOR_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    [[ -n $FLOOR_URL ]] || die "floor-proxy ($1 workers) did not start: $(tail -n 3 "$out")"
+    log "floor-$1w: floor-proxy pid $FLOOR_PID on $FLOOR_URL"
+}
+
+floor() {
+    [[ $FLOOR_MODE == 1 ]] || return 0
+    local cores round target before after one_key workers
+    cores=$(nproc)
+    local up_hdr="X-Api-Key: $SHORTVIDEO_PRIMARY_KEY"
+    local targets=(proxy) floors=(1)
+    ((cores > 1)) && floors+=("$cores")
+    declare -A url pid header
+    url[proxy]=$PROXY_URL${UP_PATH[profile]} header[proxy]=$up_hdr
+    pid[proxy]=$(pgrep -P "$PROXY_PID" | head -n 1)
+    [[ -n ${pid[proxy]} ]] || die "no worker process under the nginx proxy ($PROXY_PID)"
+    for workers in "${floors[@]}"; do
+        start_floor "$workers"
+        target=floor-${workers}w
+        targets+=("$target")
+        url[$target]=$FLOOR_URL${UP_PATH[profile]} pid[$target]=$FLOOR_PID header[$target]=$up_hdr
+        check_upstream "${url[$target]}" "$target profile"
+    done
+    targets+=(socialgate socialgate-1w)
+    url[socialgate]=$MAIN_URL${SG_PATH[profile]} pid[socialgate]=$MAIN_PID
+    header[socialgate]="X-API-Key: $MAIN_KEY"
+    write_config "$WORK/sg-one-worker" "" "$CACHE_OFF"
+    one_key=$(issue_key "$WORK/sg-one-worker" bench)
+    SG_WRAP=(env TOKIO_WORKER_THREADS=1)
+    start_socialgate sg-one-worker
+    SG_WRAP=()
+    url[socialgate-1w]=$SG_URL${SG_PATH[profile]} pid[socialgate-1w]=$SG_PID
+    header[socialgate-1w]="X-API-Key: $one_key"
+    check_socialgate "${url[socialgate-1w]}" profile "$one_key"
+    for target in "${targets[@]}"; do warm "${url[$target]}" "${header[$target]}"; done
+    for ((round = 1; round <= ROUNDS; round++)); do
+        log "floor, round $round/$ROUNDS"
+        for target in "${targets[@]}"; do
+            before=$(cpu_ticks "${pid[$target]}")
+            run_wrk floor "$target" profile "$CHECK_CONNS" "$round" "${url[$target]}" \
+                "${header[$target]}"
+            after=$(cpu_ticks "${pid[$target]}")
+            printf '%s\t%s\t%s\n' "$target" "$round" "$((after - before))" >>"$WORK/cpu.tsv"
+        done
+    done
+    for target in "${targets[@]}"; do
+        [[ $target == floor-* || $target == socialgate-1w ]] || continue
+        stop_pid "${pid[$target]}"
+        forget_pid "${pid[$target]}"
+    done
+    FLOOR_CORES=$cores
 }
 
 # ------------------------------------------------------------ instructions
@@ -861,6 +958,7 @@ main() {
     mkdir -p "$WORK/wrk"
     : >"$WORK/results.tsv"
     : >"$WORK/memory.tsv"
+    : >"$WORK/cpu.tsv"
     raise_nofile
     LOAD_AT_START=$(cut -d' ' -f1-3 /proc/loadavg)
     log "load average before starting: $LOAD_AT_START"
@@ -872,6 +970,7 @@ main() {
     PROXY_URL=http://127.0.0.1:$PROXY_PORT
     start_upstream
     start_proxy
+    PROXY_PID=$NGINX_PID
     detect_cache
 
     # The main instance: 10 keys issued by the CLI, the first one used.
@@ -913,6 +1012,7 @@ main() {
     fi
 
     side_by_side
+    floor
     cache_scenarios
     shared_state
     instructions

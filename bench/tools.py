@@ -444,6 +444,61 @@ def state_report(out, res, meta, failures):
     return targets
 
 
+def floor_report(out, res, cpu_path, meta, notes):
+    """The floor's table (informational: no target)."""
+    title = "#### The floor: the stack without socialgate's work (`profile`)"
+    if meta.get("floor_mode") != "1":
+        out += ["", title, "", "skipped (BENCH_FLOOR=0)."]
+        return
+    conns = int(meta["check_conns"])
+    ticks = {}
+    if os.path.exists(cpu_path):
+        with open(cpu_path, encoding="utf-8") as f:
+            for line in f:
+                target, rnd, used = line.rstrip("\n").split("\t")
+                ticks[(target, int(rnd))] = int(used)
+    clock = float(meta.get("clock_ticks") or 100)
+
+    def cpu_per_request(target):
+        """Median over rounds of the server's CPU time per answered request."""
+        per = [ticks[(r["target"], r["round"])] / clock * 1e6 / r["requests"]
+               for r in res.rows
+               if (r["section"], r["target"]) == ("floor", target)
+               and (target, r["round"]) in ticks and r["requests"]]
+        return f"{statistics.median(per):.0f} µs" if per else "-"
+
+    cores = meta.get("floor_cores") or "?"
+    default = int(cores) + 1 if cores.isdigit() else "?"
+    what = {
+        "proxy": "nginx proxy, 1 worker",
+        "floor-1w": "floor, 1 worker",
+        f"floor-{cores}w": f"floor, {cores} workers",
+        "socialgate": f"socialgate, {default} workers (its default: one per core and one more)",
+        "socialgate-1w": "socialgate, 1 worker (unsafe: no runaway defence)",
+    }
+    proxy = res.get("floor", "proxy", "profile", conns)
+    rows = []
+    for target in res.keys("floor", "target"):
+        m = res.get("floor", target, "profile", conns)
+        if m is None:
+            continue
+        if m["non2xx"] or m["errors"]:
+            notes.append(f"{target} profile @{conns} (floor): {m['non2xx']} non-2xx, "
+                         f"{m['errors']} socket errors/timeouts")
+        vs = (f"{m['rps'] / proxy['rps']:.2f}x", f"{m['p99'] / proxy['p99']:.1f}x") \
+            if proxy and proxy["rps"] and proxy["p99"] else ("-", "-")
+        rows.append([what.get(target, target)] + cells(m) + list(vs)
+                    + [cpu_per_request(target)])
+    out += ["", title, "",
+            f"bench/floor is the plainest reverse proxy tokio and hyper make (hyper-util's "
+            f"pooled client, nothing else), on the runtime socialgate uses. Interleaved "
+            f"with the nginx proxy and socialgate at {conns} connections, same rounds; CPU "
+            f"is the server process's user and system time over the run, per request "
+            f"answered. For information; no target.", ""]
+    out.append(table(["server", "req/s", "p50", "p99", "req/s vs proxy", "p99 vs proxy",
+                      "CPU per request"], rows))
+
+
 def instructions_report(out, path, meta):
     """The instruction count's table (informational: no target)."""
     title = "#### User-space instructions per uncached `profile` request (callgrind)"
@@ -566,6 +621,7 @@ def report(results_path, memory_path, meta_path):
     cache_targets = cache_report(out, res, meta, cache_failures, notes)
     state_failures = []
     state_targets = state_report(out, res, meta, state_failures)
+    floor_report(out, res, os.path.join(os.path.dirname(results_path), "cpu.tsv"), meta, notes)
     instructions_report(out, os.path.join(os.path.dirname(results_path), "instructions.tsv"),
                         meta)
 
