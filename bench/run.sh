@@ -168,6 +168,19 @@ wait_http() {
     return 1
 }
 
+# listening_url FILE PID: the URL a server prints as `listening on URL` to
+# FILE once it accepts; empty when PID exits first or after 30 s.
+listening_url() {
+    local file=$1 pid=$2 url="" i
+    for ((i = 0; i < 300; i++)); do
+        url=$(sed -n 's|^listening on \(http://[0-9.:]*\)$|\1|p' "$file")
+        [[ -n $url ]] && break
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    printf '%s' "$url"
+}
+
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
 
 # 100000 -> 100,000 (for labels).
@@ -317,7 +330,7 @@ issue_key() { "$SG" keys issue --name "$2" --config "$1/platforms.toml"; }
 
 # start_socialgate NAME; sets SG_PID and SG_URL. Logs at $LOG_LEVEL to a file.
 start_socialgate() {
-    local dir=$WORK/$1 i
+    local dir=$WORK/$1
     # Logs in a folder of their own: the server watches its config's folder
     # for changes, and a busy log file beside the config would wake that
     # watcher on every line (a few % of the CPU under load).
@@ -328,13 +341,7 @@ start_socialgate() {
         >"$dir/logs/stdout.log" 2>"$dir/logs/server.log" &
     SG_PID=$!
     PIDS+=("$SG_PID")
-    SG_URL=""
-    for ((i = 0; i < 300; i++)); do
-        SG_URL=$(sed -n 's|^listening on \(http://[0-9.:]*\)$|\1|p' "$dir/logs/stdout.log")
-        [[ -n $SG_URL ]] && break
-        kill -0 "$SG_PID" 2>/dev/null || break
-        sleep 0.1
-    done
+    SG_URL=$(listening_url "$dir/logs/stdout.log" "$SG_PID")
     [[ -n $SG_URL ]] || die "$1: socialgate did not start: $(tail -n 5 "$dir/logs/server.log")"
     log "$1: socialgate pid $SG_PID on $SG_URL (log: $dir/logs/server.log)"
 }
@@ -803,18 +810,12 @@ cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 
 # start_floor WORKERS; sets FLOOR_PID and FLOOR_URL.
 start_floor() {
-    local out=$WORK/floor-$1w.out i
+    local out=$WORK/floor-$1w.out
     : >"$out"
     "$FLOOR" "$UPSTREAM_URL" "$1" >"$out" 2>&1 &
     FLOOR_PID=$!
     PIDS+=("$FLOOR_PID")
-    FLOOR_URL=""
-    for ((i = 0; i < 100; i++)); do
-        FLOOR_URL=$(sed -n 's|^listening on \(http://[0-9.:]*\)$|\1|p' "$out")
-        [[ -n $FLOOR_URL ]] && break
-        kill -0 "$FLOOR_PID" 2>/dev/null || break
-        sleep 0.1
-    done
+    FLOOR_URL=$(listening_url "$out" "$FLOOR_PID")
     [[ -n $FLOOR_URL ]] || die "floor-proxy ($1 workers) did not start: $(tail -n 3 "$out")"
     log "floor-$1w: floor-proxy pid $FLOOR_PID on $FLOOR_URL"
 }
