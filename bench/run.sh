@@ -6,8 +6,9 @@
 #   static      wrk straight at the upstream URL the plugin requests
 #   proxy       wrk at a plain nginx reverse proxy (1 worker, keepalive)
 #   socialgate  wrk at the release build, `shortvideo-primary` -> upstream
-# then the floor: bench/floor's plain tokio + hyper proxy at one worker
-# and at one per core, and socialgate on one worker, beside the proxy and
+# then the floor: bench/floor (socialgate's runtime, HTTP server and
+# upstream client forwarding, with none of its work) at one worker, one per
+# core and one more, and socialgate on one worker, beside the proxy and
 # socialgate, with the CPU each spends per request; then, when the build
 # has the response cache (issue 10), two cache scenarios: cached `profile`
 # against nginx `proxy_cache` and nginx static, and a seeded Zipf trace
@@ -65,8 +66,8 @@ REDIS_P50_MS=${BENCH_REDIS_P50_MS:-0.5}   # most p50 redis may add, at 1 connect
 # appendfsync of the redis instances' servers; the first is judged.
 REDIS_FSYNC=${BENCH_REDIS_FSYNC:-"everysec always"}
 
-# The floor: 1 runs it (bench/floor's plain hyper proxy, and socialgate on
-# one worker, beside the nginx proxy), 0 skips it.
+# The floor: 1 runs it (bench/floor, and socialgate on one worker, beside
+# the nginx proxy), 0 skips it.
 FLOOR_MODE=${BENCH_FLOOR:-1}
 
 # The instruction count: 1 runs it (valgrind's callgrind), 0 skips it.
@@ -223,9 +224,10 @@ build() {
     else
         # Only what the benchmark runs: the server, its provider plugins and
         # the floor.
-        log "cargo build --release -p socialgate -p shortvideo-primary -p shortvideo-fallback -p bench-floor"
-        (cd "$ROOT" && cargo build --release -p socialgate -p shortvideo-primary \
-            -p shortvideo-fallback -p bench-floor) || die "release build failed"
+        local packages=(-p socialgate -p shortvideo-primary -p shortvideo-fallback)
+        [[ $FLOOR_MODE == 1 ]] && packages+=(-p bench-floor)
+        log "cargo build --release ${packages[*]}"
+        (cd "$ROOT" && cargo build --release "${packages[@]}") || die "release build failed"
     fi
     SG=$TARGET_DIR/release/socialgate
     FLOOR=$TARGET_DIR/release/floor-proxy
@@ -743,8 +745,7 @@ shared_state() {
         done
     done
     REDIS_VERSION=$(redis-server --version | sed -n 's/.* v=\([0-9.]*\).*/\1/p')
-    # Latest first: forget_pid fails (and set -e ends the run) unless the
-    # last entry it looks at is the one it removes.
+    # Latest first, as they were started.
     for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
         pid=${pids[$i]}
         stop_pid "$pid"
@@ -796,10 +797,10 @@ write_meta() {
 # target): `profile` at CHECK_CONNS connections, interleaved within each
 # round, with the CPU each server used per request:
 #   proxy          the nginx proxy of the side by side
-#   floor-1w       bench/floor (tokio, hyper, hyper-util's pooled client;
-#                  nothing else), one worker
-#   floor-Nw       the same with one worker per core
-#   socialgate     the main instance (one worker per core, and one more)
+#   floor-Kw       bench/floor: socialgate's runtime, HTTP server and
+#                  upstream client forwarding, none of its work; on 1
+#                  worker, one per core (N), and N + 1 (socialgate's count)
+#   socialgate     the main instance (N + 1 workers)
 #   socialgate-1w  socialgate on one worker (TOKIO_WORKER_THREADS=1): without
 #                  the worker the runaway defence keeps free, so a stuck
 #                  plugin would stall it; measured, never a setting to serve
@@ -827,9 +828,12 @@ floor() {
     local up_hdr="X-Api-Key: $SHORTVIDEO_PRIMARY_KEY"
     local targets=(proxy) floors=(1)
     ((cores > 1)) && floors+=("$cores")
+    floors+=($((cores + 1)))
     declare -A url pid header
     url[proxy]=$PROXY_URL${UP_PATH[profile]} header[proxy]=$up_hdr
-    pid[proxy]=$(pgrep -P "$PROXY_PID" | head -n 1)
+    # nginx's one worker, whose CPU is the proxy's (the master only waits).
+    pid[proxy]=$(cat "/proc/$PROXY_PID/task/$PROXY_PID/children" 2>/dev/null || true)
+    pid[proxy]=${pid[proxy]%% *}
     [[ -n ${pid[proxy]} ]] || die "no worker process under the nginx proxy ($PROXY_PID)"
     for workers in "${floors[@]}"; do
         start_floor "$workers"
@@ -887,40 +891,6 @@ callgrind_command() {
 
 # count_instructions NAME PID URL HEADER: one row of instructions.tsv.
 count_instructions() {
-    local name=$1 pid=$2 url=$3 hdr=$4 requests dump total
-    wrk -t1 -c4 -d2s -H "$hdr" "$url" >/dev/null
-    callgrind_command "$name" -z "$pid"
-    requests=$(wrk -t1 -c4 -d"${INSTR_SECONDS}s" -H "$hdr" "$url" |
-        awk '/requests in/ {print $1}') || true
-    callgrind_command "$name" -d "$pid"
-    # The first dump asked for; the one at exit is callgrind.out itself.
-    dump=$WORK/callgrind-$name/callgrind.out.1
-    [[ -f $dump ]] || die "$name: callgrind wrote no dump ($dump)"
-    total=$(callgrind_annotate "$dump" | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}') ||
-        true
-    is_uint "$requests" && is_uint "$total" && ((requests > 0)) ||
-        die "$name: no count (requests '$requests', instructions '$total')"
-    printf '%s\t%s\t%s\n' "$name" "$requests" "$total" >>"$WORK/instructions.tsv"
-    log "instructions: $name: $requests requests, $((total / requests)) instructions each"
-}
-
-instructions() {
-    local name=$1 pid=$2 url=$3 hdr=$4 requests dump total
-    wrk -t1 -c4 -d2s -H "$hdr" "$url" >/dev/null
-    callgrind_control -z "$pid" >/dev/null || die "$name: callgrind_control -z failed"
-    requests=$(wrk -t1 -c4 -d"${INSTR_SECONDS}s" -H "$hdr" "$url" |
-        awk '/requests in/ {print $1}')
-    callgrind_control -d "$pid" >/dev/null || die "$name: callgrind_control -d failed"
-    dump=$(ls -t "$WORK/callgrind-$name"/callgrind.out.* 2>/dev/null | head -n 1)
-    [[ -n $dump ]] || die "$name: callgrind wrote no dump"
-    total=$(callgrind_annotate "$dump" | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
-    is_uint "$requests" && is_uint "$total" && ((requests > 0)) ||
-        die "$name: no count (requests '$requests', instructions '$total')"
-    printf '%s\t%s\t%s\n' "$name" "$requests" "$total" >>"$WORK/instructions.tsv"
-    log "instructions: $name: $requests requests, $((total / requests)) instructions each"
-}
-
-instructions() {
     if [[ $INSTR_MODE != 1 ]]; then
         log "instructions: skipped (BENCH_INSTRUCTIONS=0)"
         return

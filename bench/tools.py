@@ -455,8 +455,9 @@ def floor_report(out, res, cpu_path, meta, notes):
     if os.path.exists(cpu_path):
         with open(cpu_path, encoding="utf-8") as f:
             for line in f:
-                target, rnd, used = line.rstrip("\n").split("\t")
-                ticks[(target, int(rnd))] = int(used)
+                if line.strip():
+                    target, rnd, used = line.rstrip("\n").split("\t")
+                    ticks[(target, int(rnd))] = int(used)
     clock = float(meta.get("clock_ticks") or 100)
 
     def cpu_per_request(target):
@@ -467,15 +468,24 @@ def floor_report(out, res, cpu_path, meta, notes):
                and (target, r["round"]) in ticks and r["requests"]]
         return f"{statistics.median(per):.0f} µs" if per else "-"
 
-    cores = meta.get("floor_cores") or "?"
-    default = int(cores) + 1 if cores.isdigit() else "?"
-    what = {
-        "proxy": "nginx proxy, 1 worker",
-        "floor-1w": "floor, 1 worker",
-        f"floor-{cores}w": f"floor, {cores} workers",
-        "socialgate": f"socialgate, {default} workers (its default: one per core and one more)",
-        "socialgate-1w": "socialgate, 1 worker (unsafe: no runaway defence)",
-    }
+    cores = int(meta["floor_cores"]) if meta.get("floor_cores", "").isdigit() else None
+
+    def label(target):
+        if target == "proxy":
+            return "nginx proxy, 1 worker"
+        if target == "socialgate":
+            count = f"{cores + 1} workers" if cores else "its default workers"
+            return f"socialgate, {count} (its default: one per core and one more)"
+        if target == "socialgate-1w":
+            return "socialgate, 1 worker (without the spare worker of its runaway defence)"
+        workers = int(target[len("floor-"):-1])
+        text = f"floor, {workers} worker{'s' if workers > 1 else ''}"
+        if cores and workers == cores + 1:
+            text += " (socialgate's count)"
+        elif cores and workers == cores and cores > 1:
+            text += " (one per core)"
+        return text
+
     proxy = res.get("floor", "proxy", "profile", conns)
     rows = []
     for target in res.keys("floor", "target"):
@@ -487,14 +497,14 @@ def floor_report(out, res, cpu_path, meta, notes):
                          f"{m['errors']} socket errors/timeouts")
         vs = (f"{m['rps'] / proxy['rps']:.2f}x", f"{m['p99'] / proxy['p99']:.1f}x") \
             if proxy and proxy["rps"] and proxy["p99"] else ("-", "-")
-        rows.append([what.get(target, target)] + cells(m) + list(vs)
+        rows.append([label(target)] + cells(m) + list(vs)
                     + [cpu_per_request(target)])
     out += ["", title, "",
-            f"bench/floor is the plainest reverse proxy tokio and hyper make (hyper-util's "
-            f"pooled client, nothing else), on the runtime socialgate uses. Interleaved "
-            f"with the nginx proxy and socialgate at {conns} connections, same rounds; CPU "
-            f"is the server process's user and system time over the run, per request "
-            f"answered. For information; no target.", ""]
+            f"bench/floor forwards each request with socialgate's runtime, HTTP server and "
+            f"upstream client, and none of its work (no key, plugin, parse or log line). "
+            f"Interleaved with the nginx proxy and socialgate at {conns} connections, same "
+            f"rounds; CPU is the server process's user and system time over the run, per "
+            f"request answered. For information; no target.", ""]
     out.append(table(["server", "req/s", "p50", "p99", "req/s vs proxy", "p99 vs proxy",
                       "CPU per request"], rows))
 

@@ -1,12 +1,17 @@
-//! The floor of bench/run.sh: the plainest reverse proxy that tokio and
-//! hyper make, with nothing of socialgate in it.
+//! The floor of bench/run.sh: socialgate's stack forwarding requests, with
+//! none of socialgate's work.
 //!
-//! It answers each request by sending the same method, path, query and
-//! headers to one upstream over hyper-util's pooled keep-alive client, and
-//! streams the answer back, as the bench's nginx proxy does. Measured beside
-//! nginx and socialgate, it separates what the stack costs (runtime, HTTP
-//! server and client, on this machine) from what socialgate's own work
-//! costs.
+//! The same runtime (tokio's multi-threaded one, with the workers asked
+//! for), the same HTTP server (hyper's HTTP/1.1 connections, `TCP_NODELAY`)
+//! and the same upstream client (`socialgate::upstream::wire`, which
+//! exchanges on the request's own task) as socialgate, and the same
+//! allocator. Each request is sent on to one upstream with its path, query
+//! and headers (but `Connection`, and `Host`, which names the upstream);
+//! the answer is read whole, as nginx's proxy buffers it, and sent back
+//! with its status, headers (but the hop-by-hop ones) and body. No key, no
+//! plugin, no parse, no log line: measured beside nginx and socialgate, it
+//! separates what the stack costs on a machine from what socialgate's own
+//! work costs.
 //!
 //! Usage: `floor-proxy UPSTREAM_ORIGIN WORKERS`, e.g.
 //! `floor-proxy http://127.0.0.1:8080 2`. It listens on a free port of
@@ -14,24 +19,38 @@
 
 use std::convert::Infallible;
 use std::io::Write;
+use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{Either, Empty};
+use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, CONNECTION, HOST};
-use hyper::http::uri::{Authority, Scheme};
+use hyper::header::{HeaderName, HeaderValue, CONNECTION, HOST};
 use hyper::{Request, Response, StatusCode, Uri};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
+use socialgate::upstream::wire::{Client, Target};
 
-// The allocator socialgate uses, so the two differ only in their code.
+// The allocator socialgate uses, so the two differ only in their work.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-type Upstream = Client<HttpConnector, Incoming>;
-/// The upstream's answer streamed through, or an empty 502.
-type Answer = Response<Either<Incoming, Empty<Bytes>>>;
+/// The longest answer body forwarded.
+const MAX_BODY: usize = 8 * 1024 * 1024;
+/// Answer headers that describe the upstream hop, not the answer.
+const HOP_BY_HOP: [&str; 4] = [
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "content-length",
+];
+
+/// Where requests go.
+struct Upstream {
+    client: Client,
+    target: Target,
+    /// The `Host` header every forwarded request carries.
+    host: String,
+}
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
@@ -39,68 +58,102 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err("usage: floor-proxy UPSTREAM_ORIGIN WORKERS".into());
     };
     let origin: Uri = origin.parse()?;
-    let (Some(scheme), Some(authority)) = (origin.scheme().cloned(), origin.authority().cloned())
-    else {
+    let (Some("http"), Some(authority)) = (origin.scheme_str(), origin.authority()) else {
         return Err("UPSTREAM_ORIGIN must be like http://127.0.0.1:8080".into());
     };
     let workers: usize = workers.parse()?;
+    if workers == 0 {
+        return Err("WORKERS must be at least 1".into());
+    }
+    let upstream = Arc::new(Upstream {
+        client: Client::new(
+            plain_only_tls()?,
+            Duration::from_secs(5),
+            Duration::from_secs(60),
+        ),
+        target: Target {
+            https: false,
+            host: authority.host().to_owned(),
+            port: authority.port_u16().unwrap_or(80),
+        },
+        host: authority.as_str().to_owned(),
+    });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
         .enable_all()
         .build()?;
-    runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        writeln!(
-            std::io::stdout(),
-            "listening on http://{}",
-            listener.local_addr()?
-        )?;
-        let upstream: Upstream = Client::builder(TokioExecutor::new()).build_http();
-        loop {
-            let (stream, _) = listener.accept().await?;
-            stream.set_nodelay(true)?;
-            let (upstream, scheme, authority) =
-                (upstream.clone(), scheme.clone(), authority.clone());
-            let service = hyper::service::service_fn(move |request| {
-                forward(upstream.clone(), scheme.clone(), authority.clone(), request)
-            });
-            tokio::spawn(async move {
-                // A client that hangs up mid-request is no concern of the floor's.
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    })
+    runtime.block_on(serve(upstream))
 }
 
-/// Sends `request` on to the upstream and its answer back; 502 when the
-/// upstream cannot be reached.
-async fn forward(
-    upstream: Upstream,
-    scheme: Scheme,
-    authority: Authority,
-    request: Request<Incoming>,
-) -> Result<Answer, Infallible> {
-    let (mut parts, body) = request.into_parts();
-    let mut uri = Uri::builder().scheme(scheme).authority(authority.clone());
-    if let Some(path) = parts.uri.path_and_query() {
-        uri = uri.path_and_query(path.clone());
+async fn serve(upstream: Arc<Upstream>) -> Result<(), Box<dyn std::error::Error>> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let address = listener.local_addr()?;
+    writeln!(std::io::stdout(), "listening on http://{address}")?;
+    loop {
+        // As socialgate's server: a failed accept (out of descriptors,
+        // say) costs that connection, not the server.
+        let Ok((stream, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let upstream = upstream.clone();
+        let service = hyper::service::service_fn(move |request| {
+            let upstream = upstream.clone();
+            async move { Ok::<_, Infallible>(forward(&upstream, request).await) }
+        });
+        tokio::spawn(async move {
+            // A client that hangs up mid-request is no concern of the floor's.
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
     }
-    let bad_gateway = || {
-        let mut response = Response::new(Either::Right(Empty::new()));
+}
+
+/// Sends `request` on to the upstream and its answer back; a bare 502 when
+/// the exchange fails.
+async fn forward(upstream: &Upstream, request: Request<Incoming>) -> Response<Full<Bytes>> {
+    let path = request.uri().path_and_query().map_or("/", |p| p.as_str());
+    let mut head = format!("GET {path} HTTP/1.1\r\nhost: {}\r\n", upstream.host).into_bytes();
+    for (name, value) in request.headers() {
+        if name != CONNECTION && name != HOST {
+            head.extend_from_slice(name.as_str().as_bytes());
+            head.extend_from_slice(b": ");
+            head.extend_from_slice(value.as_bytes());
+            head.extend_from_slice(b"\r\n");
+        }
+    }
+    head.extend_from_slice(b"\r\n");
+    let exchanged = upstream
+        .client
+        .exchange(upstream.target.clone(), &head, MAX_BODY)
+        .await;
+    let Ok(answer) = exchanged else {
+        let mut response = Response::new(Full::default());
         *response.status_mut() = StatusCode::BAD_GATEWAY;
-        response
+        return response;
     };
-    let Ok(uri) = uri.build() else {
-        return Ok(bad_gateway());
-    };
-    parts.uri = uri;
-    // As nginx's `proxy_set_header Connection ""`: keep-alive is per hop.
-    parts.headers.remove(CONNECTION);
-    if let Ok(host) = HeaderValue::from_str(authority.as_str()) {
-        parts.headers.insert(HOST, host);
+    let mut response = Response::new(Full::new(Bytes::from(answer.body)));
+    *response.status_mut() = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::BAD_GATEWAY);
+    let headers = response.headers_mut();
+    for (name, value) in answer.headers {
+        if HOP_BY_HOP.contains(&name.as_str()) {
+            continue;
+        }
+        if let (Ok(name), Ok(value)) = (HeaderName::try_from(name), HeaderValue::try_from(value)) {
+            headers.append(name, value);
+        }
     }
-    let answer = upstream.request(Request::from_parts(parts, body)).await;
-    Ok(answer.map_or_else(|_| bad_gateway(), |response| response.map(Either::Left)))
+    response
+}
+
+/// The client's TLS settings; never used, the upstream being `http://`.
+fn plain_only_tls() -> Result<Arc<rustls::ClientConfig>, rustls::Error> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+    Ok(Arc::new(tls))
 }
