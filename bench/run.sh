@@ -891,6 +891,24 @@ callgrind_command() {
 
 # count_instructions NAME PID URL HEADER: one row of instructions.tsv.
 count_instructions() {
+    local name=$1 pid=$2 url=$3 hdr=$4 requests dump total
+    wrk -t1 -c4 -d2s -H "$hdr" "$url" >/dev/null
+    callgrind_command "$name" -z "$pid"
+    requests=$(wrk -t1 -c4 -d"${INSTR_SECONDS}s" -H "$hdr" "$url" |
+        awk '/requests in/ {print $1}') || true
+    callgrind_command "$name" -d "$pid"
+    # The first dump asked for; the one at exit is callgrind.out itself.
+    dump=$WORK/callgrind-$name/callgrind.out.1
+    [[ -f $dump ]] || die "$name: callgrind wrote no dump ($dump)"
+    total=$(callgrind_annotate "$dump" | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}') ||
+        true
+    is_uint "$requests" && is_uint "$total" && ((requests > 0)) ||
+        die "$name: no count (requests '$requests', instructions '$total')"
+    printf '%s\t%s\t%s\n' "$name" "$requests" "$total" >>"$WORK/instructions.tsv"
+    log "instructions: $name: $requests requests, $((total / requests)) instructions each"
+}
+
+instructions() {
     if [[ $INSTR_MODE != 1 ]]; then
         log "instructions: skipped (BENCH_INSTRUCTIONS=0)"
         return
