@@ -3,10 +3,11 @@
 //!
 //! The same runtime (tokio's multi-threaded one, with the workers asked
 //! for), the same HTTP server (hyper's HTTP/1.1 connections, `TCP_NODELAY`)
-//! and the same upstream client (`socialgate::upstream::wire`, which
-//! exchanges on the request's own task) as socialgate, and the same
-//! allocator. Each request is sent on to one upstream with its path, query
-//! and headers (but `Connection`, and `Host`, which names the upstream);
+//! and the same upstream client (`socialgate::upstream::direct`, which
+//! exchanges on the request's own task, with the server's settings and
+//! request head) as socialgate, and the same allocator. Each request is
+//! sent on to one upstream with its path, query and headers (but
+//! `Connection`, and `Host`, which names the upstream);
 //! the answer is read whole, as nginx's proxy buffers it, and sent back
 //! with its status, headers (but the hop-by-hop ones) and body. No key, no
 //! plugin, no parse, no log line: measured beside nginx and socialgate, it
@@ -26,16 +27,16 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::header::{HeaderName, HeaderValue, CONNECTION, HOST};
+use hyper::http::uri::Authority;
 use hyper::{Request, Response, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
 use socialgate::upstream::wire::{Client, Target};
+use socialgate::upstream::{direct, request_head, DEFAULT_MAX_BODY_BYTES};
 
 // The allocator socialgate uses, so the two differ only in their work.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// The longest answer body forwarded.
-const MAX_BODY: usize = 8 * 1024 * 1024;
 /// Answer headers that describe the upstream hop, not the answer.
 const HOP_BY_HOP: [&str; 4] = [
     "connection",
@@ -48,8 +49,8 @@ const HOP_BY_HOP: [&str; 4] = [
 struct Upstream {
     client: Client,
     target: Target,
-    /// The `Host` header every forwarded request carries.
-    host: String,
+    /// The `Host` every forwarded request names.
+    authority: Authority,
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -66,17 +67,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err("WORKERS must be at least 1".into());
     }
     let upstream = Arc::new(Upstream {
-        client: Client::new(
-            plain_only_tls()?,
-            Duration::from_secs(5),
-            Duration::from_secs(60),
-        ),
+        client: direct(&[])?,
         target: Target {
             https: false,
             host: authority.host().to_owned(),
             port: authority.port_u16().unwrap_or(80),
         },
-        host: authority.as_str().to_owned(),
+        authority: authority.clone(),
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
@@ -114,28 +111,39 @@ async fn serve(upstream: Arc<Upstream>) -> Result<(), Box<dyn std::error::Error>
 /// Sends `request` on to the upstream and its answer back; a bare 502 when
 /// the exchange fails.
 async fn forward(upstream: &Upstream, request: Request<Incoming>) -> Response<Full<Bytes>> {
-    let path = request.uri().path_and_query().map_or("/", |p| p.as_str());
-    let mut head = format!("GET {path} HTTP/1.1\r\nhost: {}\r\n", upstream.host).into_bytes();
-    for (name, value) in request.headers() {
-        if name != CONNECTION && name != HOST {
-            head.extend_from_slice(name.as_str().as_bytes());
-            head.extend_from_slice(b": ");
-            head.extend_from_slice(value.as_bytes());
-            head.extend_from_slice(b"\r\n");
-        }
-    }
-    head.extend_from_slice(b"\r\n");
-    let exchanged = upstream
-        .client
-        .exchange(upstream.target.clone(), &head, MAX_BODY)
-        .await;
-    let Ok(answer) = exchanged else {
+    let bad_gateway = || {
         let mut response = Response::new(Full::default());
         *response.status_mut() = StatusCode::BAD_GATEWAY;
-        return response;
+        response
+    };
+    let mut uri = Uri::builder()
+        .scheme("http")
+        .authority(upstream.authority.clone());
+    if let Some(path) = request.uri().path_and_query() {
+        uri = uri.path_and_query(path.clone());
+    }
+    let Ok(uri) = uri.build() else {
+        return bad_gateway();
+    };
+    let headers: Vec<(HeaderName, HeaderValue)> = request
+        .headers()
+        .iter()
+        .filter(|(name, _)| **name != CONNECTION && **name != HOST)
+        .map(|(name, value)| (name.clone(), value.clone()))
+        .collect();
+    let head = request_head(&uri, &headers);
+    let exchanged = upstream
+        .client
+        .exchange(upstream.target.clone(), &head, DEFAULT_MAX_BODY_BYTES)
+        .await;
+    let Ok(answer) = exchanged else {
+        return bad_gateway();
     };
     let mut response = Response::new(Full::new(Bytes::from(answer.body)));
-    *response.status_mut() = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::BAD_GATEWAY);
+    let Ok(status) = StatusCode::from_u16(answer.status) else {
+        return bad_gateway();
+    };
+    *response.status_mut() = status;
     let headers = response.headers_mut();
     for (name, value) in answer.headers {
         if HOP_BY_HOP.contains(&name.as_str()) {
@@ -146,14 +154,4 @@ async fn forward(upstream: &Upstream, request: Request<Incoming>) -> Response<Fu
         }
     }
     response
-}
-
-/// The client's TLS settings; never used, the upstream being `http://`.
-fn plain_only_tls() -> Result<Arc<rustls::ClientConfig>, rustls::Error> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(rustls::RootCertStore::empty())
-        .with_no_client_auth();
-    Ok(Arc::new(tls))
 }

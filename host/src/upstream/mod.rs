@@ -17,8 +17,8 @@
 //! it always has: absolute-form requests for `http://` upstreams, `CONNECT`
 //! tunnels for `https://` ones, credentials from the proxy URL.
 
-// Public for `bench/floor`, which measures the stack with this client and
-// none of the rest.
+// Public, with `direct` and `request_head`, for `bench/floor`, which
+// measures the stack with this client and none of the rest.
 pub mod wire;
 
 use std::error::Error as StdError;
@@ -357,7 +357,7 @@ fn checked_headers(
 }
 
 /// A `GET` request head for `uri` (admitted: absolute, no userinfo).
-fn request_head(uri: &Uri, headers: &[(HeaderName, HeaderValue)]) -> Vec<u8> {
+pub fn request_head(uri: &Uri, headers: &[(HeaderName, HeaderValue)]) -> Vec<u8> {
     let path = match uri.path() {
         "" => "/",
         path => path,
@@ -389,8 +389,8 @@ fn request_head(uri: &Uri, headers: &[(HeaderName, HeaderValue)]) -> Vec<u8> {
 }
 
 /// The direct transport: `wire` over rustls (ring, webpki roots and
-/// `extra_roots`).
-fn direct(extra_roots: &[CertificateDer<'static>]) -> Result<wire::Client, ClientError> {
+/// `extra_roots`), with the server's connect and idle timeouts.
+pub fn direct(extra_roots: &[CertificateDer<'static>]) -> Result<wire::Client, ClientError> {
     let mut roots = rustls::RootCertStore {
         roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
     };
