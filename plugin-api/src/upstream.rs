@@ -27,11 +27,11 @@ impl UpstreamRequest {
     pub fn get(base_url: &str, path: &str) -> UpstreamRequest {
         let base = base_url.trim_end_matches('/');
         let path = path.trim_start_matches('/');
-        let url = if path.is_empty() {
-            format!("{base}/")
-        } else {
-            format!("{base}/{path}")
-        };
+        // Room for a query or two: they are appended in place.
+        let mut url = String::with_capacity(base.len() + 1 + path.len() + 64);
+        url.push_str(base);
+        url.push('/');
+        url.push_str(path);
         let has_query = url.contains('?');
         UpstreamRequest {
             method: "GET".into(),
@@ -112,10 +112,8 @@ impl UpstreamRequest {
         self.url.push(if self.has_query { '&' } else { '?' });
         self.has_query = true;
         let value = value.to_string();
-        let pair = form_urlencoded::Serializer::new(String::new())
-            .append_pair(name, &value)
-            .finish();
-        self.url.push_str(&pair);
+        let end = self.url.len();
+        form_urlencoded::Serializer::for_suffix(&mut self.url, end).append_pair(name, &value);
         self
     }
 
@@ -157,8 +155,33 @@ impl fmt::Debug for UpstreamRequest {
 #[derive(Debug, Clone, Copy)]
 pub struct UpstreamResponse<'a> {
     pub status: u16,
-    pub(crate) headers: &'a [(String, String)],
+    pub(crate) headers: HeaderList<'a>,
     pub body: &'a [u8],
+}
+
+/// A response's headers as they came: pairs from a test, or the host's
+/// `name: value` lines, read in place. A header is looked up far more
+/// rarely than a response arrives, so the lines are never split up front.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum HeaderList<'a> {
+    Pairs(&'a [(String, String)]),
+    Lines(&'a str),
+}
+
+impl<'a> HeaderList<'a> {
+    /// Every header, in order.
+    pub(crate) fn iter(self) -> impl Iterator<Item = (&'a str, &'a str)> {
+        let (pairs, lines) = match self {
+            HeaderList::Pairs(pairs) => (pairs, ""),
+            HeaderList::Lines(lines) => (&[][..], lines),
+        };
+        let pairs = pairs.iter().map(|(n, v)| (n.as_str(), v.as_str()));
+        let lines = lines.lines().filter_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            Some((name, value.trim()))
+        });
+        pairs.chain(lines)
+    }
 }
 
 impl<'a> UpstreamResponse<'a> {
@@ -166,7 +189,17 @@ impl<'a> UpstreamResponse<'a> {
     pub fn new(status: u16, headers: &'a [(String, String)], body: &'a [u8]) -> Self {
         UpstreamResponse {
             status,
-            headers,
+            headers: HeaderList::Pairs(headers),
+            body,
+        }
+    }
+
+    /// A response whose headers are `name: value` lines, one header a line,
+    /// as the host holds them: read where they are, never copied.
+    pub fn with_header_lines(status: u16, header_lines: &'a str, body: &'a [u8]) -> Self {
+        UpstreamResponse {
+            status,
+            headers: HeaderList::Lines(header_lines),
             body,
         }
     }
@@ -176,7 +209,7 @@ impl<'a> UpstreamResponse<'a> {
         self.headers
             .iter()
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+            .map(|(_, v)| v)
     }
 
     /// Classifies gateway-level HTTP statuses the way every upstream of this
@@ -322,6 +355,24 @@ mod tests {
             .unwrap()
             .json::<serde_json::Value>();
         assert_eq!(e.unwrap_err().kind(), ErrorKind::BadResponse);
+    }
+
+    #[test]
+    fn headers_are_found_by_any_case_in_pairs_and_in_lines() {
+        let pairs = [("Retry-After".to_owned(), "7".to_owned())];
+        let lines = "content-type: application/json\r\nretry-after:  7 \nx-note: a: b\n";
+        for r in [
+            UpstreamResponse::new(429, &pairs, b""),
+            UpstreamResponse::with_header_lines(429, lines, b""),
+        ] {
+            assert_eq!(r.header("retry-after"), Some("7"));
+            assert_eq!(r.header("RETRY-AFTER"), Some("7"));
+            assert_eq!(r.header("etag"), None);
+            let e = r.check_status().unwrap_err();
+            assert_eq!(e.retry_after_hint(), Some(Duration::from_secs(7)));
+        }
+        let r = UpstreamResponse::with_header_lines(200, lines, b"");
+        assert_eq!(r.header("x-note"), Some("a: b"), "a value may hold colons");
     }
 
     #[test]

@@ -145,8 +145,11 @@ async fn forward(upstream: &Upstream, request: Request<Incoming>) -> Response<Fu
     };
     *response.status_mut() = status;
     let headers = response.headers_mut();
-    for (name, value) in answer.headers {
-        if HOP_BY_HOP.contains(&name.as_str()) {
+    for line in answer.header_lines.lines() {
+        let Some((name, value)) = line.split_once(": ") else {
+            continue;
+        };
+        if HOP_BY_HOP.contains(&name) {
             continue;
         }
         if let (Ok(name), Ok(value)) = (HeaderName::try_from(name), HeaderValue::try_from(value)) {

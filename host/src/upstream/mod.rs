@@ -217,13 +217,14 @@ pub struct UpstreamClient {
 /// A response read in full.
 pub struct Fetched {
     status: u16,
-    headers: Vec<(String, String)>,
+    /// `name: value` lines, as the plugin reads them.
+    header_lines: String,
     body: Vec<u8>,
 }
 
 impl Fetched {
     pub fn as_response(&self) -> UpstreamResponse<'_> {
-        UpstreamResponse::new(self.status, &self.headers, &self.body)
+        UpstreamResponse::with_header_lines(self.status, &self.header_lines, &self.body)
     }
 }
 
@@ -288,7 +289,7 @@ impl UpstreamClient {
                         })?;
                 Ok(Fetched {
                     status: answer.status,
-                    headers: answer.headers,
+                    header_lines: answer.header_lines,
                     body: answer.body,
                 })
             }
@@ -426,11 +427,15 @@ where
     if declared.is_some_and(|len| len > max_body as u64) {
         return Err(too_large(max_body));
     }
-    let headers = parts
-        .headers
-        .iter()
-        .filter_map(|(n, v)| Some((n.as_str().to_owned(), v.to_str().ok()?.to_owned())))
-        .collect();
+    let mut header_lines = String::new();
+    for (name, value) in &parts.headers {
+        if let Ok(value) = value.to_str() {
+            header_lines.push_str(name.as_str());
+            header_lines.push_str(": ");
+            header_lines.push_str(value);
+            header_lines.push('\n');
+        }
+    }
     let mut bytes = Vec::with_capacity(declared.map_or(0, |len| len as usize));
     let mut body = std::pin::pin!(body);
     while let Some(frame) = body.frame().await {
@@ -444,7 +449,7 @@ where
     }
     Ok(Fetched {
         status: parts.status.as_u16(),
-        headers,
+        header_lines,
         body: bytes,
     })
 }

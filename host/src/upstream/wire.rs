@@ -77,8 +77,9 @@ pub struct Target {
 /// An answer read in full.
 pub struct Answer {
     pub status: u16,
-    /// Names in lower case; values that are not UTF-8 are left out.
-    pub headers: Vec<(String, String)>,
+    /// `name: value` lines, names in lower case; values that are not UTF-8
+    /// are left out.
+    pub header_lines: String,
     pub body: Vec<u8>,
 }
 
@@ -397,7 +398,7 @@ async fn exchange(
     Ok((
         Answer {
             status: head.status,
-            headers: head.headers,
+            header_lines: head.header_lines,
             body,
         },
         reusable,
@@ -415,7 +416,7 @@ enum Framing {
 
 struct Head {
     status: u16,
-    headers: Vec<(String, String)>,
+    header_lines: String,
     framing: Framing,
     keep_alive: bool,
 }
@@ -473,20 +474,24 @@ fn parse_head(bytes: &[u8]) -> Result<Option<(Head, usize)>, WireError> {
     let mut chunked = false;
     let mut transfer_encoding = false;
     let mut length: Option<u64> = None;
-    let mut headers = Vec::with_capacity(response.headers.len());
+    // One string for every header: a plugin reads them in place, if at all.
+    let mut header_lines = String::with_capacity(len);
     for header in response.headers.iter() {
-        let name = header.name.to_ascii_lowercase();
+        let name = header.name;
         let Ok(value) = std::str::from_utf8(header.value) else {
-            if matches!(
-                name.as_str(),
-                "connection" | "transfer-encoding" | "content-length"
-            ) {
+            if ["connection", "transfer-encoding", "content-length"]
+                .iter()
+                .any(|framing| name.eq_ignore_ascii_case(framing))
+            {
                 // Read one way or another, it would frame the body wrong.
                 return Err(WireError::Malformed("a framing header that is not text"));
             }
             continue;
         };
-        match name.as_str() {
+        let start = header_lines.len();
+        header_lines.push_str(name);
+        header_lines[start..].make_ascii_lowercase();
+        match &header_lines[start..] {
             "connection" => {
                 for token in value.split(',').map(str::trim) {
                     if token.eq_ignore_ascii_case("close") {
@@ -515,7 +520,9 @@ fn parse_head(bytes: &[u8]) -> Result<Option<(Head, usize)>, WireError> {
             }
             _ => {}
         }
-        headers.push((name, value.to_owned()));
+        header_lines.push_str(": ");
+        header_lines.push_str(value);
+        header_lines.push('\n');
     }
     let framing = if (100..200).contains(&status) || status == 204 || status == 304 {
         Framing::Empty
@@ -536,7 +543,7 @@ fn parse_head(bytes: &[u8]) -> Result<Option<(Head, usize)>, WireError> {
     Ok(Some((
         Head {
             status,
-            headers,
+            header_lines,
             framing,
             keep_alive: !close,
         },
@@ -998,8 +1005,8 @@ mod tests {
         ] {
             assert!(parse_head(bad.as_bytes()).is_err(), "{bad}");
         }
-        let names = head("HTTP/1.1 200 OK\r\nX-Thing: a\r\nContent-Length: 0\r\n\r\n").headers;
-        assert_eq!(names[0], ("x-thing".to_owned(), "a".to_owned()));
+        let lines = head("HTTP/1.1 200 OK\r\nX-Thing: a\r\nContent-Length: 0\r\n\r\n").header_lines;
+        assert_eq!(lines, "x-thing: a\ncontent-length: 0\n");
     }
 
     #[test]

@@ -15,12 +15,13 @@ use abi_stable::std_types::{RErr, ROk, ROption, RResult, RStr, RString, RVec, Tu
 pub use abi_stable::library::LibHeader;
 
 use super::{
-    FfiAttempt, FfiAttemptBox, FfiAttempt_TO, FfiProvider, FfiProviderBox, FfiProvider_TO,
-    FfiResponse, FfiStep, HostServices, PluginModule, PluginModuleRef,
+    FfiAttempt, FfiAttemptBox, FfiAttempt_TO, FfiLentResponse, FfiProvider, FfiProviderBox,
+    FfiProvider_TO, FfiResponse, FfiStep, HostServices, PluginModule, PluginModuleRef,
 };
 use crate::attempt;
 use crate::{
-    Attempt, Call, ErrorKind, Next, Provider, ProviderConfig, ProviderError, UpstreamResponse,
+    Attempt, Call, ErrorKind, Next, Output, Provider, ProviderConfig, ProviderError,
+    UpstreamResponse,
 };
 
 fn panic_message(payload: &(dyn Any + Send)) -> String {
@@ -78,25 +79,40 @@ impl Drop for AttemptAdapter {
 
 impl FfiAttempt for AttemptAdapter {
     fn step(&mut self, response: ROption<FfiResponse<'_>>) -> FfiStep {
+        let response = response.into_option();
+        let headers: Vec<(String, String)> = response
+            .as_ref()
+            .map(|r| {
+                r.headers
+                    .iter()
+                    .map(|t| (t.0.to_string(), t.1.to_string()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let response = response
+            .as_ref()
+            .map(|r| UpstreamResponse::new(r.status, &headers, r.body.as_slice()));
+        self.run(response)
+    }
+
+    fn step_lent(&mut self, response: ROption<FfiLentResponse<'_>>) -> FfiStep {
+        let response = response.into_option().map(|r| {
+            UpstreamResponse::with_header_lines(r.status, r.header_lines.into(), r.body.into())
+        });
+        self.run(response)
+    }
+}
+
+impl AttemptAdapter {
+    /// One step of the author's attempt, its outcome made ABI types.
+    fn run(&mut self, response: Option<UpstreamResponse<'_>>) -> FfiStep {
         let Some(inner) = self.inner.as_mut() else {
             return ProviderError::new(ErrorKind::Panicked, "attempt already panicked").into();
         };
-        let outcome = catch_unwind(AssertUnwindSafe(|| {
-            let response = response.into_option();
-            let headers: Vec<(String, String)> = response
-                .as_ref()
-                .map(|r| {
-                    r.headers
-                        .iter()
-                        .map(|t| (t.0.to_string(), t.1.to_string()))
-                        .collect()
-                })
-                .unwrap_or_default();
-            let response = response
-                .as_ref()
-                .map(|r| UpstreamResponse::new(r.status, &headers, r.body.as_slice()));
-            inner.step(response)
-        }));
+        // The answer is a subset of what the upstream sent: writing it into
+        // that much room spares a string of reallocations.
+        let room = response.map_or(0, |r| r.body.len());
+        let outcome = catch_unwind(AssertUnwindSafe(|| inner.step(response)));
         match outcome {
             Ok(Ok(Next::Fetch(request))) => FfiStep::Fetch {
                 method: request.method.into(),
@@ -108,7 +124,7 @@ impl FfiAttempt for AttemptAdapter {
                     .collect(),
                 body: RVec::new(),
             },
-            Ok(Ok(Next::Done(done))) => match serde_json::to_string(&done.output) {
+            Ok(Ok(Next::Done(done))) => match written(&done.output, room) {
                 Ok(output) => FfiStep::Done {
                     output: output.into(),
                     next_cursor: done.next_cursor.map(RString::from).into(),
@@ -122,6 +138,13 @@ impl FfiAttempt for AttemptAdapter {
             }
         }
     }
+}
+
+/// `output` as JSON, written into `room` bytes to begin with.
+fn written(output: &Output, room: usize) -> Result<String, String> {
+    let mut json = Vec::with_capacity(room);
+    serde_json::to_writer(&mut json, output).map_err(|e| e.to_string())?;
+    String::from_utf8(json).map_err(|e| e.to_string())
 }
 
 extern "C" fn manifest_json<P: Provider>() -> RString {
