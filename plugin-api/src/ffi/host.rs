@@ -6,7 +6,9 @@ use std::time::Duration;
 use abi_stable::library::{lib_header_from_path, LibraryError};
 use abi_stable::std_types::{RErr, ROk, RString};
 
-use super::{FfiAttemptBox, FfiLentResponse, FfiProviderBox, FfiStep, HostServices, PluginModuleRef};
+use super::{
+    FfiAttemptBox, FfiLentResponse, FfiProviderBox, FfiStep, HostServices, PluginModuleRef,
+};
 use crate::upstream::HeaderList;
 use crate::{
     Call, Done, ErrorKind, Manifest, Next, Output, ProviderConfig, ProviderError, UpstreamRequest,

@@ -23,8 +23,8 @@ pub mod host;
 pub mod plugin;
 
 pub use host::{
-    caller_message, Advance, Answer, AttemptHandle, Library, LoadError, ProviderHandle, MAX_CALLER_MESSAGE,
-    MAX_CURSOR_LEN, MAX_STEPS,
+    caller_message, Advance, Answer, AttemptHandle, Library, LoadError, ProviderHandle,
+    MAX_CALLER_MESSAGE, MAX_CURSOR_LEN, MAX_STEPS,
 };
 #[doc(hidden)]
 pub use plugin::{lib_header, root_module, LibHeader};
@@ -199,7 +199,10 @@ mod tests {
             panic!("the attempt's own step answered");
         };
         assert_eq!(kind, 200);
-        assert_eq!(message.as_str(), "content-type=application/json;retry-after=7 2");
+        assert_eq!(
+            message.as_str(),
+            "content-type=application/json;retry-after=7 2"
+        );
     }
 
     #[test]
