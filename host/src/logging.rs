@@ -23,9 +23,13 @@ use serde::Deserialize;
 use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
 use tracing_subscriber::field::RecordFields;
+use tracing_subscriber::filter::Targets;
 use tracing_subscriber::fmt::format::{self, DefaultVisitor, FormatEvent, FormatFields};
 use tracing_subscriber::fmt::{FmtContext, FormattedFields};
+use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::EnvFilter;
 
 /// How log lines are written to stderr. A process setting: the subscriber
 /// is installed once.
@@ -70,8 +74,7 @@ impl Drop for Logging {
 
 /// Installs the process's subscriber; call once, before anything logs.
 pub fn init(format: LogFormat) -> Logging {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SOCIALGATE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let (targets, span_filter) = filter_from_env();
     let sink = Arc::new(Sink::default());
     let (done, written) = mpsc::channel();
     let writer_sink = sink.clone();
@@ -81,21 +84,31 @@ pub fn init(format: LogFormat) -> Logging {
             writer_sink.write_out(&mut std::io::stderr());
             let _ = done.send(());
         });
-    let builder = tracing_subscriber::fmt()
-        .with_writer(SinkWriter(sink.clone()))
-        .with_env_filter(filter);
+    let builder = tracing_subscriber::fmt().with_writer(SinkWriter(sink.clone()));
     match format {
         // Colours for a terminal; otherwise the same lines, written by
         // `PlainLine` at a fraction of the cost.
-        LogFormat::Human if std::io::IsTerminal::is_terminal(&std::io::stderr()) => {
-            builder.with_ansi(true).init()
-        }
+        LogFormat::Human if std::io::IsTerminal::is_terminal(&std::io::stderr()) => builder
+            .with_ansi(true)
+            .finish()
+            .with(targets)
+            .with(span_filter)
+            .init(),
         LogFormat::Human => builder
             .with_ansi(false)
             .fmt_fields(PlainFields)
             .event_format(PlainLine)
+            .finish()
+            .with(targets)
+            .with(span_filter)
             .init(),
-        LogFormat::Json => builder.json().with_current_span(true).init(),
+        LogFormat::Json => builder
+            .json()
+            .with_current_span(true)
+            .finish()
+            .with(targets)
+            .with(span_filter)
+            .init(),
     }
     if let Err(error) = &spawned {
         tracing::error!(%error, "cannot start the log writer thread; log lines are dropped");
@@ -103,6 +116,29 @@ pub fn init(format: LogFormat) -> Logging {
     Logging {
         sink,
         written: spawned.ok().map(|_| written),
+    }
+}
+
+/// The filter `SOCIALGATE_LOG` sets (`info` when unset or unreadable): one
+/// of the two. Levels by target (`info`, `socialgate=debug,hyper=warn`) are
+/// a [`Targets`], which costs nothing as a request's span is entered and
+/// left; only a filter that needs span context (`[request{id=...}]=debug`)
+/// takes an [`EnvFilter`], which tracks every span behind a shared lock.
+fn filter_from_env() -> (Option<Targets>, Option<EnvFilter>) {
+    filter_from(&std::env::var("SOCIALGATE_LOG").unwrap_or_default())
+}
+
+fn filter_from(spec: &str) -> (Option<Targets>, Option<EnvFilter>) {
+    let by_default = || Targets::new().with_default(tracing::Level::INFO);
+    if spec.trim().is_empty() {
+        return (Some(by_default()), None);
+    }
+    if let Ok(targets) = spec.parse::<Targets>() {
+        return (Some(targets), None);
+    }
+    match EnvFilter::try_new(spec) {
+        Ok(filter) => (None, Some(filter)),
+        Err(_) => (Some(by_default()), None),
     }
 }
 
@@ -438,6 +474,25 @@ impl Write for &Sink {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tracing::Level;
+
+    #[test]
+    fn levels_by_target_filter_without_span_context_and_the_rest_with_it() {
+        let (targets, span_filter) = filter_from("socialgate=debug,hyper=warn");
+        let targets = targets.expect("levels by target");
+        assert!(span_filter.is_none());
+        assert!(targets.would_enable("socialgate::http::api", &Level::DEBUG));
+        assert!(!targets.would_enable("hyper::proto", &Level::INFO));
+        let (targets, span_filter) = filter_from("info,[request{id=7}]=debug");
+        assert!(targets.is_none() && span_filter.is_some(), "span context");
+        for unset_or_unreadable in ["", "  ", "socialgate=loud["] {
+            let (targets, span_filter) = filter_from(unset_or_unreadable);
+            let targets = targets.expect("the default");
+            assert!(span_filter.is_none());
+            assert!(targets.would_enable("socialgate", &Level::INFO));
+            assert!(!targets.would_enable("socialgate", &Level::DEBUG));
+        }
+    }
 
     #[test]
     fn lines_reach_the_writer_in_order_and_the_overflow_is_counted() {
