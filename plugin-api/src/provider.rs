@@ -131,33 +131,6 @@ pub enum Output {
 }
 
 impl Output {
-    /// The data as a caller gets it (the variant's value, without its
-    /// tag), as JSON.
-    pub fn data_json(&self) -> String {
-        let written = match self {
-            Output::Profile(profile) => serde_json::to_string(profile),
-            Output::Posts(posts) => serde_json::to_string(posts),
-            Output::Post(post) => serde_json::to_string(post),
-            Output::Comments(comments) => serde_json::to_string(comments),
-            Output::Search(profiles) => serde_json::to_string(profiles),
-        };
-        // Structs of strings, integers and booleans: nothing can fail.
-        written.unwrap_or_else(|_| "null".to_owned())
-    }
-
-    /// The data's JSON within `text`, the JSON this output was read from,
-    /// when `text` is written as this crate writes an output:
-    /// `{"profile":{...}}`, compact. A host answering with the data as
-    /// written is spared writing it again. `None` for any other writing.
-    pub(crate) fn data_within<'t>(&self, text: &'t str) -> Option<&'t str> {
-        // An output read from `text` is one key and its value: past the key,
-        // everything to the closing brace is the value.
-        text.strip_prefix("{\"")?
-            .strip_prefix(self.endpoint().as_str())?
-            .strip_prefix("\":")?
-            .strip_suffix('}')
-    }
-
     /// The endpoint this output answers.
     pub fn endpoint(&self) -> Endpoint {
         match self {
@@ -407,46 +380,5 @@ mod tests {
         assert!(Output::Search(vec![profile(Some(&"9".repeat(21)))])
             .check(Some(1))
             .is_err());
-    }
-
-    #[test]
-    fn the_data_within_an_output_as_written_is_its_data_json() {
-        let profile = Profile {
-            username: "luna".into(),
-            display_name: "Luna \"🍰\" {}".into(),
-            followers: 1,
-            verified: true,
-            id: Some("7".into()),
-            bio: Some("a}\n".into()),
-            following: None,
-            likes: None,
-            videos: None,
-            avatar_url: None,
-        };
-        let comment = Comment {
-            id: "3".into(),
-            text: "}".into(),
-            likes: 0,
-            replies: None,
-            created_at: None,
-            author: None,
-        };
-        for output in [
-            Output::Profile(profile.clone()),
-            Output::Posts(vec![post("1"), post("2")]),
-            Output::Post(post("1")),
-            Output::Comments(vec![comment]),
-            Output::Search(vec![]),
-            Output::Search(vec![profile]),
-        ] {
-            let written = serde_json::to_string(&output).unwrap();
-            assert_eq!(
-                output.data_within(&written),
-                Some(output.data_json().as_str()),
-                "{written}"
-            );
-            let spaced = written.replacen(':', " : ", 1);
-            assert_eq!(output.data_within(&spaced), None, "{spaced}");
-        }
     }
 }

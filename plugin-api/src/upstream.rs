@@ -5,6 +5,7 @@
 //! timeouts, limits and proxy settings.
 
 use crate::{ErrorKind, ProviderError};
+use abi_stable::std_types::{RString, Tuple2};
 use serde::Deserialize;
 use std::fmt;
 use std::time::Duration;
@@ -159,28 +160,33 @@ pub struct UpstreamResponse<'a> {
     pub body: &'a [u8],
 }
 
-/// A response's headers as they came: pairs from a test, or the host's
-/// `name: value` lines, read in place. A header is looked up far more
-/// rarely than a response arrives, so the lines are never split up front.
+/// A response's headers where they are: a test's pairs, the host's
+/// `name: value` lines, or the copies lent across the plugin boundary.
+/// A header is looked up far more rarely than a response arrives, so none
+/// is copied or split up front.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum HeaderList<'a> {
     Pairs(&'a [(String, String)]),
     Lines(&'a str),
+    Lent(&'a [Tuple2<RString, RString>]),
 }
 
 impl<'a> HeaderList<'a> {
     /// Every header, in order.
     pub(crate) fn iter(self) -> impl Iterator<Item = (&'a str, &'a str)> {
-        let (pairs, lines) = match self {
-            HeaderList::Pairs(pairs) => (pairs, ""),
-            HeaderList::Lines(lines) => (&[][..], lines),
+        // One kind is set, the other two empty: chained, they need no box.
+        let (pairs, lines, lent) = match self {
+            HeaderList::Pairs(pairs) => (pairs, "", &[][..]),
+            HeaderList::Lines(lines) => (&[][..], lines, &[][..]),
+            HeaderList::Lent(lent) => (&[][..], "", lent),
         };
         let pairs = pairs.iter().map(|(n, v)| (n.as_str(), v.as_str()));
         let lines = lines.lines().filter_map(|line| {
             let (name, value) = line.split_once(':')?;
             Some((name, value.trim()))
         });
-        pairs.chain(lines)
+        let lent = lent.iter().map(|t| (t.0.as_str(), t.1.as_str()));
+        pairs.chain(lines).chain(lent)
     }
 }
 
@@ -194,12 +200,25 @@ impl<'a> UpstreamResponse<'a> {
         }
     }
 
-    /// A response whose headers are `name: value` lines, one header a line,
-    /// as the host holds them: read where they are, never copied.
+    /// A response whose headers are `name: value` lines, one header a line
+    /// (as the host holds them), read where they are.
     pub fn with_header_lines(status: u16, header_lines: &'a str, body: &'a [u8]) -> Self {
         UpstreamResponse {
             status,
             headers: HeaderList::Lines(header_lines),
+            body,
+        }
+    }
+
+    /// A response as the host lends it across the boundary.
+    pub(crate) fn lent(
+        status: u16,
+        headers: &'a [Tuple2<RString, RString>],
+        body: &'a [u8],
+    ) -> Self {
+        UpstreamResponse {
+            status,
+            headers: HeaderList::Lent(headers),
             body,
         }
     }

@@ -26,8 +26,8 @@ pub mod decision;
 use std::sync::Arc;
 use std::time::Duration;
 
-use plugin_api::ffi::{Advance, Answer, AttemptHandle};
-use plugin_api::{Call, Endpoint, ErrorKind, ProviderError};
+use plugin_api::ffi::AttemptHandle;
+use plugin_api::{Call, Done, Endpoint, ErrorKind, Next, ProviderError};
 use tokio::time::{timeout, Instant};
 
 use self::decision::{Failure, Then};
@@ -45,7 +45,7 @@ pub use plugin_api::ffi::MAX_STEPS;
 
 /// An answer and who gave it (for the log and the cursor, never the caller).
 pub struct Served {
-    pub answer: Answer,
+    pub done: Done,
     pub provider: Arc<Provider>,
 }
 
@@ -92,11 +92,8 @@ pub enum ChainError {
 }
 
 /// How one attempt ended, for the chain.
-// One per attempt, moved once or twice on its way out: boxing the answer
-// would cost an allocation to save a copy.
-#[allow(clippy::large_enum_variant)]
 enum Verdict {
-    Answered(Answer),
+    Answered(Done),
     /// Try the next provider.
     Failed,
     /// The chain ends with this.
@@ -192,8 +189,8 @@ impl Verdict {
     /// when it asks the next provider.
     fn end_of_chain(self, provider: &Arc<Provider>) -> Option<Result<Served, ChainError>> {
         match self {
-            Verdict::Answered(answer) => Some(Ok(Served {
-                answer,
+            Verdict::Answered(done) => Some(Ok(Served {
+                done,
                 provider: provider.clone(),
             })),
             Verdict::Stop(stop) => Some(Err(stop)),
@@ -244,7 +241,7 @@ fn judge(
     provider: &Provider,
     permit: Permit,
     call: &Call,
-    outcome: Result<Answer, AttemptError>,
+    outcome: Result<Done, AttemptError>,
     deadline: Deadline,
 ) -> (Verdict, &'static str) {
     let now = Instant::now();
@@ -252,9 +249,9 @@ fn judge(
         error,
         after_a_request,
     } = match outcome {
-        Ok(answer) => {
+        Ok(done) => {
             provider.breaker.record(permit, Outcome::Success, now);
-            return (Verdict::Answered(answer), "ok");
+            return (Verdict::Answered(done), "ok");
         }
         Err(failed) => failed,
     };
@@ -313,7 +310,7 @@ async fn attempt(
     call: &Call,
     client: &UpstreamClient,
     deadline: Deadline,
-) -> Result<Answer, AttemptError> {
+) -> Result<Done, AttemptError> {
     let mut requests = 0;
     let steps = async {
         let (handle, begun) = (provider.handle.clone(), call.clone());
@@ -327,8 +324,8 @@ async fn attempt(
             let (handed_back, next) = step(provider, attempt, last).await?;
             attempt = handed_back;
             match next? {
-                Advance::Answer(answer) => return Ok(answer),
-                Advance::Fetch(request) => {
+                Next::Done(done) => return Ok(done),
+                Next::Fetch(request) => {
                     tracing::debug!(
                         provider = %provider.name,
                         url = %crate::config::redacted_url(request.url()),
@@ -364,11 +361,11 @@ async fn step(
     provider: &Provider,
     mut attempt: AttemptHandle,
     last: Option<Fetched>,
-) -> Result<(AttemptHandle, Result<Advance, ProviderError>), ProviderError> {
+) -> Result<(AttemptHandle, Result<Next, ProviderError>), ProviderError> {
     provider
         .runner
         .run(move || {
-            let next = attempt.advance(last.as_ref().map(Fetched::as_response));
+            let next = attempt.step(last.as_ref().map(Fetched::as_response));
             (attempt, next)
         })
         .await

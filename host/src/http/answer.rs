@@ -83,7 +83,7 @@ pub async fn find<H: Send + 'static>(
         .await;
         let found = served
             .map(|served| Found {
-                entry: Arc::new(Entry::unstored(Stored::Data(data_of(served)))),
+                entry: Arc::new(Entry::unstored(Stored::Data(data_of(&served)))),
                 cached: false,
                 status: CacheStatus::bypass(),
             })
@@ -150,7 +150,7 @@ async fn find_cached<H: Send + 'static>(
             let (served, ()) =
                 chain::serve(&providers, &call, &client, deadline, &mut journal, ()).await;
             let outcome = match served {
-                Ok(served) => Ok(Stored::Data(data_of(served))),
+                Ok(served) => Ok(Stored::Data(data_of(&served))),
                 Err(ChainError::NotFound) => Ok(Stored::NotFound),
                 Err(error) => Err(error),
             };
@@ -228,10 +228,10 @@ async fn find_cached<H: Send + 'static>(
 }
 
 /// What a provider's answer is stored as.
-fn data_of(served: Served) -> Data {
+fn data_of(served: &Served) -> Data {
     Data {
-        json: served.answer.data_json.into(),
+        json: super::response::data_json(&served.done.output),
         provider: served.provider.name.clone(),
-        next_cursor: served.answer.done.next_cursor,
+        next_cursor: served.done.next_cursor.clone(),
     }
 }

@@ -7,6 +7,7 @@ use hyper::header::{
     HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE,
 };
 use hyper::{Response, StatusCode};
+use plugin_api::Output;
 use serde::ser::{Serialize, Serializer};
 
 use crate::billing::Costs;
@@ -32,6 +33,21 @@ struct Meta<'a> {
     request_id: &'a str,
 }
 
+/// The data of an output without its variant tag.
+struct Data<'a>(&'a Output);
+
+impl Serialize for Data<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Output::Profile(profile) => profile.serialize(s),
+            Output::Posts(posts) => posts.serialize(s),
+            Output::Post(post) => post.serialize(s),
+            Output::Comments(comments) => comments.serialize(s),
+            Output::Search(profiles) => profiles.serialize(s),
+        }
+    }
+}
+
 #[derive(serde::Serialize)]
 struct Failure<'a> {
     success: bool,
@@ -46,6 +62,19 @@ struct ErrorBody<'a> {
     /// For `INVALID_PARAMETER`: the parameter at fault.
     #[serde(skip_serializing_if = "Option::is_none")]
     param: Option<&'a str>,
+}
+
+/// An answer's `data`, serialized: what the cache stores and every success
+/// answer carries.
+pub fn data_json(output: &Output) -> Bytes {
+    match serde_json::to_vec(&Data(output)) {
+        Ok(json) => Bytes::from(json),
+        // Plain structs of strings and numbers: this cannot fail.
+        Err(e) => {
+            tracing::error!("cannot serialize an answer's data: {e}");
+            Bytes::from_static(b"null")
+        }
+    }
 }
 
 /// A success answer around `data`, already serialized. `next_cursor` is

@@ -4,12 +4,9 @@
 use std::time::Duration;
 
 use abi_stable::library::{lib_header_from_path, LibraryError};
-use abi_stable::std_types::{RErr, ROk, RString};
+use abi_stable::std_types::{RErr, ROk, RString, RVec, Tuple2};
 
-use super::{
-    FfiAttemptBox, FfiLentResponse, FfiProviderBox, FfiStep, HostServices, PluginModuleRef,
-};
-use crate::upstream::HeaderList;
+use super::{FfiAttemptBox, FfiProviderBox, FfiResponse, FfiStep, HostServices, PluginModuleRef};
 use crate::{
     Call, Done, ErrorKind, Manifest, Next, Output, ProviderConfig, ProviderError, UpstreamRequest,
     UpstreamResponse,
@@ -203,24 +200,6 @@ pub struct AttemptHandle {
     cursor: Option<String>,
 }
 
-/// What an attempt wants next, as [`AttemptHandle::advance`] gives it.
-#[derive(Debug)]
-pub enum Advance {
-    /// Perform this request and feed its response to the next step.
-    Fetch(UpstreamRequest),
-    /// The attempt's answer.
-    Answer(Answer),
-}
-
-/// An attempt's answer, with its data ready to send.
-#[derive(Debug)]
-pub struct Answer {
-    pub done: Done,
-    /// `done.output`'s [`data_json`](Output::data_json): as the plugin
-    /// wrote it, once checked, so the host does not write it again.
-    pub data_json: String,
-}
-
 impl AttemptHandle {
     /// Feeds the last response (none at first) and returns what the plugin
     /// wants next. An answer of another endpoint's shape, one that does not
@@ -228,51 +207,26 @@ impl AttemptHandle {
     /// response. A next cursor equal to the one this call continued from
     /// would hand the caller the same page for ever: it ends the listing.
     pub fn step(&mut self, response: Option<UpstreamResponse<'_>>) -> Result<Next, ProviderError> {
-        Ok(match self.advance(response)? {
-            Advance::Fetch(request) => Next::Fetch(request),
-            Advance::Answer(answer) => Next::Done(answer.done),
-        })
-    }
-
-    /// [`step`](Self::step) for a host about to answer a caller: an answer
-    /// comes with its data as JSON.
-    pub fn advance(
-        &mut self,
-        response: Option<UpstreamResponse<'_>>,
-    ) -> Result<Advance, ProviderError> {
-        // A response built from pairs (a test's) is written out as lines
-        // first; the host's own responses hold their headers as lines.
-        let written: String;
-        let response = match response {
-            None => None,
-            Some(r) => {
-                let header_lines = match r.headers {
-                    HeaderList::Lines(lines) => lines,
-                    pairs => {
-                        written = pairs.iter().fold(String::new(), |mut lines, (n, v)| {
-                            lines.push_str(n);
-                            lines.push_str(": ");
-                            lines.push_str(v);
-                            lines.push('\n');
-                            lines
-                        });
-                        &written
-                    }
-                };
-                Some(FfiLentResponse {
-                    status: r.status,
-                    header_lines: header_lines.into(),
-                    body: r.body.into(),
-                })
-            }
-        };
-        match self.inner.step_lent(response.into()) {
+        let headers: RVec<Tuple2<RString, RString>> = response
+            .map(|r| {
+                r.headers
+                    .iter()
+                    .map(|(n, v)| Tuple2(n.into(), v.into()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let response = response.map(|r| FfiResponse {
+            status: r.status,
+            headers: headers.as_rslice(),
+            body: r.body.into(),
+        });
+        match self.inner.step(response.into()) {
             FfiStep::Fetch {
                 method,
                 url,
                 headers,
                 body: _,
-            } => Ok(Advance::Fetch(UpstreamRequest::from_parts(
+            } => Ok(Next::Fetch(UpstreamRequest::from_parts(
                 copied(&method),
                 copied(&url),
                 headers
@@ -284,8 +238,7 @@ impl AttemptHandle {
                 output,
                 next_cursor,
             } => {
-                let written = output.as_str();
-                let output: Output = serde_json::from_str(written).map_err(|e| {
+                let output: Output = serde_json::from_str(output.as_str()).map_err(|e| {
                     ProviderError::bad_response(format!(
                         "plugin output does not fit the schema: {e}"
                     ))
@@ -313,16 +266,9 @@ impl AttemptHandle {
                         "plugin gave a cursor longer than {MAX_CURSOR_LEN} bytes"
                     )));
                 }
-                let data_json = match output.data_within(written) {
-                    Some(data) => data.to_owned(),
-                    None => output.data_json(),
-                };
-                Ok(Advance::Answer(Answer {
-                    done: Done {
-                        output,
-                        next_cursor,
-                    },
-                    data_json,
+                Ok(Next::Done(Done {
+                    output,
+                    next_cursor,
                 }))
             }
             FfiStep::Fail {

@@ -23,8 +23,8 @@ pub mod host;
 pub mod plugin;
 
 pub use host::{
-    caller_message, Advance, Answer, AttemptHandle, Library, LoadError, ProviderHandle,
-    MAX_CALLER_MESSAGE, MAX_CURSOR_LEN, MAX_STEPS,
+    caller_message, AttemptHandle, Library, LoadError, ProviderHandle, MAX_CALLER_MESSAGE,
+    MAX_CURSOR_LEN, MAX_STEPS,
 };
 #[doc(hidden)]
 pub use plugin::{lib_header, root_module, LibHeader};
@@ -77,33 +77,8 @@ pub type FfiProviderBox = FfiProvider_TO<'static, RBox<()>>;
 /// One attempt behind the boundary.
 #[sabi_trait]
 pub trait FfiAttempt: Send {
-    /// The 1.0 step: the response's headers as copied pairs.
     #[sabi(last_prefix_field)]
     fn step(&mut self, response: ROption<FfiResponse<'_>>) -> FfiStep;
-
-    /// Since 1.2, what the host calls: the same step with the headers lent
-    /// as the host holds them, `name: value` lines, so that no header is
-    /// copied to cross (most steps read none). A library built against 1.0
-    /// or 1.1 lacks it, and this default, run on the host's side, hands its
-    /// `step` the pairs instead.
-    fn step_lent(&mut self, response: ROption<FfiLentResponse<'_>>) -> FfiStep {
-        let response = response.into_option();
-        let headers: RVec<Tuple2<RString, RString>> = response
-            .as_ref()
-            .map(|r| {
-                crate::upstream::HeaderList::Lines(r.header_lines.as_str())
-                    .iter()
-                    .map(|(name, value)| Tuple2(name.into(), value.into()))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let response = response.map(|r| FfiResponse {
-            status: r.status,
-            headers: headers.as_rslice(),
-            body: r.body,
-        });
-        self.step(response.into())
-    }
 }
 
 /// An owned [`FfiAttempt`] trait object.
@@ -115,16 +90,6 @@ pub type FfiAttemptBox = FfiAttempt_TO<'static, RBox<()>>;
 pub struct FfiResponse<'a> {
     pub status: u16,
     pub headers: RSlice<'a, Tuple2<RString, RString>>,
-    pub body: RSlice<'a, u8>,
-}
-
-/// An upstream response lent to the plugin for one step, its headers as
-/// `name: value` lines (see [`FfiAttempt::step_lent`]).
-#[repr(C)]
-#[derive(StableAbi)]
-pub struct FfiLentResponse<'a> {
-    pub status: u16,
-    pub header_lines: RStr<'a>,
     pub body: RSlice<'a, u8>,
 }
 
@@ -164,47 +129,6 @@ impl From<ProviderError> for FfiStep {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use abi_stable::sabi_trait::TD_Opaque;
-    use abi_stable::std_types::RSome;
-
-    /// An attempt built against 1.0 or 1.1: it has only `step`.
-    struct OnlyStep;
-
-    impl FfiAttempt for OnlyStep {
-        fn step(&mut self, response: ROption<FfiResponse<'_>>) -> FfiStep {
-            let response = response.unwrap();
-            let seen: Vec<String> = response
-                .headers
-                .iter()
-                .map(|t| format!("{}={}", t.0, t.1))
-                .collect();
-            FfiStep::Fail {
-                kind: response.status as u8,
-                message: format!("{} {}", seen.join(";"), response.body.len()).into(),
-                retry_after_ms: ROption::RNone,
-            }
-        }
-    }
-
-    #[test]
-    fn a_step_lent_to_an_attempt_without_it_gets_the_headers_as_pairs() {
-        let mut attempt: FfiAttemptBox = FfiAttempt_TO::from_value(OnlyStep, TD_Opaque);
-        let step = attempt.step_lent(RSome(FfiLentResponse {
-            status: 200,
-            header_lines: "content-type: application/json\nretry-after:  7 \n".into(),
-            body: b"{}"[..].into(),
-        }));
-        let FfiStep::Fail { kind, message, .. } = step else {
-            panic!("the attempt's own step answered");
-        };
-        assert_eq!(kind, 200);
-        assert_eq!(
-            message.as_str(),
-            "content-type=application/json;retry-after=7 2"
-        );
-    }
-
     #[test]
     fn export_macro_uses_abi_stables_symbol_name() {
         assert_eq!(

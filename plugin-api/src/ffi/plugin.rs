@@ -15,8 +15,8 @@ use abi_stable::std_types::{RErr, ROk, ROption, RResult, RStr, RString, RVec, Tu
 pub use abi_stable::library::LibHeader;
 
 use super::{
-    FfiAttempt, FfiAttemptBox, FfiAttempt_TO, FfiLentResponse, FfiProvider, FfiProviderBox,
-    FfiProvider_TO, FfiResponse, FfiStep, HostServices, PluginModule, PluginModuleRef,
+    FfiAttempt, FfiAttemptBox, FfiAttempt_TO, FfiProvider, FfiProviderBox, FfiProvider_TO,
+    FfiResponse, FfiStep, HostServices, PluginModule, PluginModuleRef,
 };
 use crate::attempt;
 use crate::{
@@ -79,40 +79,19 @@ impl Drop for AttemptAdapter {
 
 impl FfiAttempt for AttemptAdapter {
     fn step(&mut self, response: ROption<FfiResponse<'_>>) -> FfiStep {
-        let response = response.into_option();
-        let headers: Vec<(String, String)> = response
-            .as_ref()
-            .map(|r| {
-                r.headers
-                    .iter()
-                    .map(|t| (t.0.to_string(), t.1.to_string()))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let response = response
-            .as_ref()
-            .map(|r| UpstreamResponse::new(r.status, &headers, r.body.as_slice()));
-        self.run(response)
-    }
-
-    fn step_lent(&mut self, response: ROption<FfiLentResponse<'_>>) -> FfiStep {
-        let response = response.into_option().map(|r| {
-            UpstreamResponse::with_header_lines(r.status, r.header_lines.into(), r.body.into())
-        });
-        self.run(response)
-    }
-}
-
-impl AttemptAdapter {
-    /// One step of the author's attempt, its outcome made ABI types.
-    fn run(&mut self, response: Option<UpstreamResponse<'_>>) -> FfiStep {
         let Some(inner) = self.inner.as_mut() else {
             return ProviderError::new(ErrorKind::Panicked, "attempt already panicked").into();
         };
-        // The answer is a subset of what the upstream sent: writing it into
-        // that much room spares a string of reallocations.
-        let room = response.map_or(0, |r| r.body.len());
-        let outcome = catch_unwind(AssertUnwindSafe(|| inner.step(response)));
+        let response = response.into_option();
+        // The answer is usually smaller than what the upstream sent: writing
+        // it into that much room (within reason) spares most reallocations.
+        let room = response.as_ref().map_or(0, |r| r.body.len().min(MAX_ROOM));
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            let response = response
+                .as_ref()
+                .map(|r| UpstreamResponse::lent(r.status, &r.headers, r.body.as_slice()));
+            inner.step(response)
+        }));
         match outcome {
             Ok(Ok(Next::Fetch(request))) => FfiStep::Fetch {
                 method: request.method.into(),
@@ -139,6 +118,9 @@ impl AttemptAdapter {
         }
     }
 }
+
+/// The most room [`written`] starts with.
+const MAX_ROOM: usize = 64 * 1024;
 
 /// `output` as JSON, written into `room` bytes to begin with.
 fn written(output: &Output, room: usize) -> Result<String, String> {
