@@ -103,7 +103,9 @@
 //!
 //! This crate is versioned 1.x: `abi_stable` refuses a plugin built against
 //! another major version, and checks the layout of every type that crosses.
-//! New module functions and trait methods are only ever added at the end.
+//! Minor versions add items, never a change to the interface's layout: a
+//! new module function or trait method would make a host refuse every
+//! library built before it, so it waits for a major version.
 
 pub mod attempt;
 pub mod call;
