@@ -74,7 +74,6 @@ impl Drop for Logging {
 
 /// Installs the process's subscriber; call once, before anything logs.
 pub fn init(format: LogFormat) -> Logging {
-    let (targets, span_filter) = filter_from_env();
     let sink = Arc::new(Sink::default());
     let (done, written) = mpsc::channel();
     let writer_sink = sink.clone();
@@ -88,27 +87,17 @@ pub fn init(format: LogFormat) -> Logging {
     match format {
         // Colours for a terminal; otherwise the same lines, written by
         // `PlainLine` at a fraction of the cost.
-        LogFormat::Human if std::io::IsTerminal::is_terminal(&std::io::stderr()) => builder
-            .with_ansi(true)
-            .finish()
-            .with(targets)
-            .with(span_filter)
-            .init(),
-        LogFormat::Human => builder
-            .with_ansi(false)
-            .fmt_fields(PlainFields)
-            .event_format(PlainLine)
-            .finish()
-            .with(targets)
-            .with(span_filter)
-            .init(),
-        LogFormat::Json => builder
-            .json()
-            .with_current_span(true)
-            .finish()
-            .with(targets)
-            .with(span_filter)
-            .init(),
+        LogFormat::Human if std::io::IsTerminal::is_terminal(&std::io::stderr()) => {
+            install_filtered(builder.with_ansi(true).finish())
+        }
+        LogFormat::Human => install_filtered(
+            builder
+                .with_ansi(false)
+                .fmt_fields(PlainFields)
+                .event_format(PlainLine)
+                .finish(),
+        ),
+        LogFormat::Json => install_filtered(builder.json().with_current_span(true).finish()),
     }
     if let Err(error) = &spawned {
         tracing::error!(%error, "cannot start the log writer thread; log lines are dropped");
@@ -117,6 +106,16 @@ pub fn init(format: LogFormat) -> Logging {
         sink,
         written: spawned.ok().map(|_| written),
     }
+}
+
+/// Installs `subscriber` as the process's, behind the filter
+/// `SOCIALGATE_LOG` sets.
+fn install_filtered<S>(subscriber: S)
+where
+    S: Subscriber + for<'a> LookupSpan<'a> + Send + Sync + 'static,
+{
+    let (targets, span_filter) = filter_from_env();
+    subscriber.with(targets).with(span_filter).init();
 }
 
 /// The filter `SOCIALGATE_LOG` sets (`info` when unset or unreadable): one
