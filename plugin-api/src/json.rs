@@ -349,7 +349,14 @@ mod tests {
             name: String,
         }
         let body = |name: &[u8], skipped: &[u8]| {
-            [br#"{"skipped":""#, skipped, br#"","name":""#, name, br#""}"#].concat()
+            [
+                br#"{"skipped":""#,
+                skipped,
+                br#"","name":""#,
+                name,
+                br#""}"#,
+            ]
+            .concat()
         };
         let read = super::parse::<Named>(&body(b"luna", "caf\\u00e9 \u{1f370}".as_bytes()));
         assert_eq!(read.unwrap().name, "luna");
