@@ -1,10 +1,11 @@
 //! The host side of the boundary: loading a library and checking its
 //! interface, and safe handles to the providers and attempts inside it.
 
+use std::cell::RefCell;
 use std::time::Duration;
 
 use abi_stable::library::{lib_header_from_path, LibraryError};
-use abi_stable::std_types::{RErr, ROk, RString, RVec, Tuple2};
+use abi_stable::std_types::{RErr, ROk, RSlice, RString, RVec, Tuple2};
 
 use super::{FfiAttemptBox, FfiProviderBox, FfiResponse, FfiStep, HostServices, PluginModuleRef};
 use crate::{
@@ -207,20 +208,20 @@ impl AttemptHandle {
     /// response. A next cursor equal to the one this call continued from
     /// would hand the caller the same page for ever: it ends the listing.
     pub fn step(&mut self, response: Option<UpstreamResponse<'_>>) -> Result<Next, ProviderError> {
-        let headers: RVec<Tuple2<RString, RString>> = response
-            .map(|r| {
-                r.headers
-                    .iter()
-                    .map(|(n, v)| Tuple2(n.into(), v.into()))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let response = response.map(|r| FfiResponse {
-            status: r.status,
-            headers: headers.as_rslice(),
-            body: r.body.into(),
-        });
-        match self.inner.step(response.into()) {
+        let step = match response {
+            None => self.inner.step(None.into()),
+            Some(r) => lending_headers(r, |headers| {
+                self.inner.step(
+                    Some(FfiResponse {
+                        status: r.status,
+                        headers,
+                        body: r.body.into(),
+                    })
+                    .into(),
+                )
+            }),
+        };
+        match step {
             FfiStep::Fetch {
                 method,
                 url,
@@ -284,4 +285,58 @@ impl AttemptHandle {
             }
         }
     }
+}
+
+thread_local! {
+    /// The header pairs this thread lends plugins, kept from step to step so
+    /// that their strings' room is reused: made anew, they were two
+    /// allocations a header a step, for headers most steps never read.
+    static LENT_HEADERS: RefCell<RVec<Tuple2<RString, RString>>> =
+        const { RefCell::new(RVec::new()) };
+}
+
+/// Above this much room, the kept pairs are dropped after the step: one
+/// answer with huge headers should not pin its room to a thread for ever.
+const MOST_KEPT_HEADER_ROOM: usize = 16 * 1024;
+
+/// Runs `step` with `response`'s headers as the pairs the interface lends a
+/// plugin, written into this thread's kept pairs.
+fn lending_headers<T>(
+    response: UpstreamResponse<'_>,
+    step: impl FnOnce(RSlice<'_, Tuple2<RString, RString>>) -> T,
+) -> T {
+    LENT_HEADERS.with(|kept| {
+        // Taken only while a step runs, and a step never starts another on
+        // its thread; should that ever change, it gets pairs of its own.
+        let Ok(mut pairs) = kept.try_borrow_mut() else {
+            let pairs: RVec<_> = response
+                .headers
+                .iter()
+                .map(|(name, value)| Tuple2(name.into(), value.into()))
+                .collect();
+            return step(pairs.as_rslice());
+        };
+        let mut count = 0;
+        for (name, value) in response.headers.iter() {
+            match pairs.get_mut(count) {
+                Some(Tuple2(kept_name, kept_value)) => {
+                    kept_name.clear();
+                    kept_name.push_str(name);
+                    kept_value.clear();
+                    kept_value.push_str(value);
+                }
+                None => pairs.push(Tuple2(name.into(), value.into())),
+            }
+            count += 1;
+        }
+        let output = step(RSlice::from_slice(&pairs[..count]));
+        let room: usize = pairs
+            .iter()
+            .map(|Tuple2(name, value)| name.capacity() + value.capacity())
+            .sum();
+        if room > MOST_KEPT_HEADER_ROOM {
+            *pairs = RVec::new();
+        }
+        output
+    })
 }

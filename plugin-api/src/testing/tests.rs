@@ -17,6 +17,8 @@ enum Flaw {
     Loops,
     WrongEndpoint,
     InvalidAfterFetch,
+    /// Not a flaw: answers with the headers it was lent as the display name.
+    EchoHeaders,
 }
 
 #[derive(Deserialize, Default)]
@@ -37,7 +39,11 @@ struct User {
 }
 
 fn profile(handle: String) -> Output {
-    Output::Profile(Profile {
+    Output::Profile(profile_of(handle))
+}
+
+fn profile_of(handle: String) -> Profile {
+    Profile {
         username: handle,
         display_name: String::new(),
         followers: 0,
@@ -48,7 +54,7 @@ fn profile(handle: String) -> Output {
         likes: None,
         videos: None,
         avatar_url: None,
-    })
+    }
 }
 
 struct Loop(UpstreamRequest);
@@ -106,6 +112,15 @@ impl Provider for Toy {
                         duration_ms: None,
                         author: None,
                     }),
+                    Flaw::EchoHeaders => Output::Profile(Profile {
+                        display_name: r
+                            .headers
+                            .iter()
+                            .map(|(name, value)| format!("{name}={value}"))
+                            .collect::<Vec<_>>()
+                            .join(","),
+                        ..profile_of(user.handle)
+                    }),
                     _ => profile(user.handle),
                 };
                 Ok(Done::last(output))
@@ -137,6 +152,31 @@ fn a_provider_that_keeps_the_rules_passes() {
     let report = suite("none");
     report.assert_passes();
     assert!(report.runs > 30, "{report}");
+}
+
+/// The host keeps the pairs it lends a thread's steps: each step must see
+/// its own answer's headers, none left from a longer set before.
+#[test]
+fn each_step_is_lent_its_own_answers_headers() {
+    let kit = kit("echo_headers");
+    let body = br#"{"handle":"kit_user"}"#;
+    for (lines, seen) in [
+        ("a: 1\nbb: 22\nc: 3\n", "a=1,bb=22,c=3"),
+        ("d: 4\n", "d=4"),
+        ("", ""),
+        ("e: 5\nf: 6\n", "e=5,f=6"),
+    ] {
+        let mut attempt = kit.begin(&sample(Endpoint::Profile));
+        assert!(matches!(attempt.step(None), Ok(Next::Fetch(_))));
+        let answer = UpstreamResponse::with_header_lines(200, lines, body);
+        let Ok(Next::Done(done)) = attempt.step(Some(answer)) else {
+            panic!("no answer for {lines:?}");
+        };
+        let Output::Profile(profile) = done.output else {
+            panic!("not a profile");
+        };
+        assert_eq!(profile.display_name, seen);
+    }
 }
 
 #[test]
