@@ -20,13 +20,6 @@ use std::sync::Arc;
 mod wire;
 use wire::PostId;
 
-/// The library's own allocator. A `cdylib` otherwise allocates with the C
-/// library's `malloc`, and a step allocates each string it reads and writes;
-/// mimalloc, as in the host, serves them for less (about 5% of an uncached
-/// request's CPU, `docs/providers.md`).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// F4 gives at most this many comments a call.
 const COMMENTS_PER_CALL: u32 = 50;
 

@@ -17,13 +17,6 @@
 mod posts;
 mod wire;
 
-/// The library's own allocator. A `cdylib` otherwise allocates with the C
-/// library's `malloc`, and a step allocates each string it reads and writes;
-/// mimalloc, as in the host, serves them for less (about 5% of an uncached
-/// request's CPU, `docs/providers.md`).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[cfg(test)]
 mod tests;
 
