@@ -23,6 +23,11 @@ impl Api {
         let client = reqwest::Client::builder()
             .no_proxy()
             .timeout(Duration::from_secs(15))
+            // Below the server's keep-alive limit (`header_timeout_ms`, 10 s
+            // by default), so a request after a long pause never goes out
+            // on a connection the server is closing at that moment: an
+            // HTTP/1.1 race no client can win, not a fault of the server.
+            .pool_idle_timeout(Duration::from_secs(5))
             .build()
             .expect("can build an HTTP client");
         Api {
