@@ -1,7 +1,7 @@
 //! The host side of the boundary: loading a library and checking its
 //! interface, and safe handles to the providers and attempts inside it.
 
-use std::cell::RefCell;
+use std::cell::Cell;
 use std::time::Duration;
 
 use abi_stable::library::{lib_header_from_path, LibraryError};
@@ -291,8 +291,8 @@ thread_local! {
     /// The header pairs this thread lends plugins, kept from step to step so
     /// that their strings' room is reused: made anew, they were two
     /// allocations a header a step, for headers most steps never read.
-    static LENT_HEADERS: RefCell<RVec<Tuple2<RString, RString>>> =
-        const { RefCell::new(RVec::new()) };
+    static LENT_HEADERS: Cell<RVec<Tuple2<RString, RString>>> =
+        const { Cell::new(RVec::new()) };
 }
 
 /// Above this much room, the kept pairs are dropped after the step: one
@@ -305,38 +305,29 @@ fn lending_headers<T>(
     response: UpstreamResponse<'_>,
     step: impl FnOnce(RSlice<'_, Tuple2<RString, RString>>) -> T,
 ) -> T {
-    LENT_HEADERS.with(|kept| {
-        // Taken only while a step runs, and a step never starts another on
-        // its thread; should that ever change, it gets pairs of its own.
-        let Ok(mut pairs) = kept.try_borrow_mut() else {
-            let pairs: RVec<_> = response
-                .headers
-                .iter()
-                .map(|(name, value)| Tuple2(name.into(), value.into()))
-                .collect();
-            return step(pairs.as_rslice());
-        };
-        let mut count = 0;
-        for (name, value) in response.headers.iter() {
-            match pairs.get_mut(count) {
-                Some(Tuple2(kept_name, kept_value)) => {
-                    kept_name.clear();
-                    kept_name.push_str(name);
-                    kept_value.clear();
-                    kept_value.push_str(value);
-                }
-                None => pairs.push(Tuple2(name.into(), value.into())),
+    // Taken out while the step runs: were a step ever to start another on
+    // its thread, that one would find none kept and make its own.
+    let mut pairs = LENT_HEADERS.take();
+    let mut count = 0;
+    for (name, value) in response.headers.iter() {
+        match pairs.get_mut(count) {
+            Some(Tuple2(kept_name, kept_value)) => {
+                kept_name.clear();
+                kept_name.push_str(name);
+                kept_value.clear();
+                kept_value.push_str(value);
             }
-            count += 1;
+            None => pairs.push(Tuple2(name.into(), value.into())),
         }
-        let output = step(RSlice::from_slice(&pairs[..count]));
-        let room: usize = pairs
-            .iter()
-            .map(|Tuple2(name, value)| name.capacity() + value.capacity())
-            .sum();
-        if room > MOST_KEPT_HEADER_ROOM {
-            *pairs = RVec::new();
-        }
-        output
-    })
+        count += 1;
+    }
+    let output = step(RSlice::from_slice(&pairs[..count]));
+    let room: usize = pairs
+        .iter()
+        .map(|Tuple2(name, value)| name.capacity() + value.capacity())
+        .sum();
+    if room <= MOST_KEPT_HEADER_ROOM {
+        LENT_HEADERS.set(pairs);
+    }
+    output
 }
