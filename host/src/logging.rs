@@ -12,10 +12,17 @@
 //! server pays one `write` and one wake-up per batch, not per line. If
 //! stderr falls more than [`MAX_BUFFERED`] bytes behind, further lines are
 //! dropped, counted, and the count is written once it catches up.
+//!
+//! Every request ends in one line ([`RequestLine`]), the one line a busy
+//! server writes most. In the formats written here, with levels set by
+//! target, it goes straight into that buffer, the same bytes the
+//! subscriber would write for its event, without `tracing`'s dispatch and
+//! field visitors (most of what a request's line cost); otherwise it is an
+//! ordinary event.
 
 use std::cell::RefCell;
 use std::io::Write;
-use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use plugin_api::Timestamp;
@@ -83,21 +90,47 @@ pub fn init(format: LogFormat) -> Logging {
             writer_sink.write_out(&mut std::io::stderr());
             let _ = done.send(());
         });
+    let (targets, span_filter) = filter_from_env();
     let builder = tracing_subscriber::fmt().with_writer(SinkWriter(sink.clone()));
-    match format {
+    let direct_format = match format {
         // Colours for a terminal; otherwise the same lines, written by
         // `PlainLine` at a fraction of the cost.
         LogFormat::Human if std::io::IsTerminal::is_terminal(&std::io::stderr()) => {
-            install_filtered(builder.with_ansi(true).finish())
+            install_filtered(
+                builder.with_ansi(true).finish(),
+                targets.clone(),
+                span_filter,
+            );
+            None
         }
-        LogFormat::Human => install_filtered(
-            builder
-                .with_ansi(false)
-                .fmt_fields(PlainFields)
-                .event_format(PlainLine)
-                .finish(),
-        ),
-        LogFormat::Json => install_filtered(builder.json().with_current_span(true).finish()),
+        LogFormat::Human => {
+            install_filtered(
+                builder
+                    .with_ansi(false)
+                    .fmt_fields(PlainFields)
+                    .event_format(PlainLine)
+                    .finish(),
+                targets.clone(),
+                span_filter,
+            );
+            Some(LogFormat::Human)
+        }
+        LogFormat::Json => {
+            install_filtered(
+                builder.json().with_current_span(true).finish(),
+                targets.clone(),
+                span_filter,
+            );
+            Some(LogFormat::Json)
+        }
+    };
+    // Levels by target say once and for all whether request lines are on.
+    if let (Some(format), Some(targets)) = (direct_format, targets) {
+        let _ = DIRECT_REQUEST_LINES.set(DirectLines {
+            sink: sink.clone(),
+            format,
+            enabled: targets.would_enable(REQUEST_TARGET, &tracing::Level::INFO),
+        });
     }
     if let Err(error) = &spawned {
         tracing::error!(%error, "cannot start the log writer thread; log lines are dropped");
@@ -109,13 +142,146 @@ pub fn init(format: LogFormat) -> Logging {
 }
 
 /// Installs `subscriber` as the process's, behind the filter
-/// `SOCIALGATE_LOG` sets.
-fn install_filtered<S>(subscriber: S)
+/// `SOCIALGATE_LOG` sets (one of the two).
+fn install_filtered<S>(subscriber: S, targets: Option<Targets>, span_filter: Option<EnvFilter>)
 where
     S: Subscriber + for<'a> LookupSpan<'a> + Send + Sync + 'static,
 {
-    let (targets, span_filter) = filter_from_env();
     subscriber.with(targets).with(span_filter).init();
+}
+
+/// The target of every request's line: `http::api`'s, where the request
+/// is answered.
+pub const REQUEST_TARGET: &str = "socialgate::http::api";
+
+/// Where request lines go when they skip `tracing` (see [`RequestLine`]);
+/// unset for a terminal's colours and for filters by span.
+static DIRECT_REQUEST_LINES: OnceLock<DirectLines> = OnceLock::new();
+
+struct DirectLines {
+    sink: Arc<Sink>,
+    format: LogFormat,
+    /// Whether the filter lets INFO lines of [`REQUEST_TARGET`] through.
+    enabled: bool,
+}
+
+/// What a request's log line says: the event `http::api` logs at INFO,
+/// in the request's span (`request{id=…}`), with the message `request`.
+pub struct RequestLine<'a> {
+    pub id: &'a str,
+    pub method: &'a str,
+    pub path: &'a str,
+    pub status: u16,
+    pub latency: Duration,
+    /// The provider that answered, or `-`.
+    pub provider: &'a str,
+    /// What the cache did, or `-`.
+    pub cache: &'a str,
+    pub attempts: usize,
+    /// The accepted key's name, or `-`.
+    pub key: &'a str,
+}
+
+impl RequestLine<'_> {
+    /// The latency in milliseconds, to the microsecond: `1.277`, not
+    /// `1.2771359999999998`.
+    pub fn latency_ms(&self) -> f64 {
+        self.latency.as_micros() as f64 / 1000.0
+    }
+
+    /// Writes the line straight into the log buffer, as the subscriber
+    /// would have written its event, when [`init`] set that up (nothing
+    /// when the filter drops it). `false` when the caller must log it as
+    /// an event.
+    pub fn write_direct(&self) -> bool {
+        let Some(direct) = DIRECT_REQUEST_LINES.get() else {
+            return false;
+        };
+        if direct.enabled {
+            thread_local! {
+                static LINE: RefCell<String> = const { RefCell::new(String::new()) };
+            }
+            LINE.with_borrow_mut(|line| {
+                line.clear();
+                let written = match direct.format {
+                    LogFormat::Human => self.write_plain(line),
+                    LogFormat::Json => self.write_json(line),
+                };
+                if written.is_ok() {
+                    direct.sink.append(line.as_bytes());
+                }
+                // A burst's long line should not keep its room.
+                if line.capacity() > 4096 {
+                    *line = String::new();
+                }
+            });
+        }
+        true
+    }
+
+    /// [`PlainLine`]'s line for the event, with [`PlainFields`]' fields.
+    fn write_plain(&self, out: &mut String) -> std::fmt::Result {
+        write_timestamp(out, SystemTime::now())?;
+        out.push_str("  INFO request{id=");
+        out.push_str(self.id);
+        out.push_str("}: ");
+        out.push_str(REQUEST_TARGET);
+        out.push_str(": request method=");
+        out.push_str(self.method);
+        out.push_str(" path=");
+        write_quoted(out, self.path)?;
+        out.push_str(" status=");
+        out.push_str(itoa::Buffer::new().format(self.status));
+        out.push_str(" latency_ms=");
+        write_millis(out, self.latency);
+        out.push_str(" provider=");
+        write_quoted(out, self.provider)?;
+        out.push_str(" cache=");
+        out.push_str(self.cache);
+        out.push_str(" attempts=");
+        out.push_str(itoa::Buffer::new().format(self.attempts));
+        out.push_str(" key=");
+        write_quoted(out, self.key)?;
+        out.push('\n');
+        Ok(())
+    }
+
+    /// tracing-subscriber's JSON line for the event (current span and span
+    /// list on, as [`init`] sets it up).
+    fn write_json(&self, out: &mut String) -> std::fmt::Result {
+        let json = plugin_api::canonical::write_str::<String>;
+        out.push_str("{\"timestamp\":\"");
+        write_timestamp(out, SystemTime::now())?;
+        out.push_str("\",\"level\":\"INFO\",\"fields\":{\"message\":\"request\",\"method\":");
+        json(out, self.method);
+        out.push_str(",\"path\":");
+        json(out, self.path);
+        out.push_str(",\"status\":");
+        out.push_str(itoa::Buffer::new().format(self.status));
+        out.push_str(",\"latency_ms\":");
+        write_millis(out, self.latency);
+        out.push_str(",\"provider\":");
+        json(out, self.provider);
+        out.push_str(",\"cache\":");
+        json(out, self.cache);
+        out.push_str(",\"attempts\":");
+        out.push_str(itoa::Buffer::new().format(self.attempts));
+        out.push_str(",\"key\":");
+        json(out, self.key);
+        out.push_str("},\"target\":");
+        json(out, REQUEST_TARGET);
+        let span = |out: &mut String| {
+            out.push_str("{\"id\":");
+            json(out, self.id);
+            out.push_str(",\"name\":\"request\"}");
+        };
+        out.push_str(",\"span\":");
+        span(out);
+        out.push_str(",\"spans\":[");
+        span(out);
+        out.push_str("]}\n");
+        Ok(())
+    }
 }
 
 /// The filter `SOCIALGATE_LOG` sets (`info` when unset or unreadable): one
@@ -290,6 +456,33 @@ impl PlainVisitor<'_> {
         record(&mut default);
         self.result = tracing_subscriber::field::VisitOutput::finish(default);
         self.is_empty = false;
+    }
+}
+
+/// A latency in milliseconds to the microsecond, as `Debug` (and
+/// serde_json, in JSON) writes [`RequestLine::latency_ms`]'s float:
+/// `1.277`, `4.0`, `0.001`; a float's formatting is most of that field's
+/// cost. Past `MAX_PLAIN_MICROS` (31 years), through the float itself.
+fn write_millis(out: &mut String, latency: Duration) {
+    const MAX_PLAIN_MICROS: u128 = 1_000_000_000_000_000;
+    let micros = latency.as_micros();
+    if micros >= MAX_PLAIN_MICROS {
+        use std::fmt::Write as _;
+        let _ = write!(out, "{:?}", micros as f64 / 1000.0);
+        return;
+    }
+    out.push_str(itoa::Buffer::new().format(micros / 1000));
+    out.push('.');
+    // Below 1000: fits.
+    let fraction = (micros % 1000) as u32;
+    let digits = [fraction / 100, fraction / 10 % 10, fraction % 10];
+    let shown = match digits {
+        [_, 0, 0] => 1,
+        [_, _, 0] => 2,
+        _ => 3,
+    };
+    for digit in &digits[..shown] {
+        out.push(char::from_digit(*digit, 10).unwrap_or('0'));
     }
 }
 
@@ -606,5 +799,149 @@ mod tests {
         text.clear();
         write_timestamp(&mut text, at + Duration::from_millis(1)).unwrap();
         assert_eq!(text, "2025-11-25T11:15:55.599305Z");
+    }
+
+    /// Request lines that test every field's writing: plain and escaped
+    /// strings, latencies of every shape.
+    fn request_lines() -> Vec<RequestLine<'static>> {
+        let mut lines = Vec::new();
+        for (n, latency) in [0u64, 1, 10, 100, 999, 1000, 1001, 1_277, 12_000, 4_616_123]
+            .into_iter()
+            .enumerate()
+        {
+            lines.push(RequestLine {
+                id: ["5ddcccd4-7057-41e3-a7dc-e626f51f0182", "trace-42:abc_DEF.1"][n % 2],
+                method: ["GET", "HEAD", "OPTIONS"][n % 3],
+                path: [
+                    "/v1/shortvideo/profile",
+                    "/v1/say \"hi\"\\",
+                    "/v1/caf\u{e9}\u{200b}\t\u{7f}",
+                    "",
+                ][n % 4],
+                status: [200, 404, 503][n % 3],
+                latency: Duration::from_micros(latency),
+                provider: ["shortvideo-primary", "-", "odd \"name\""][n % 3],
+                cache: ["bypass", "-", "hit"][n % 3],
+                attempts: n,
+                key: ["bench", "-", "k\u{1}y"][n % 3],
+            });
+        }
+        lines
+    }
+
+    /// What the subscriber writes for each line's event, in its span, as
+    /// [`init`] sets it up for `format`; without the timestamps.
+    fn through_tracing(format: LogFormat, lines: &[RequestLine<'_>]) -> Vec<String> {
+        #[derive(Clone, Default)]
+        struct Captured(Arc<Mutex<Vec<u8>>>);
+        impl Write for Captured {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let captured = Captured::default();
+        let sink = captured.clone();
+        let builder = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || sink.clone());
+        let emit = || {
+            for line in lines {
+                let span = tracing::info_span!("request", id = %line.id);
+                span.in_scope(|| {
+                    tracing::info!(
+                        target: REQUEST_TARGET,
+                        method = %line.method,
+                        path = line.path,
+                        status = line.status,
+                        latency_ms = line.latency_ms(),
+                        provider = line.provider,
+                        cache = %line.cache,
+                        attempts = line.attempts,
+                        key = line.key,
+                        "request"
+                    )
+                });
+            }
+        };
+        match format {
+            LogFormat::Human => {
+                let subscriber = builder.fmt_fields(PlainFields).event_format(PlainLine);
+                tracing::subscriber::with_default(subscriber.finish(), emit);
+            }
+            LogFormat::Json => {
+                let subscriber = builder.json().with_current_span(true);
+                tracing::subscriber::with_default(subscriber.finish(), emit);
+            }
+        }
+        let bytes = captured.0.lock().unwrap().clone();
+        let text = String::from_utf8(bytes).unwrap();
+        text.lines().map(without_timestamp).collect()
+    }
+
+    /// A line without its timestamp, in either format.
+    fn without_timestamp(line: &str) -> String {
+        match line.strip_prefix("{\"timestamp\":\"") {
+            Some(json) => json
+                .split_once('"')
+                .expect("the timestamp ends")
+                .1
+                .to_owned(),
+            None => line
+                .split_once(' ')
+                .expect("a timestamp first")
+                .1
+                .to_owned(),
+        }
+    }
+
+    #[test]
+    fn request_lines_written_directly_are_the_subscribers_lines() {
+        let lines = request_lines();
+        for format in [LogFormat::Human, LogFormat::Json] {
+            let direct: Vec<String> = lines
+                .iter()
+                .map(|line| {
+                    let mut text = String::new();
+                    match format {
+                        LogFormat::Human => line.write_plain(&mut text),
+                        LogFormat::Json => line.write_json(&mut text),
+                    }
+                    .unwrap();
+                    assert!(text.ends_with('\n') && text.matches('\n').count() == 1);
+                    without_timestamp(text.trim_end())
+                })
+                .collect();
+            assert_eq!(direct, through_tracing(format, &lines), "{format:?}");
+        }
+    }
+
+    #[test]
+    fn latencies_are_written_as_their_float_is() {
+        let check = |micros: u64| {
+            let line = RequestLine {
+                latency: Duration::from_micros(micros),
+                ..request_lines().remove(0)
+            };
+            let mut text = String::new();
+            write_millis(&mut text, line.latency);
+            assert_eq!(text, format!("{:?}", line.latency_ms()), "{micros} µs");
+            assert_eq!(
+                text,
+                serde_json::to_string(&line.latency_ms()).unwrap(),
+                "{micros} µs in JSON"
+            );
+        };
+        (0..200_000).for_each(check);
+        // Then a sparser walk up past a year.
+        let mut micros = 200_000u64;
+        while micros < 40_000_000_000_000 {
+            check(micros);
+            check(micros + 1);
+            micros = micros * 11 / 10 + 7;
+        }
     }
 }

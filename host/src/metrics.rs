@@ -64,13 +64,13 @@ pub fn render(handle: &PrometheusHandle, snapshot: &Snapshot, cache_bytes: u64) 
 }
 
 /// Labels for a request: configured platform and known endpoint, or `unknown`.
-pub struct RouteLabels {
-    pub platform: String,
+pub struct RouteLabels<'a> {
+    pub platform: &'a str,
     pub endpoint: &'static str,
 }
 
-impl RouteLabels {
-    pub fn of(snapshot: &Snapshot, path: &str) -> RouteLabels {
+impl<'a> RouteLabels<'a> {
+    pub fn of(snapshot: &Snapshot, path: &'a str) -> RouteLabels<'a> {
         let mut segments = path.strip_prefix("/v1/").unwrap_or("").splitn(2, '/');
         let platform = segments
             .next()
@@ -81,29 +81,26 @@ impl RouteLabels {
             .and_then(Endpoint::from_segment)
             .map(Endpoint::as_str)
             .unwrap_or("unknown");
-        RouteLabels {
-            platform: platform.to_owned(),
-            endpoint,
-        }
+        RouteLabels { platform, endpoint }
     }
 }
 
 /// One answered request: its count by status and its duration.
-pub fn request(labels: &RouteLabels, status: u16, elapsed: Duration) {
+pub fn request(labels: &RouteLabels<'_>, status: u16, elapsed: Duration) {
     HANDLES.with_borrow_mut(|handles| {
-        let route = handles.routes.entry_for(&labels.platform);
+        let route = handles.routes.entry_for(labels.platform);
         route
             .requests
             .entry((labels.endpoint, status))
             .or_insert_with(|| {
-                counter!(REQUESTS, "platform" => labels.platform.clone(), "endpoint" => labels.endpoint, "status" => status.to_string())
+                counter!(REQUESTS, "platform" => labels.platform.to_owned(), "endpoint" => labels.endpoint, "status" => status.to_string())
             })
             .increment(1);
         route
             .seconds
             .entry(labels.endpoint)
             .or_insert_with(|| {
-                histogram!(REQUEST_SECONDS, "platform" => labels.platform.clone(), "endpoint" => labels.endpoint)
+                histogram!(REQUEST_SECONDS, "platform" => labels.platform.to_owned(), "endpoint" => labels.endpoint)
             })
             .record(elapsed.as_secs_f64());
     });
@@ -127,10 +124,10 @@ pub fn attempt(provider: &str, outcome: &'static str, elapsed: Duration) {
     });
 }
 
-pub fn failover(labels: &RouteLabels, from_provider: &str) {
+pub fn failover(labels: &RouteLabels<'_>, from_provider: &str) {
     counter!(
         FAILOVERS,
-        "platform" => labels.platform.clone(),
+        "platform" => labels.platform.to_owned(),
         "endpoint" => labels.endpoint,
         "from_provider" => from_provider.to_owned()
     )
@@ -142,7 +139,12 @@ pub fn reload(ok: bool) {
 }
 
 pub fn credits(n: u64) {
-    counter!(CREDITS).increment(n);
+    HANDLES.with_borrow_mut(|handles| {
+        handles
+            .credits
+            .get_or_insert_with(|| counter!(CREDITS))
+            .increment(n)
+    });
 }
 
 /// What the cache did for a data request: `hit`, `miss`, `collapsed`
@@ -184,6 +186,7 @@ struct Handles {
     routes: ByName<RouteHandles>,
     providers: ByName<ProviderHandles>,
     cache: FastMap<(&'static str, &'static str), Counter>,
+    credits: Option<Counter>,
 }
 
 #[derive(Default)]

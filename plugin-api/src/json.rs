@@ -60,10 +60,14 @@ impl<'de> Deserialize<'de> for Id {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let raw = Box::<RawValue>::deserialize(deserializer)?;
         let text = raw.get();
-        if text.starts_with('"') {
-            return serde_json::from_str(text)
-                .map(Id)
-                .map_err(de::Error::custom);
+        if let Some(quoted) = text.strip_prefix('"') {
+            // A string without escapes is its text between the quotes.
+            return match quoted.strip_suffix('"') {
+                Some(plain) if !plain.contains('\\') => Ok(Id(plain.to_owned())),
+                _ => serde_json::from_str(text)
+                    .map(Id)
+                    .map_err(de::Error::custom),
+            };
         }
         let digits = text.strip_prefix('-').unwrap_or(text);
         if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {

@@ -20,6 +20,8 @@
 //! - [`attempt`]: ready-made attempts (one request; offset-paged lists).
 //! - [`json`]: lenient readers for upstream JSON (exact big IDs, string
 //!   counters, 0/1 flags).
+//! - [`canonical`]: JSON in serde_json's one exact form, as the boundary
+//!   carries it: written fast, read back strictly.
 //! - [`log`]: logging through the host.
 //! - [`ffi`]: the `abi_stable` boundary. Plugins only use
 //!   [`export_provider!`] from it.
@@ -109,6 +111,7 @@
 
 pub mod attempt;
 pub mod call;
+pub mod canonical;
 pub mod ffi;
 pub mod json;
 pub mod log;

@@ -142,6 +142,20 @@ impl Output {
         }
     }
 
+    /// The output's value as JSON, without its variant: an answer's `data`
+    /// as callers receive it.
+    pub fn data_json(&self) -> String {
+        let written = match self {
+            Output::Profile(profile) => serde_json::to_string(profile),
+            Output::Posts(posts) => serde_json::to_string(posts),
+            Output::Post(post) => serde_json::to_string(post),
+            Output::Comments(comments) => serde_json::to_string(comments),
+            Output::Search(profiles) => serde_json::to_string(profiles),
+        };
+        // Plain structs of strings, numbers and booleans.
+        written.expect("the schema's values always serialize")
+    }
+
     /// Checks what the schema's types cannot say: every ID has the shape of
     /// one ([`schema::is_id`](crate::schema::is_id)) and a list holds at
     /// most `most_items` ([`Call::most_items`](crate::Call::most_items)).

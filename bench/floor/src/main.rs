@@ -125,16 +125,18 @@ async fn forward(upstream: &Upstream, request: Request<Incoming>) -> Response<Fu
     let Ok(uri) = uri.build() else {
         return bad_gateway();
     };
-    let headers: Vec<(HeaderName, HeaderValue)> = request
+    let headers: Vec<(&str, &str)> = request
         .headers()
         .iter()
         .filter(|(name, _)| **name != CONNECTION && **name != HOST)
-        .map(|(name, value)| (name.clone(), value.clone()))
+        .filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?)))
         .collect();
-    let head = request_head(&uri, &headers);
+    let Ok(head) = request_head(&uri, &headers) else {
+        return bad_gateway();
+    };
     let exchanged = upstream
         .client
-        .exchange(upstream.target.clone(), &head, DEFAULT_MAX_BODY_BYTES)
+        .exchange(&upstream.target, &head, DEFAULT_MAX_BODY_BYTES)
         .await;
     let Ok(answer) = exchanged else {
         return bad_gateway();

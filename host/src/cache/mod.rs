@@ -191,7 +191,7 @@ pub struct Data {
     /// The `data` of the answer, serialized.
     pub json: Bytes,
     /// The provider that gave it: the only one that can continue its listing.
-    pub provider: String,
+    pub provider: Arc<str>,
     /// The provider's upstream cursor of the next page.
     pub next_cursor: Option<String>,
 }

@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use hyper::header::HeaderValue;
+
 /// Why the request went to the providers (`fwd=`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Forward {
@@ -44,8 +46,12 @@ impl CacheStatus {
     }
 
     /// The header's value.
-    pub fn header_value(&self) -> String {
-        match *self {
+    pub fn header_value(&self) -> HeaderValue {
+        // An answer of an endpoint the cache is off for: the most common.
+        if *self == CacheStatus::bypass() {
+            return HeaderValue::from_static("socialgate; fwd=bypass");
+        }
+        let text = match *self {
             CacheStatus::Hit { ttl } => format!("socialgate; hit; ttl={ttl}"),
             CacheStatus::Fetched {
                 forward,
@@ -68,7 +74,8 @@ impl CacheStatus {
                 value
             }
             CacheStatus::StaleIfError { ttl } => format!("socialgate; fwd=stale; ttl={ttl}"),
-        }
+        };
+        HeaderValue::try_from(text).expect("visible ASCII")
     }
 }
 

@@ -26,8 +26,8 @@ pub mod decision;
 use std::sync::Arc;
 use std::time::Duration;
 
-use plugin_api::ffi::AttemptHandle;
-use plugin_api::{Call, Done, Endpoint, ErrorKind, Next, ProviderError};
+use plugin_api::ffi::{Advance, Answer, AttemptHandle};
+use plugin_api::{Call, Endpoint, ErrorKind, ProviderError};
 use tokio::time::{timeout, Instant};
 
 use self::decision::{Failure, Then};
@@ -45,7 +45,7 @@ pub use plugin_api::ffi::MAX_STEPS;
 
 /// An answer and who gave it (for the log and the cursor, never the caller).
 pub struct Served {
-    pub done: Done,
+    pub answer: Answer,
     pub provider: Arc<Provider>,
 }
 
@@ -57,7 +57,7 @@ pub struct Journal {
 
 #[derive(Debug, Clone)]
 pub struct AttemptRecord {
-    pub provider: String,
+    pub provider: Arc<str>,
     /// `ok`, or the [`ErrorKind`] name of the failure.
     pub outcome: &'static str,
     pub elapsed: Duration,
@@ -69,7 +69,7 @@ impl Journal {
         let n = self.attempts.len();
         self.attempts[..n.saturating_sub(1)]
             .iter()
-            .map(|a| a.provider.as_str())
+            .map(|a| &*a.provider)
     }
 }
 
@@ -93,7 +93,7 @@ pub enum ChainError {
 
 /// How one attempt ended, for the chain.
 enum Verdict {
-    Answered(Done),
+    Answered(Answer),
     /// Try the next provider.
     Failed,
     /// The chain ends with this.
@@ -106,7 +106,7 @@ enum Verdict {
 /// back with the outcome.
 pub async fn serve<H: Send + 'static>(
     providers: &[Arc<Provider>],
-    call: &Call,
+    call: &Arc<Call>,
     client: &UpstreamClient,
     deadline: Deadline,
     journal: &mut Journal,
@@ -189,8 +189,8 @@ impl Verdict {
     /// when it asks the next provider.
     fn end_of_chain(self, provider: &Arc<Provider>) -> Option<Result<Served, ChainError>> {
         match self {
-            Verdict::Answered(done) => Some(Ok(Served {
-                done,
+            Verdict::Answered(answer) => Some(Ok(Served {
+                answer,
                 provider: provider.clone(),
             })),
             Verdict::Stop(stop) => Some(Err(stop)),
@@ -209,7 +209,7 @@ async fn attempt_through<H: Send + 'static>(
     provider: &Arc<Provider>,
     permit: Permit,
     slot: InFlight,
-    call: &Call,
+    call: &Arc<Call>,
     client: &UpstreamClient,
     deadline: Deadline,
     journal: &mut Journal,
@@ -241,7 +241,7 @@ fn judge(
     provider: &Provider,
     permit: Permit,
     call: &Call,
-    outcome: Result<Done, AttemptError>,
+    outcome: Result<Answer, AttemptError>,
     deadline: Deadline,
 ) -> (Verdict, &'static str) {
     let now = Instant::now();
@@ -249,9 +249,9 @@ fn judge(
         error,
         after_a_request,
     } = match outcome {
-        Ok(done) => {
+        Ok(answer) => {
             provider.breaker.record(permit, Outcome::Success, now);
-            return (Verdict::Answered(done), "ok");
+            return (Verdict::Answered(answer), "ok");
         }
         Err(failed) => failed,
     };
@@ -307,10 +307,10 @@ struct AttemptError {
 /// the host, all within the provider's timeout cut short by the deadline.
 async fn attempt(
     provider: &Provider,
-    call: &Call,
+    call: &Arc<Call>,
     client: &UpstreamClient,
     deadline: Deadline,
-) -> Result<Done, AttemptError> {
+) -> Result<Answer, AttemptError> {
     let mut requests = 0;
     let steps = async {
         let (handle, begun) = (provider.handle.clone(), call.clone());
@@ -324,8 +324,8 @@ async fn attempt(
             let (handed_back, next) = step(provider, attempt, last).await?;
             attempt = handed_back;
             match next? {
-                Next::Done(done) => return Ok(done),
-                Next::Fetch(request) => {
+                Advance::Done(answer) => return Ok(answer),
+                Advance::Fetch(request) => {
                     tracing::debug!(
                         provider = %provider.name,
                         url = %crate::config::redacted_url(request.url()),
@@ -361,11 +361,11 @@ async fn step(
     provider: &Provider,
     mut attempt: AttemptHandle,
     last: Option<Fetched>,
-) -> Result<(AttemptHandle, Result<Next, ProviderError>), ProviderError> {
+) -> Result<(AttemptHandle, Result<Advance, ProviderError>), ProviderError> {
     provider
         .runner
         .run(move || {
-            let next = attempt.step(last.as_ref().map(Fetched::as_response));
+            let next = attempt.advance(last.as_ref().map(Fetched::as_response));
             (attempt, next)
         })
         .await

@@ -45,7 +45,8 @@ pub struct Unanswered {
 /// What one request needs to find its answer.
 pub struct Ask<'a> {
     pub platform: &'a str,
-    pub call: &'a Call,
+    /// Shared with the attempts that serve it.
+    pub call: &'a Arc<Call>,
     /// The providers to ask, in order.
     pub providers: &'a [Arc<Provider>],
     /// For a later page: the provider whose cursor the call continues.
@@ -83,7 +84,7 @@ pub async fn find<H: Send + 'static>(
         .await;
         let found = served
             .map(|served| Found {
-                entry: Arc::new(Entry::unstored(Stored::Data(data_of(&served)))),
+                entry: Arc::new(Entry::unstored(Stored::Data(data_of(served)))),
                 cached: false,
                 status: CacheStatus::bypass(),
             })
@@ -150,7 +151,7 @@ async fn find_cached<H: Send + 'static>(
             let (served, ()) =
                 chain::serve(&providers, &call, &client, deadline, &mut journal, ()).await;
             let outcome = match served {
-                Ok(served) => Ok(Stored::Data(data_of(&served))),
+                Ok(served) => Ok(Stored::Data(data_of(served))),
                 Err(ChainError::NotFound) => Ok(Stored::NotFound),
                 Err(error) => Err(error),
             };
@@ -228,10 +229,10 @@ async fn find_cached<H: Send + 'static>(
 }
 
 /// What a provider's answer is stored as.
-fn data_of(served: &Served) -> Data {
+fn data_of(served: Served) -> Data {
     Data {
-        json: super::response::data_json(&served.done.output),
+        json: served.answer.data.into(),
         provider: served.provider.name.clone(),
-        next_cursor: served.done.next_cursor.clone(),
+        next_cursor: served.answer.next_cursor,
     }
 }

@@ -29,8 +29,8 @@ use futures_util::FutureExt;
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Body as _, Incoming};
 use hyper::header::{
-    HeaderMap, HeaderValue, ACCEPT_ENCODING, AGE, CACHE_CONTROL, CONTENT_ENCODING, CONTENT_LENGTH,
-    CONTENT_TYPE, ETAG,
+    HeaderMap, HeaderName, HeaderValue, ACCEPT_ENCODING, AGE, CACHE_CONTROL, CONTENT_ENCODING,
+    CONTENT_LENGTH, CONTENT_TYPE, ETAG,
 };
 use hyper::{Method, Request, Response, StatusCode};
 use plugin_api::Call;
@@ -46,6 +46,7 @@ use crate::cache::status::{CacheStatus, Forward};
 use crate::chain::{ChainError, Journal};
 use crate::cursor::{CursorError, Listing, Position};
 use crate::error::ApiError;
+use crate::logging::{RequestLine, REQUEST_TARGET};
 use crate::metrics::{self, RouteLabels};
 use crate::resilience::concurrency::InFlight;
 use crate::resilience::deadline::Deadline;
@@ -53,14 +54,14 @@ use crate::resilience::rate_limit::{retry_after_secs, RateLimitConfig, Standing}
 use crate::routing::{Chain, Provider};
 use crate::state::{App, Snapshot};
 
-const API_KEY_HEADER: &str = "x-api-key";
+const API_KEY_HEADER: HeaderName = HeaderName::from_static("x-api-key");
 /// RFC 9211.
-const CACHE_STATUS: &str = "cache-status";
+const CACHE_STATUS: HeaderName = HeaderName::from_static("cache-status");
 /// The key's balance after this answer's charge, when billing is enforced.
-const CREDITS_REMAINING: &str = "x-credits-remaining";
+const CREDITS_REMAINING: HeaderName = HeaderName::from_static("x-credits-remaining");
 /// draft-ietf-httpapi-ratelimit-headers.
-const RATELIMIT_POLICY: &str = "ratelimit-policy";
-const RATELIMIT: &str = "ratelimit";
+const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 /// The path of a key's own account.
 const ACCOUNT_PATH: &str = "/v1/account";
 /// The OpenAPI document changes only with the binary: caches may keep it a
@@ -69,10 +70,10 @@ const DOCUMENT_CACHE_CONTROL: &str = "public, max-age=300";
 
 /// What a request did, for its log line.
 #[derive(Default)]
-struct Report {
+struct Report<'s> {
     /// The name (never the value) of the key that was accepted.
-    key: Option<String>,
-    provider: Option<String>,
+    key: Option<&'s str>,
+    provider: Option<Arc<str>>,
     /// What the cache did, for data answers.
     cache: Option<CacheStatus>,
     journal: Journal,
@@ -105,7 +106,7 @@ pub async fn handle(app: &App, request: Request<Incoming>) -> Response<Body> {
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(request_id::HEADER, value);
     }
-    if let Some(key) = &report.key {
+    if let Some(key) = report.key {
         set_standing_headers(app, &snapshot, key, &report, &mut response);
     }
     let path = request.uri().path();
@@ -123,20 +124,33 @@ pub async fn handle(app: &App, request: Request<Incoming>) -> Response<Body> {
             metrics::failover(&labels, from);
         }
     }
-    span.in_scope(|| {
-        tracing::info!(
-            method = %request.method(),
-            path,
-            status,
-            // To the microsecond: `1.277`, not `1.2771359999999998`.
-            latency_ms = elapsed.as_micros() as f64 / 1000.0,
-            provider = report.provider.as_deref().unwrap_or("-"),
-            cache = %report.cache.as_ref().map_or("-", CacheStatus::log_value),
-            attempts = report.journal.attempts.len(),
-            key = report.key.as_deref().unwrap_or("-"),
-            "request"
-        )
-    });
+    let line = RequestLine {
+        id: &id,
+        method: request.method().as_str(),
+        path,
+        status,
+        latency: elapsed,
+        provider: report.provider.as_deref().unwrap_or("-"),
+        cache: report.cache.as_ref().map_or("-", CacheStatus::log_value),
+        attempts: report.journal.attempts.len(),
+        key: report.key.unwrap_or("-"),
+    };
+    if !line.write_direct() {
+        span.in_scope(|| {
+            tracing::info!(
+                target: REQUEST_TARGET,
+                method = %line.method,
+                path = line.path,
+                status = line.status,
+                latency_ms = line.latency_ms(),
+                provider = line.provider,
+                cache = %line.cache,
+                attempts = line.attempts,
+                key = line.key,
+                "request"
+            )
+        });
+    }
     response
 }
 
@@ -232,12 +246,12 @@ fn not_modified() -> Response<Body> {
     response
 }
 
-async fn route(
+async fn route<'s>(
     app: &App,
-    snapshot: &Snapshot,
+    snapshot: &'s Snapshot,
     request: &Request<Incoming>,
     id: &str,
-    report: &mut Report,
+    report: &mut Report<'s>,
 ) -> Result<Response<Body>, ApiError> {
     let path = request.uri().path();
     let method = request.method();
@@ -275,7 +289,7 @@ async fn route(
     }
 
     let key = authenticate(snapshot, request)?;
-    report.key = Some(key.to_owned());
+    report.key = Some(key);
     let billing = snapshot.serving.billing;
     // With shared books and billing enforced, the rate limit is taken in
     // the same round trip as the credit, or, for a request refused before
@@ -408,7 +422,7 @@ async fn route(
     let next_cursor = endpoint.is_list().then(|| {
         data.next_cursor.as_ref().map(|upstream| {
             let position = Position {
-                provider: data.provider.clone(),
+                provider: data.provider.to_string(),
                 upstream: upstream.clone(),
             };
             app.cursors.seal(listing_of(platform, &call), &position)
@@ -457,7 +471,7 @@ fn rate_limited(wait: Duration) -> ApiError {
 /// when the shared store could not say: it failed open), or a refusal.
 fn take_verdict(
     verdict: Result<Option<Standing>, Duration>,
-    report: &mut Report,
+    report: &mut Report<'_>,
 ) -> Result<(), ApiError> {
     match verdict {
         Ok(standing) => {
@@ -477,7 +491,7 @@ async fn take_deferred_limit(
     app: &App,
     key: &str,
     deferred: Option<RateLimitConfig>,
-    report: &mut Report,
+    report: &mut Report<'_>,
 ) -> Result<(), ApiError> {
     if let (Some(config), Some(shared)) = (deferred, &app.shared) {
         take_verdict(Box::pin(shared.rate_limit(key, config)).await, report)?;
@@ -489,7 +503,7 @@ async fn take_deferred_limit(
 struct Parsed<'a> {
     platform: &'a str,
     endpoint: plugin_api::Endpoint,
-    call: Call,
+    call: Arc<Call>,
     /// The providers to ask, in order.
     providers: &'a [Arc<Provider>],
     /// For a later page: the provider whose cursor the call continues.
@@ -536,14 +550,14 @@ fn parse<'a>(
         Some(token) if endpoint.is_list() => {
             let (issuer, continued) = resume(app, chain, platform, &call, token)?;
             call = continued;
-            (issuer, Some(issuer[0].name.as_str()))
+            (issuer, Some(&*issuer[0].name))
         }
         _ => (&chain[..], None),
     };
     Ok(Parsed {
         platform,
         endpoint,
-        call,
+        call: Arc::new(call),
         providers,
         issuer,
     })
@@ -587,7 +601,7 @@ fn set_standing_headers(
     app: &App,
     snapshot: &Snapshot,
     key: &str,
-    report: &Report,
+    report: &Report<'_>,
     response: &mut Response<Body>,
 ) {
     let headers = response.headers_mut();
@@ -641,9 +655,7 @@ struct Held {
 fn set_cache_headers(response: &mut Response<Body>, status: &CacheStatus, age: Option<Duration>) {
     let data = matches!(response.status(), StatusCode::OK | StatusCode::NOT_MODIFIED);
     let headers = response.headers_mut();
-    if let Ok(value) = HeaderValue::from_str(&status.header_value()) {
-        headers.insert(CACHE_STATUS, value);
-    }
+    headers.insert(CACHE_STATUS, status.header_value());
     if data {
         let fresh_for = match *status {
             CacheStatus::Hit { ttl } => Some(ttl.max(0) as u64),
@@ -655,7 +667,7 @@ fn set_cache_headers(response: &mut Response<Body>, status: &CacheStatus, age: O
             CacheStatus::StaleIfError { .. } => Some(0),
         };
         let value = match fresh_for {
-            Some(secs) => HeaderValue::from_str(&format!("private, max-age={secs}")),
+            Some(secs) => HeaderValue::try_from(format!("private, max-age={secs}")),
             None => Ok(HeaderValue::from_static("private, no-cache")),
         };
         if let Ok(value) = value {
@@ -688,7 +700,7 @@ fn resume<'c>(
     // token is dead.
     let issuer = chain
         .iter()
-        .find(|p| p.name == provider)
+        .find(|p| *p.name == *provider)
         .ok_or_else(ApiError::expired_cursor)?;
     Ok((
         std::slice::from_ref(issuer),

@@ -3,11 +3,11 @@
 //! carried by every log line of the request, so a caller's report can be
 //! matched to the operator's logs.
 
-use hyper::header::HeaderValue;
+use hyper::header::{HeaderName, HeaderValue};
 
 use crate::hex::push_hex;
 
-pub const HEADER: &str = "x-request-id";
+pub const HEADER: HeaderName = HeaderName::from_static("x-request-id");
 
 /// The ID for a request carrying `given` (the header's value, if any).
 pub fn accept_or_generate(given: Option<&HeaderValue>) -> String {

@@ -7,7 +7,7 @@ use hyper::header::{
     HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE,
 };
 use hyper::{Response, StatusCode};
-use plugin_api::Output;
+use plugin_api::canonical;
 use serde::ser::{Serialize, Serializer};
 
 use crate::billing::Costs;
@@ -33,21 +33,6 @@ struct Meta<'a> {
     request_id: &'a str,
 }
 
-/// The data of an output without its variant tag.
-struct Data<'a>(&'a Output);
-
-impl Serialize for Data<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self.0 {
-            Output::Profile(profile) => profile.serialize(s),
-            Output::Posts(posts) => posts.serialize(s),
-            Output::Post(post) => post.serialize(s),
-            Output::Comments(comments) => comments.serialize(s),
-            Output::Search(profiles) => profiles.serialize(s),
-        }
-    }
-}
-
 #[derive(serde::Serialize)]
 struct Failure<'a> {
     success: bool,
@@ -62,19 +47,6 @@ struct ErrorBody<'a> {
     /// For `INVALID_PARAMETER`: the parameter at fault.
     #[serde(skip_serializing_if = "Option::is_none")]
     param: Option<&'a str>,
-}
-
-/// An answer's `data`, serialized: what the cache stores and every success
-/// answer carries.
-pub fn data_json(output: &Output) -> Bytes {
-    match serde_json::to_vec(&Data(output)) {
-        Ok(json) => Bytes::from(json),
-        // Plain structs of strings and numbers: this cannot fail.
-        Err(e) => {
-            tracing::error!("cannot serialize an answer's data: {e}");
-            Bytes::from_static(b"null")
-        }
-    }
 }
 
 /// A success answer around `data`, already serialized. `next_cursor` is
@@ -96,13 +68,11 @@ pub fn success(
     // Written by hand around the stored bytes, in the documented key order.
     let mut json = Vec::with_capacity(data.len() + 160);
     json.extend_from_slice(b"{\"success\":true,\"platform\":");
-    let written = serde_json::to_writer(&mut json, platform).and_then(|()| {
-        json.extend_from_slice(b",\"data\":");
-        json.extend_from_slice(data);
-        json.extend_from_slice(b",\"meta\":");
-        serde_json::to_writer(&mut json, &meta)
-    });
-    match written {
+    canonical::write_str(&mut json, platform);
+    json.extend_from_slice(b",\"data\":");
+    json.extend_from_slice(data);
+    json.extend_from_slice(b",\"meta\":");
+    match canonical::write(&mut json, &meta) {
         Ok(()) => {
             json.push(b'}');
             json_response(StatusCode::OK, json)

@@ -19,7 +19,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tracing::instrument::Instrumented;
 use tracing::Instrument;
 
 use crate::sync::Outstanding;
@@ -28,13 +27,17 @@ use crate::sync::Outstanding;
 /// in the span (and so with the request ID) it was made in. Whatever it
 /// owns is released only when it ends.
 pub struct Detached<F: Future<Output: Send> + Send + 'static> {
-    inner: Option<Pin<Box<Instrumented<F>>>>,
+    /// Boxed, so that it can move to a task of its own after being polled.
+    inner: Option<Pin<Box<F>>>,
 }
 
 impl<F: Future<Output: Send> + Send + 'static> Detached<F> {
+    /// Made and polled in the request's span, and dropped in it too (an
+    /// instrumented future enters its span to drop what it holds): the
+    /// task it goes on as takes the span current at the drop.
     pub fn new(future: F) -> Self {
         Detached {
-            inner: Some(Box::pin(future.instrument(tracing::Span::current()))),
+            inner: Some(Box::pin(future)),
         }
     }
 }
@@ -57,14 +60,18 @@ impl<F: Future<Output: Send> + Send + 'static> Drop for Detached<F> {
         let Some(unfinished) = self.inner.take() else {
             return;
         };
-        log_abandoned(unfinished.span());
+        let span = tracing::Span::current();
+        log_abandoned(&span);
         crate::metrics::abandoned();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let running = Running::start();
-            runtime.spawn(async move {
-                let _running = running;
-                unfinished.await
-            });
+            runtime.spawn(
+                async move {
+                    let _running = running;
+                    unfinished.await
+                }
+                .instrument(span),
+            );
         }
     }
 }

@@ -28,8 +28,9 @@ use crate::upstream::Origin;
 
 /// A configured provider, ready to serve.
 pub struct Provider {
-    /// Its name in the config (`[providers.NAME]`).
-    pub name: String,
+    /// Its name in the config (`[providers.NAME]`); shared by what names
+    /// it for a request (the answer, its log line, its metrics).
+    pub name: Arc<str>,
     pub handle: Arc<ProviderHandle>,
     /// Bounds one attempt, all its steps together.
     pub timeout: Duration,
@@ -371,7 +372,7 @@ fn reuse_or_create(
     Ok(Slot {
         identity,
         provider: Arc::new(Provider {
-            name: name.to_owned(),
+            name: name.into(),
             handle,
             timeout: config.timeout,
             max_body_bytes: config.max_body_bytes,

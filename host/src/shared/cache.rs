@@ -72,7 +72,7 @@ impl SharedCache {
         let answer = match header.provider {
             Some(provider) => Stored::Data(Data {
                 json: Bytes::copy_from_slice(&value[split + 1..]),
-                provider,
+                provider: provider.into(),
                 next_cursor: header.next,
             }),
             None => Stored::NotFound,
@@ -95,7 +95,7 @@ impl SharedCache {
         }
         let (provider, next, data) = match &entry.answer {
             Stored::Data(data) => (
-                Some(data.provider.clone()),
+                Some(data.provider.to_string()),
                 data.next_cursor.clone(),
                 &data.json[..],
             ),

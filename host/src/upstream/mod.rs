@@ -96,10 +96,9 @@ pub fn ca_file_from_raw(
 /// path, so it prints without credentials.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Origin {
-    https: bool,
-    /// ASCII, lower case (IDNA applied), brackets around an IPv6 address.
-    host: String,
-    port: u16,
+    /// The host is ASCII, lower case (IDNA applied), with brackets around
+    /// an IPv6 address: the spelling every admitted request connects with.
+    target: wire::Target,
 }
 
 impl Origin {
@@ -113,9 +112,11 @@ impl Origin {
             _ => return None,
         };
         Some(Origin {
-            https,
-            host: url.host()?.to_string(),
-            port: url.port_or_known_default()?,
+            target: wire::Target {
+                https,
+                host: url.host()?.to_string(),
+                port: url.port_or_known_default()?,
+            },
         })
     }
 
@@ -129,7 +130,7 @@ impl Origin {
     /// plain ASCII is refused rather than translated), the port or the
     /// scheme's default, and no userinfo, which would only confuse a
     /// reader of the URL about where it goes.
-    pub fn admit(&self, method: &str, url: &str) -> Result<Admitted, ProviderError> {
+    pub fn admit(&self, method: &str, url: &str) -> Result<Admitted<'_>, ProviderError> {
         if method != "GET" {
             return Err(ProviderError::bad_response(
                 "plugin asked for a request that is not a GET; refused",
@@ -146,7 +147,7 @@ impl Origin {
     }
 
     /// `uri` with where it leads, when that is this origin.
-    fn target_of(&self, uri: Uri) -> Option<Admitted> {
+    fn target_of(&self, uri: Uri) -> Option<Admitted<'_>> {
         let https = match uri.scheme_str() {
             Some(s) if s.eq_ignore_ascii_case("http") => false,
             Some(s) if s.eq_ignore_ascii_case("https") => true,
@@ -169,27 +170,20 @@ impl Origin {
             }
             _ => authority.port_u16()?,
         };
+        let target = &self.target;
         let inside =
-            https == self.https && host.eq_ignore_ascii_case(&self.host) && port == self.port;
-        if !inside {
-            return None;
-        }
+            https == target.https && host.eq_ignore_ascii_case(&target.host) && port == target.port;
         // The origin's spelling of the host: one pool of connections
         // whatever case the plugin writes it in.
-        let target = wire::Target {
-            https,
-            host: self.host.clone(),
-            port,
-        };
-        Some(Admitted { uri, target })
+        inside.then_some(Admitted { uri, target })
     }
 }
 
 /// A URL [`Origin::admit`] let through, and where it leads.
 #[derive(Debug)]
-pub struct Admitted {
+pub struct Admitted<'o> {
     uri: Uri,
-    target: wire::Target,
+    target: &'o wire::Target,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -268,14 +262,13 @@ impl UpstreamClient {
     /// bad response. Errors never carry the request's URL or headers.
     pub async fn fetch(
         &self,
-        url: Admitted,
+        url: Admitted<'_>,
         request: &UpstreamRequest,
         max_body: usize,
     ) -> Result<Fetched, ProviderError> {
-        let headers = checked_headers(request)?;
         match &*self.transport {
             Transport::Direct(client) => {
-                let head = request_head(&url.uri, &headers);
+                let head = request_head(&url.uri, request.headers())?;
                 let answer =
                     client
                         .exchange(url.target, &head, max_body)
@@ -294,6 +287,7 @@ impl UpstreamClient {
                 })
             }
             Transport::Proxied(client) => {
+                let headers = checked_headers(request)?;
                 let mut upstream = Request::get(url.uri)
                     .body(reqwest::Body::from(""))
                     .map_err(|_| {
@@ -334,7 +328,7 @@ const RESERVED_HEADERS: [&str; 9] = [
 ];
 
 /// The plugin's headers, each a valid name and value that is not
-/// [reserved](RESERVED_HEADERS).
+/// [reserved](RESERVED_HEADERS), for the proxied transport.
 fn checked_headers(
     request: &UpstreamRequest,
 ) -> Result<Vec<(HeaderName, HeaderValue)>, ProviderError> {
@@ -342,23 +336,50 @@ fn checked_headers(
         .headers()
         .iter()
         .map(|(name, value)| {
+            check_header(name, value)?;
             match (
                 HeaderName::from_bytes(name.as_bytes()),
                 HeaderValue::from_str(value),
             ) {
-                (Ok(name), Ok(value)) if !RESERVED_HEADERS.contains(&name.as_str()) => {
-                    Ok((name, value))
-                }
-                _ => Err(ProviderError::bad_response(
-                    "plugin asked for an invalid or reserved request header",
-                )),
+                (Ok(name), Ok(value)) => Ok((name, value)),
+                _ => Err(invalid_header()),
             }
         })
         .collect()
 }
 
-/// A `GET` request head for `uri` (admitted: absolute, no userinfo).
-pub fn request_head(uri: &Uri, headers: &[(HeaderName, HeaderValue)]) -> Vec<u8> {
+/// Refuses a header a plugin may not send: a name that is not an HTTP
+/// token or is [reserved](RESERVED_HEADERS), or a value with a control
+/// character other than a tab (what `HeaderName` and `HeaderValue` refuse,
+/// checked without making them).
+fn check_header(name: &str, value: &str) -> Result<(), ProviderError> {
+    let is_token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    let name_ok = !name.is_empty()
+        && name.bytes().all(is_token)
+        && !RESERVED_HEADERS
+            .iter()
+            .any(|reserved| name.eq_ignore_ascii_case(reserved));
+    let value_ok = value
+        .bytes()
+        .all(|b| b == b'\t' || (b >= b' ' && b != 0x7f));
+    if name_ok && value_ok {
+        Ok(())
+    } else {
+        Err(invalid_header())
+    }
+}
+
+fn invalid_header() -> ProviderError {
+    ProviderError::bad_response("plugin asked for an invalid or reserved request header")
+}
+
+/// A `GET` request head for `uri` (admitted: absolute, no userinfo) with
+/// a plugin's `headers`, names in lower case; refused as
+/// [`check_header`] says.
+pub fn request_head<N: AsRef<str>, V: AsRef<str>>(
+    uri: &Uri,
+    headers: &[(N, V)],
+) -> Result<Vec<u8>, ProviderError> {
     let path = match uri.path() {
         "" => "/",
         path => path,
@@ -380,13 +401,17 @@ pub fn request_head(uri: &Uri, headers: &[(HeaderName, HeaderValue)]) -> Vec<u8>
         head.extend_from_slice(part.as_bytes());
     }
     for (name, value) in headers {
-        head.extend_from_slice(name.as_str().as_bytes());
+        let (name, value) = (name.as_ref(), value.as_ref());
+        check_header(name, value)?;
+        let start = head.len();
+        head.extend_from_slice(name.as_bytes());
+        head[start..].make_ascii_lowercase();
         head.extend_from_slice(b": ");
         head.extend_from_slice(value.as_bytes());
         head.extend_from_slice(b"\r\n");
     }
     head.extend_from_slice(b"\r\n");
-    head
+    Ok(head)
 }
 
 /// The direct transport: `wire` over rustls (ring, webpki roots and
@@ -478,12 +503,45 @@ mod tests {
     fn a_request_head_always_has_a_path() {
         let head = |url: &str| {
             let uri: Uri = url.parse().unwrap();
-            String::from_utf8(request_head(&uri, &[])).unwrap()
+            String::from_utf8(request_head::<&str, &str>(&uri, &[]).unwrap()).unwrap()
         };
         assert!(head("http://h?x=1").starts_with("GET /?x=1 HTTP/1.1\r\nhost: h\r\n"));
         assert!(head("http://h:8080").starts_with("GET / HTTP/1.1\r\nhost: h:8080\r\n"));
         assert!(head("http://h/a/b?c=d&e").starts_with("GET /a/b?c=d&e HTTP/1.1\r\n"));
         assert!(head("http://h/a").ends_with("\r\n\r\n"));
+    }
+
+    #[test]
+    fn a_plugins_headers_are_written_in_lower_case_or_refused() {
+        let uri: Uri = "http://h/p".parse().unwrap();
+        let head = request_head(&uri, &[("X-Api-Key", "k\tv"), ("Accept", "*/*")]).unwrap();
+        let head = String::from_utf8(head).unwrap();
+        assert!(
+            head.ends_with("\r\nx-api-key: k\tv\r\naccept: */*\r\n\r\n"),
+            "{head}"
+        );
+        for (name, value) in [
+            ("Host", "evil"),
+            ("content-LENGTH", "5"),
+            ("Transfer-Encoding", "chunked"),
+            ("Connection", "close"),
+            ("x bad", "v"),
+            ("x:bad", "v"),
+            ("", "v"),
+            ("x-ok", "a\r\nx-injected: 1"),
+            ("x-ok", "nul\0"),
+            ("x-ok", "del\u{7f}"),
+        ] {
+            assert!(
+                request_head(&uri, &[(name, value)]).is_err(),
+                "{name}: {value:?}"
+            );
+            // The proxied transport refuses the same.
+            let request = UpstreamRequest::get("http://h", "/p").header(name, value);
+            assert!(checked_headers(&request).is_err(), "{name}: {value:?}");
+        }
+        // Non-ASCII text is a valid value (obs-text), as `HeaderValue` takes it.
+        assert!(request_head(&uri, &[("x-name", "café")]).is_ok());
     }
 
     #[test]

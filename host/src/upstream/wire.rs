@@ -136,11 +136,11 @@ impl Client {
     /// answer, its body up to `max_body` bytes.
     pub async fn exchange(
         &self,
-        target: Target,
+        target: &Target,
         request: &[u8],
         max_body: usize,
     ) -> Result<Answer, WireError> {
-        if let Some(mut connection) = self.checkout(&target) {
+        if let Some(mut connection) = self.checkout(target) {
             match exchange(&mut connection, request, max_body).await {
                 Ok((answer, reusable)) => {
                     self.checkin(target, connection, reusable);
@@ -153,7 +153,7 @@ impl Client {
                 Err(Failed { error, .. }) => return Err(error),
             }
         }
-        let mut connection = self.connect(&target).await?;
+        let mut connection = self.connect(target).await?;
         let (answer, reusable) = exchange(&mut connection, request, max_body)
             .await
             .map_err(|failed| failed.error)?;
@@ -191,13 +191,17 @@ impl Client {
         connection.idle_since.elapsed() >= self.idle_timeout
     }
 
-    fn checkin(&self, target: Target, mut connection: Connection, reusable: bool) {
+    fn checkin(&self, target: &Target, mut connection: Connection, reusable: bool) {
         if !reusable {
             return;
         }
         connection.idle_since = Instant::now();
         let mut idle = lock(&self.idle);
-        let connections = idle.entry(target).or_default();
+        // The target is copied only for its first connection.
+        if !idle.contains_key(target) {
+            idle.insert(target.clone(), Vec::new());
+        }
+        let connections = idle.get_mut(target).expect("inserted above");
         // The oldest are first: those past the idle timeout go now, so a
         // quiet target does not keep them open until its next request.
         let expired = connections.iter().take_while(|c| self.expired(c)).count();
@@ -753,11 +757,11 @@ mod tests {
         ])
         .await;
         let client = client();
-        let first = client.exchange(target.clone(), GET, 1024).await.unwrap();
+        let first = client.exchange(&target, GET, 1024).await.unwrap();
         assert_eq!((first.status, &first.body[..]), (200, &b"first"[..]));
-        let second = client.exchange(target.clone(), GET, 1024).await.unwrap();
+        let second = client.exchange(&target, GET, 1024).await.unwrap();
         assert_eq!(second.body, b"second");
-        let third = client.exchange(target, GET, 1024).await.unwrap();
+        let third = client.exchange(&target, GET, 1024).await.unwrap();
         assert_eq!((third.status, third.body.len()), (204, 0));
         assert_eq!(
             accepted.load(Ordering::SeqCst),
@@ -774,7 +778,7 @@ mod tests {
         }
         answer.push_str("0\r\n\r\n");
         let (target, _) = scripted(vec![(answer.leak(), false)]).await;
-        let body = client().exchange(target, GET, 1 << 20).await.unwrap().body;
+        let body = client().exchange(&target, GET, 1 << 20).await.unwrap().body;
         assert_eq!(body.len(), 20_000);
         assert!(body
             .iter()
@@ -799,7 +803,7 @@ mod tests {
         .await;
         let client = client();
         for expected in [&b"a"[..], b"b", b"until the end", b"d"] {
-            let answer = client.exchange(target.clone(), GET, 1024).await.unwrap();
+            let answer = client.exchange(&target, GET, 1024).await.unwrap();
             assert_eq!(answer.body, expected);
         }
         assert_eq!(accepted.load(Ordering::SeqCst), 4);
@@ -820,8 +824,8 @@ mod tests {
         )])
         .await;
         let client = client();
-        client.exchange(closing.clone(), GET, 1024).await.unwrap();
-        client.exchange(open.clone(), GET, 1024).await.unwrap();
+        client.exchange(&closing, GET, 1024).await.unwrap();
+        client.exchange(&open, GET, 1024).await.unwrap();
         assert_eq!(
             client.idle_count(),
             2,
@@ -874,7 +878,7 @@ mod tests {
         let exchanges: Vec<_> = (0..MANY)
             .map(|_| {
                 let (client, target) = (client.clone(), target.clone());
-                tokio::spawn(async move { client.exchange(target, GET, 1024).await })
+                tokio::spawn(async move { client.exchange(&target, GET, 1024).await })
             })
             .collect();
         for exchange in exchanges {
@@ -917,10 +921,10 @@ mod tests {
             port,
         };
         let client = client();
-        let first = client.exchange(target.clone(), GET, 1024).await.unwrap();
+        let first = client.exchange(&target, GET, 1024).await.unwrap();
         assert_eq!(first.body, b"first");
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let second = client.exchange(target, GET, 1024).await.unwrap();
+        let second = client.exchange(&target, GET, 1024).await.unwrap();
         assert_eq!((second.status, &second.body[..]), (200, &b"fresh"[..]));
     }
 
@@ -940,10 +944,10 @@ mod tests {
         .await;
         let client = client();
         for _ in 0..2 {
-            let error = client.exchange(target.clone(), GET, 9).await.err().unwrap();
+            let error = client.exchange(&target, GET, 9).await.err().unwrap();
             assert!(matches!(error, WireError::TooLarge(9)), "{error}");
         }
-        let error = client.exchange(target, GET, 1024).await.err().unwrap();
+        let error = client.exchange(&target, GET, 1024).await.err().unwrap();
         assert!(matches!(error, WireError::Closed), "{error}");
     }
 

@@ -2,12 +2,14 @@
 //! interface, and safe handles to the providers and attempts inside it.
 
 use std::cell::Cell;
+use std::ops::Range;
 use std::time::Duration;
 
 use abi_stable::library::{lib_header_from_path, LibraryError};
-use abi_stable::std_types::{RErr, ROk, RSlice, RString, RVec, Tuple2};
+use abi_stable::std_types::{RErr, ROk, ROption, RSlice, RString, RVec, Tuple2};
 
 use super::{FfiAttemptBox, FfiProviderBox, FfiResponse, FfiStep, HostServices, PluginModuleRef};
+use crate::canonical;
 use crate::{
     Call, Done, ErrorKind, Manifest, Next, Output, ProviderConfig, ProviderError, UpstreamRequest,
     UpstreamResponse,
@@ -208,7 +210,48 @@ impl AttemptHandle {
     /// response. A next cursor equal to the one this call continued from
     /// would hand the caller the same page for ever: it ends the listing.
     pub fn step(&mut self, response: Option<UpstreamResponse<'_>>) -> Result<Next, ProviderError> {
-        let step = match response {
+        match self.call_step(response) {
+            FfiStep::Done {
+                output,
+                next_cursor,
+            } => Ok(Next::Done(Done {
+                output: self.checked_output(output.as_str())?.0,
+                next_cursor: self.next_cursor(next_cursor)?,
+            })),
+            other => self.fetch_or_fail(other).map(Next::Fetch),
+        }
+    }
+
+    /// [`step`](Self::step) as the host takes it: an answer comes with its
+    /// data as JSON, ready to be passed on. The plugin's own text of it is
+    /// taken as it is when it is exactly what serde_json writes for the
+    /// value it decodes to (as plugin-api always writes it); otherwise the
+    /// decoded value is written anew.
+    pub fn advance(
+        &mut self,
+        response: Option<UpstreamResponse<'_>>,
+    ) -> Result<Advance, ProviderError> {
+        match self.call_step(response) {
+            FfiStep::Done {
+                output,
+                next_cursor,
+            } => {
+                let text = output.as_str();
+                let data = match self.checked_output(text)? {
+                    (_, Some(written)) => text[written].to_owned(),
+                    (output, None) => output.data_json(),
+                };
+                Ok(Advance::Done(Answer {
+                    data,
+                    next_cursor: self.next_cursor(next_cursor)?,
+                }))
+            }
+            other => self.fetch_or_fail(other).map(Advance::Fetch),
+        }
+    }
+
+    fn call_step(&mut self, response: Option<UpstreamResponse<'_>>) -> FfiStep {
+        match response {
             None => self.inner.step(None.into()),
             Some(r) => lending_headers(r, |headers| {
                 self.inner.step(
@@ -220,58 +263,62 @@ impl AttemptHandle {
                     .into(),
                 )
             }),
-        };
+        }
+    }
+
+    /// A plugin's answer, decoded and checked; with where its data lies
+    /// in `text` when `text` is in the one form serde_json writes (see
+    /// [`canonical`](crate::canonical)).
+    fn checked_output(&self, text: &str) -> Result<(Output, Option<Range<usize>>), ProviderError> {
+        let (output, data) = read_output(text).map_err(|e| {
+            ProviderError::bad_response(format!("plugin output does not fit the schema: {e}"))
+        })?;
+        if output.endpoint() != self.endpoint {
+            return Err(ProviderError::bad_response(format!(
+                "plugin answered {} to a {} call",
+                output.endpoint(),
+                self.endpoint
+            )));
+        }
+        output.check(self.most_items).map_err(|problem| {
+            ProviderError::bad_response(format!("plugin answer has {problem}"))
+        })?;
+        Ok((output, data))
+    }
+
+    fn next_cursor(&self, next_cursor: ROption<RString>) -> Result<Option<String>, ProviderError> {
+        let next_cursor: Option<String> = next_cursor
+            .as_ref()
+            .into_option()
+            .map(copied)
+            .filter(|next| Some(next) != self.cursor.as_ref());
+        if next_cursor
+            .as_ref()
+            .is_some_and(|c| c.len() > MAX_CURSOR_LEN)
+        {
+            return Err(ProviderError::bad_response(format!(
+                "plugin gave a cursor longer than {MAX_CURSOR_LEN} bytes"
+            )));
+        }
+        Ok(next_cursor)
+    }
+
+    /// A step that is not an answer: the request to make, or the failure.
+    fn fetch_or_fail(&self, step: FfiStep) -> Result<UpstreamRequest, ProviderError> {
         match step {
             FfiStep::Fetch {
                 method,
                 url,
                 headers,
                 body: _,
-            } => Ok(Next::Fetch(UpstreamRequest::from_parts(
+            } => Ok(UpstreamRequest::from_parts(
                 copied(&method),
                 copied(&url),
                 headers
                     .iter()
                     .map(|t| (copied(&t.0), copied(&t.1)))
                     .collect(),
-            ))),
-            FfiStep::Done {
-                output,
-                next_cursor,
-            } => {
-                let output: Output = serde_json::from_str(output.as_str()).map_err(|e| {
-                    ProviderError::bad_response(format!(
-                        "plugin output does not fit the schema: {e}"
-                    ))
-                })?;
-                if output.endpoint() != self.endpoint {
-                    return Err(ProviderError::bad_response(format!(
-                        "plugin answered {} to a {} call",
-                        output.endpoint(),
-                        self.endpoint
-                    )));
-                }
-                output.check(self.most_items).map_err(|problem| {
-                    ProviderError::bad_response(format!("plugin answer has {problem}"))
-                })?;
-                let next_cursor: Option<String> = next_cursor
-                    .as_ref()
-                    .into_option()
-                    .map(copied)
-                    .filter(|next| Some(next) != self.cursor.as_ref());
-                if next_cursor
-                    .as_ref()
-                    .is_some_and(|c| c.len() > MAX_CURSOR_LEN)
-                {
-                    return Err(ProviderError::bad_response(format!(
-                        "plugin gave a cursor longer than {MAX_CURSOR_LEN} bytes"
-                    )));
-                }
-                Ok(Next::Done(Done {
-                    output,
-                    next_cursor,
-                }))
-            }
+            )),
             FfiStep::Fail {
                 kind,
                 message,
@@ -283,8 +330,42 @@ impl AttemptHandle {
                     None => error,
                 })
             }
+            FfiStep::Done { .. } => unreachable!("answers are taken before"),
         }
     }
+}
+
+/// A plugin's answer decoded strictly; with where its data lies in `text`
+/// when `text` is in the one form serde_json writes.
+fn read_output(text: &str) -> Result<(Output, Option<Range<usize>>), serde_json::Error> {
+    match canonical::from_str::<Output>(text) {
+        Ok(output) => {
+            debug_assert_eq!(serde_json::to_string(&output).ok().as_deref(), Some(text));
+            // `{"variant":DATA}`: the variant's name holds no `:`.
+            let start = text.find(':').map_or(0, |colon| colon + 1);
+            Ok((output, Some(start..text.len() - 1)))
+        }
+        Err(_) => serde_json::from_str::<Output>(text).map(|output| (output, None)),
+    }
+}
+
+/// What the host does after [`AttemptHandle::advance`].
+#[derive(Debug)]
+pub enum Advance {
+    /// Perform this request, and advance with its response.
+    Fetch(UpstreamRequest),
+    /// The answer.
+    Done(Answer),
+}
+
+/// An answer as the host passes it on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    /// The answer's `data`: the output's value as JSON, without its
+    /// variant ([`Output::data_json`]).
+    pub data: String,
+    /// As [`Done::next_cursor`].
+    pub next_cursor: Option<String>,
 }
 
 thread_local! {
@@ -330,4 +411,48 @@ fn lending_headers<T>(
         LENT_HEADERS.set(pairs);
     }
     output
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Profile;
+
+    #[test]
+    fn an_answer_in_serde_jsons_form_is_passed_on_as_written_and_any_other_rewritten() {
+        let output = Output::Profile(Profile {
+            username: "luna".into(),
+            display_name: "Luna \"Bakes\" \u{1f370}\n".into(),
+            followers: 5,
+            verified: true,
+            id: None,
+            bio: Some(String::new()),
+            following: None,
+            likes: Some(0),
+            videos: None,
+            avatar_url: None,
+        });
+        let written = serde_json::to_string(&output).unwrap();
+        let (read, data) = read_output(&written).unwrap();
+        assert_eq!(read, output);
+        assert_eq!(&written[data.unwrap()], output.data_json());
+
+        // The same value in other forms: read, but written anew.
+        let pretty = serde_json::to_string_pretty(&output).unwrap();
+        let reordered = written
+            .replacen(
+                r#""username":"luna","display_name""#,
+                r#""display_name""#,
+                1,
+            )
+            .replacen(r#","followers""#, r#","username":"luna","followers""#, 1);
+        let without_nulls = written.replace(r#","id":null"#, "");
+        for text in [pretty, reordered, without_nulls] {
+            assert_ne!(text, written);
+            let (read, data) = read_output(&text).unwrap();
+            assert_eq!(read, output, "{text}");
+            assert!(data.is_none(), "{text}");
+        }
+        assert!(read_output(r#"{"profile":{"username":"luna"}}"#).is_err());
+    }
 }

@@ -23,8 +23,8 @@ pub mod host;
 pub mod plugin;
 
 pub use host::{
-    caller_message, AttemptHandle, Library, LoadError, ProviderHandle, MAX_CALLER_MESSAGE,
-    MAX_CURSOR_LEN, MAX_STEPS,
+    caller_message, Advance, Answer, AttemptHandle, Library, LoadError, ProviderHandle,
+    MAX_CALLER_MESSAGE, MAX_CURSOR_LEN, MAX_STEPS,
 };
 #[doc(hidden)]
 pub use plugin::{lib_header, root_module, LibHeader};

@@ -19,6 +19,7 @@ use super::{
     FfiResponse, FfiStep, HostServices, PluginModule, PluginModuleRef,
 };
 use crate::attempt;
+use crate::canonical;
 use crate::{
     Attempt, Call, ErrorKind, Next, Output, Provider, ProviderConfig, ProviderError,
     UpstreamResponse,
@@ -122,11 +123,13 @@ impl FfiAttempt for AttemptAdapter {
 /// The most room [`written`] starts with.
 const MAX_ROOM: usize = 64 * 1024;
 
-/// `output` as JSON, written into `room` bytes to begin with.
+/// `output` as JSON, written into `room` bytes to begin with: in
+/// serde_json's one form, which the host passes on as it is (see
+/// [`canonical`](crate::canonical)).
 fn written(output: &Output, room: usize) -> Result<String, String> {
-    let mut json = Vec::with_capacity(room);
-    serde_json::to_writer(&mut json, output).map_err(|e| e.to_string())?;
-    String::from_utf8(json).map_err(|e| e.to_string())
+    canonical::to_string(output, room)
+        .or_else(|_| serde_json::to_string(output))
+        .map_err(|e| e.to_string())
 }
 
 extern "C" fn manifest_json<P: Provider>() -> RString {
