@@ -313,33 +313,38 @@ async fn attempt(
 ) -> Result<Answer, AttemptError> {
     let mut requests = 0;
     let steps = async {
+        // The attempt begins and takes its first step in one plugin call.
         let (handle, begun) = (provider.handle.clone(), call.clone());
-        let mut attempt = provider
+        let (mut attempt, mut next) = provider
             .runner
-            .run(move || handle.begin(&begun))
+            .run(move || {
+                let mut attempt = handle.begin(&begun);
+                let next = attempt.advance(None);
+                (attempt, next)
+            })
             .await
             .map_err(not_run)?;
-        let mut last: Option<Fetched> = None;
-        for _ in 0..MAX_STEPS {
-            let (handed_back, next) = step(provider, attempt, last).await?;
-            attempt = handed_back;
-            match next? {
+        for _ in 1..MAX_STEPS {
+            let request = match next? {
                 Advance::Done(answer) => return Ok(answer),
-                Advance::Fetch(request) => {
-                    tracing::debug!(
-                        provider = %provider.name,
-                        url = %crate::config::redacted_url(request.url()),
-                        "upstream request"
-                    );
-                    let url = provider.origin.admit(request.method(), request.url())?;
-                    requests += 1;
-                    last = Some(client.fetch(url, &request, provider.max_body_bytes).await?);
-                }
-            }
+                Advance::Fetch(request) => request,
+            };
+            tracing::debug!(
+                provider = %provider.name,
+                url = %crate::config::redacted_url(request.url()),
+                "upstream request"
+            );
+            let url = provider.origin.admit(request.method(), request.url())?;
+            requests += 1;
+            let fetched = client.fetch(url, &request, provider.max_body_bytes).await?;
+            (attempt, next) = step(provider, attempt, fetched).await?;
         }
-        Err(ProviderError::bad_response(format!(
-            "no answer within {MAX_STEPS} steps"
-        )))
+        match next? {
+            Advance::Done(answer) => Ok(answer),
+            Advance::Fetch(_) => Err(ProviderError::bad_response(format!(
+                "no answer within {MAX_STEPS} steps"
+            ))),
+        }
     };
     let limit = deadline.bound(provider.timeout);
     let result = timeout(limit, steps).await.unwrap_or_else(|_| {
@@ -354,18 +359,18 @@ async fn attempt(
     })
 }
 
-/// One plugin step, through the provider's
+/// One plugin step with an upstream response, through the provider's
 /// [`StepRunner`](crate::resilience::runaway::StepRunner): inline while
 /// the plugin behaves.
 async fn step(
     provider: &Provider,
     mut attempt: AttemptHandle,
-    last: Option<Fetched>,
+    fetched: Fetched,
 ) -> Result<(AttemptHandle, Result<Advance, ProviderError>), ProviderError> {
     provider
         .runner
         .run(move || {
-            let next = attempt.advance(last.as_ref().map(Fetched::as_response));
+            let next = attempt.advance(Some(fetched.as_response()));
             (attempt, next)
         })
         .await
