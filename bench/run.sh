@@ -7,8 +7,8 @@
 #   proxy       wrk at a plain nginx reverse proxy (1 worker, keepalive)
 #   socialgate  wrk at the release build, `shortvideo-primary` -> upstream
 # then the floor: bench/floor (socialgate's runtime, HTTP server and
-# upstream client forwarding, with none of its work) at one worker, one per
-# core and one more, and socialgate on one worker, beside the proxy and
+# upstream client forwarding, with none of its work) on one serving thread,
+# one per core and one more, and socialgate on one thread, beside the proxy and
 # socialgate, with the CPU each spends per request; then, when the build
 # has the response cache (issue 10), two cache scenarios: cached `profile`
 # against nginx `proxy_cache` and nginx static, and a seeded Zipf trace
@@ -66,7 +66,7 @@ REDIS_P50_MS=${BENCH_REDIS_P50_MS:-0.5}   # most p50 redis may add, at 1 connect
 # appendfsync of the redis instances' servers; the first is judged.
 REDIS_FSYNC=${BENCH_REDIS_FSYNC:-"everysec always"}
 
-# The floor: 1 runs it (bench/floor, and socialgate on one worker, beside
+# The floor: 1 runs it (bench/floor, and socialgate on one thread, beside
 # the nginx proxy), 0 skips it.
 FLOOR_MODE=${BENCH_FLOOR:-1}
 
@@ -797,19 +797,20 @@ write_meta() {
 # target): `profile` at CHECK_CONNS connections, interleaved within each
 # round, with the CPU each server used per request:
 #   proxy          the nginx proxy of the side by side
-#   floor-Kw       bench/floor: socialgate's runtime, HTTP server and
-#                  upstream client forwarding, none of its work; on 1
-#                  worker, one per core (N), and N + 1 (socialgate's count)
-#   socialgate     the main instance (N + 1 workers)
-#   socialgate-1w  socialgate on one worker (TOKIO_WORKER_THREADS=1): without
-#                  the worker the runaway defence keeps free, so a stuck
-#                  plugin would stall it; measured, never a setting to serve
-#                  with.
+#   floor-Kw       bench/floor: socialgate's serving threads, HTTP server
+#                  and upstream client forwarding, none of its work; on 1
+#                  thread, one per core (N), and N + 1 (socialgate's count)
+#   socialgate     the main instance (N + 1 serving threads)
+#   socialgate-1w  socialgate on one serving thread
+#                  (SOCIALGATE_SERVING_THREADS=1): without the thread the
+#                  runaway defence keeps free, so a stuck plugin would stall
+#                  it until the watchdog gives the thread up; measured, never
+#                  a setting to serve with.
 
 # cpu_ticks PID: the user and system clock ticks the process has used.
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 
-# start_floor WORKERS; sets FLOOR_PID and FLOOR_URL.
+# start_floor THREADS; sets FLOOR_PID and FLOOR_URL.
 start_floor() {
     local out=$WORK/floor-$1w.out
     : >"$out"
@@ -817,7 +818,7 @@ start_floor() {
     FLOOR_PID=$!
     PIDS+=("$FLOOR_PID")
     FLOOR_URL=$(listening_url "$out" "$FLOOR_PID")
-    [[ -n $FLOOR_URL ]] || die "floor-proxy ($1 workers) did not start: $(tail -n 3 "$out")"
+    [[ -n $FLOOR_URL ]] || die "floor-proxy ($1 threads) did not start: $(tail -n 3 "$out")"
     log "floor-$1w: floor-proxy pid $FLOOR_PID on $FLOOR_URL"
 }
 
@@ -847,7 +848,7 @@ floor() {
     header[socialgate]="X-API-Key: $MAIN_KEY"
     write_config "$WORK/sg-one-worker" "" "$CACHE_OFF"
     one_key=$(issue_key "$WORK/sg-one-worker" bench)
-    SG_WRAP=(env TOKIO_WORKER_THREADS=1)
+    SG_WRAP=(env SOCIALGATE_SERVING_THREADS=1)
     start_socialgate sg-one-worker
     SG_WRAP=()
     url[socialgate-1w]=$SG_URL${SG_PATH[profile]} pid[socialgate-1w]=$SG_PID

@@ -474,15 +474,15 @@ def floor_report(out, res, cpu_path, meta, notes):
         if target == "proxy":
             return "nginx proxy, 1 worker"
         if target == "socialgate":
-            count = f"{cores + 1} workers" if cores else "its default workers"
+            count = f"{cores + 1} threads" if cores else "its default threads"
             return f"socialgate, {count} (its default: one per core and one more)"
         if target == "socialgate-1w":
-            return "socialgate, 1 worker (without the spare worker of its runaway defence)"
-        workers = int(target[len("floor-"):-1])
-        text = f"floor, {workers} worker{'s' if workers > 1 else ''}"
-        if cores and workers == cores + 1:
+            return "socialgate, 1 thread (without the spare thread of its runaway defence)"
+        threads = int(target[len("floor-"):-1])
+        text = f"floor, {threads} thread{'s' if threads > 1 else ''}"
+        if cores and threads == cores + 1:
             text += " (socialgate's count)"
-        elif cores and workers == cores and cores > 1:
+        elif cores and threads == cores and cores > 1:
             text += " (one per core)"
         return text
 

@@ -205,24 +205,12 @@ fn run(cli: Cli) -> Result<(), RunError> {
     Ok(())
 }
 
-/// The server's runtime: one worker per core, and one more, so that a
-/// plugin call stuck on a worker (see [`crate::resilience::runaway`]) still
-/// leaves every core a worker.
-fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
-    let cores = std::thread::available_parallelism().map_or(1, usize::from);
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    // tokio's own variable, for measuring: it wins over the default here.
-    if std::env::var_os("TOKIO_WORKER_THREADS").is_none() {
-        builder.worker_threads(cores + 1);
-    }
-    builder.enable_all().build()
-}
-
-/// Runs `future` to its end, then leaves without waiting on threads that
-/// cannot finish (a stuck plugin call): everything that needed an orderly
-/// end had it before `future` returned.
+/// Runs `future` on the control runtime ([`crate::runtime`]) to its end,
+/// then leaves without waiting on threads that cannot finish (a stuck
+/// plugin call): everything that needed an orderly end had it before
+/// `future` returned.
 fn run_to_end<T>(future: impl std::future::Future<Output = T>) -> std::io::Result<T> {
-    let runtime = runtime()?;
+    let runtime = crate::runtime::control()?;
     let output = runtime.block_on(future);
     runtime.shutdown_timeout(EXIT_WAIT);
     Ok(output)

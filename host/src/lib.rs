@@ -5,9 +5,11 @@
 //!
 //! A request flows one way through these modules:
 //!
-//! - [`http::server`] accepts connections (for every listener, with the
-//!   same hardening; HTTP/1.1 and HTTP/2, over [`http::tls`] when
-//!   configured; heads hyper refuses made envelopes by [`http::refusal`]);
+//! - [`http::serving`] runs the threads that serve the public API, each
+//!   accepting and serving its own connections; [`http::server`] accepts
+//!   connections (for every listener, with the same hardening; HTTP/1.1
+//!   and HTTP/2, over [`http::tls`] when configured; heads hyper refuses
+//!   made envelopes by [`http::refusal`]);
 //!   [`http::api`] runs each request's checks in order (method, key,
 //!   platform, endpoint, parameters), answers a key's `GET /v1/account`,
 //!   and answers with [`http::response`]'s envelopes, represented for the
@@ -43,7 +45,8 @@
 //! [`plugins`] loads provider libraries, [`reload`] rebuilds the snapshot
 //! when the config, the keys or a library changes, [`lifecycle`] starts the
 //! process and shuts it down in one documented order, [`logging`] sets up
-//! the log lines, [`cli`] is the command line (with [`scaffold`], the
+//! the log lines, [`runtime`] builds the runtimes (the control one, and
+//! each serving thread's), [`cli`] is the command line (with [`scaffold`], the
 //! provider author's `plugin new` and `plugin inspect`), and [`demo`] runs everything
 //! against built-in sandbox upstreams. [`files`] creates the files the
 //! process writes for itself (private, exclusive, never through a link) and
@@ -69,6 +72,7 @@ pub mod plugins;
 pub mod reload;
 pub mod resilience;
 pub mod routing;
+pub mod runtime;
 pub mod scaffold;
 pub mod shared;
 pub mod state;

@@ -48,8 +48,10 @@ use crate::auth::KeysError;
 use crate::billing::Billing;
 use crate::config::{Config, ConfigError};
 use crate::cursor::CursorSealer;
+use crate::http::admin;
+use crate::http::server::{self, Listening};
+use crate::http::serving::Serving;
 use crate::http::tls::{Tls, TlsError};
-use crate::http::{admin, api, server};
 use crate::ledger::{Ledger, LedgerError};
 use crate::metrics::MetricsError;
 use crate::plugins::Loader;
@@ -64,6 +66,10 @@ use crate::upstream::{ClientError, UpstreamClient};
 /// How often counted credits are written to the ledger: a crash loses at
 /// most that much, and one transaction a second costs nothing.
 const LEDGER_FLUSH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+/// How much longer than the grace period shutdown waits for the serving
+/// threads to end (each drains within the grace period, then lets what
+/// hung-up callers left end): a thread stuck in a plugin call never ends.
+const THREADS_END_MARGIN: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Why a command failed. Each is one line naming its cause.
 #[derive(Debug, thiserror::Error)]
@@ -218,29 +224,23 @@ pub async fn serve(
     let shutdown = CancellationToken::new();
     let mut listeners = Vec::new();
     let mut stopped_accepting = Vec::new();
-    let serving_app = app.clone();
-    let (stopped, stopped_public) = oneshot::channel();
-    stopped_accepting.push(stopped_public);
-    listeners.push(tokio::spawn(server::serve(
-        "public",
+    let mut serving = Serving::start(
         public,
-        listener.hardening,
-        tls.as_ref().map(Tls::acceptor),
+        Listening::new(
+            "public",
+            listener.hardening,
+            tls.as_ref().map(Tls::acceptor),
+        ),
+        crate::runtime::serving_threads(),
         shutdown.clone(),
-        Some(stopped),
-        move |request| {
-            let app = serving_app.clone();
-            async move { api::handle(&app, request).await }
-        },
-    )));
+        app.clone(),
+    )?;
     if let Some(admin) = admin {
         let (stopped, stopped_admin) = oneshot::channel();
         stopped_accepting.push(stopped_admin);
         listeners.push(tokio::spawn(server::serve(
-            "admin",
+            Listening::new("admin", listener.hardening, None),
             admin,
-            listener.hardening,
-            None,
             shutdown.clone(),
             Some(stopped),
             admin::handler(app.clone(), metrics),
@@ -272,12 +272,17 @@ pub async fn serve(
     signals.terminate.await;
     // 1.
     app.begin_draining();
-    // 2. Said once it is true: whoever reads the line may rely on it.
+    // 2. Said once it is true: whoever reads the line may rely on it. (A
+    // serving thread stuck in a plugin call is not waited for past a
+    // bound.)
     shutdown.cancel();
+    let grace = listener.hardening.shutdown_grace;
+    serving.stopped_accepting().await;
     for stopped in stopped_accepting {
         let _ = stopped.await;
     }
     tracing::info!("shutting down: not ready, no new connections; finishing requests in flight");
+    serving.finished(grace + THREADS_END_MARGIN).await;
     for listener in listeners {
         let _ = listener.await;
     }

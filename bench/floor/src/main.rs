@@ -1,9 +1,10 @@
 //! The floor of bench/run.sh: socialgate's stack forwarding requests, with
 //! none of socialgate's work.
 //!
-//! The same runtime (tokio's multi-threaded one, with the workers asked
-//! for), the same HTTP server (hyper's HTTP/1.1 connections, `TCP_NODELAY`)
-//! and the same upstream client (`socialgate::upstream::direct`, which
+//! The same runtimes (as socialgate's serving threads: that many threads,
+//! each with a single-threaded runtime accepting from the one listener and
+//! serving its own connections), the same HTTP server (hyper's HTTP/1.1
+//! connections, `TCP_NODELAY`) and the same upstream client (`socialgate::upstream::direct`, which
 //! exchanges on the request's own task, with the server's settings and
 //! request head) as socialgate, and the same allocator. Each request is
 //! sent on to one upstream with its path, query and headers (but
@@ -14,7 +15,7 @@
 //! separates what the stack costs on a machine from what socialgate's own
 //! work costs.
 //!
-//! Usage: `floor-proxy UPSTREAM_ORIGIN WORKERS`, e.g.
+//! Usage: `floor-proxy UPSTREAM_ORIGIN THREADS`, e.g.
 //! `floor-proxy http://127.0.0.1:8080 2`. It listens on a free port of
 //! 127.0.0.1 and prints `listening on http://ADDR` once it accepts.
 
@@ -55,16 +56,16 @@ struct Upstream {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let (Some(origin), Some(workers), None) = (args.next(), args.next(), args.next()) else {
-        return Err("usage: floor-proxy UPSTREAM_ORIGIN WORKERS".into());
+    let (Some(origin), Some(threads), None) = (args.next(), args.next(), args.next()) else {
+        return Err("usage: floor-proxy UPSTREAM_ORIGIN THREADS".into());
     };
     let origin: Uri = origin.parse()?;
     let (Some("http"), Some(authority)) = (origin.scheme_str(), origin.authority()) else {
         return Err("UPSTREAM_ORIGIN must be like http://127.0.0.1:8080".into());
     };
-    let workers: usize = workers.parse()?;
-    if workers == 0 {
-        return Err("WORKERS must be at least 1".into());
+    let threads: usize = threads.parse()?;
+    if threads == 0 {
+        return Err("THREADS must be at least 1".into());
     }
     let upstream = Arc::new(Upstream {
         client: direct(&[])?,
@@ -75,17 +76,30 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         },
         authority: authority.clone(),
     });
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers)
-        .enable_all()
-        .build()?;
-    runtime.block_on(serve(upstream))
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    listener.set_nonblocking(true)?;
+    let address = listener.local_addr()?;
+    let serving: Vec<_> = (0..threads)
+        .map(|_| {
+            let (listener, upstream) = (listener.try_clone()?, upstream.clone());
+            Ok(std::thread::spawn(move || {
+                let runtime = socialgate::runtime::serving().expect("a runtime");
+                runtime.block_on(serve(listener, upstream))
+            }))
+        })
+        .collect::<std::io::Result<_>>()?;
+    writeln!(std::io::stdout(), "listening on http://{address}")?;
+    for thread in serving {
+        let _ = thread.join();
+    }
+    Ok(())
 }
 
-async fn serve(upstream: Arc<Upstream>) -> Result<(), Box<dyn std::error::Error>> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let address = listener.local_addr()?;
-    writeln!(std::io::stdout(), "listening on http://{address}")?;
+/// One thread's accept loop; it serves every connection it accepts.
+async fn serve(listener: std::net::TcpListener, upstream: Arc<Upstream>) {
+    let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+        return;
+    };
     loop {
         // As socialgate's server: a failed accept (out of descriptors,
         // say) costs that connection, not the server.

@@ -19,7 +19,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use crate::http::server::Hardening;
+use crate::http::server::{Hardening, Listening};
 
 /// The keys the doubles accept (the demo sets these as the providers' upstream keys).
 pub const PRIMARY_KEY: &str = "sandbox-primary-key";
@@ -545,16 +545,8 @@ impl Drop for Sandbox {
 /// sandbox is dropped.
 async fn serve(listener: TcpListener, double: Double, shutdown: CancellationToken) {
     let handler = move |req: Request<Incoming>| async move { handle(double, &req) };
-    crate::http::server::serve(
-        "sandbox",
-        listener,
-        Hardening::default(),
-        None,
-        shutdown,
-        None,
-        handler,
-    )
-    .await
+    let listening = Listening::new("sandbox", Hardening::default(), None);
+    crate::http::server::serve(listening, listener, shutdown, None, handler).await
 }
 
 fn handle(double: Double, req: &Request<Incoming>) -> Response<Full<Bytes>> {

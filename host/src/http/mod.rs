@@ -1,5 +1,6 @@
-//! The HTTP surfaces. Public: the listener ([`server`], with [`tls`] and
-//! [`refusal`] of heads hyper cannot read), the checks every request passes
+//! The HTTP surfaces. Public: the threads that serve it ([`serving`]), the
+//! listener ([`server`], with [`tls`] and [`refusal`] of heads hyper
+//! cannot read), the checks every request passes
 //! in order ([`api`]), request IDs ([`request_id`]), the JSON envelopes
 //! ([`response`]), and how an answer is represented ([`encoding`]: codings
 //! and entity tags; [`cors`]: browsers). Operators': the [`admin`]
@@ -14,4 +15,5 @@ pub mod refusal;
 pub mod request_id;
 pub mod response;
 pub mod server;
+pub mod serving;
 pub mod tls;

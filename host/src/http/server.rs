@@ -26,6 +26,7 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
@@ -37,8 +38,8 @@ use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
-use tokio::net::TcpListener;
-use tokio::sync::{oneshot, Semaphore};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
@@ -249,17 +250,40 @@ const H2_HEADER_LIST_MARGIN: usize = 2;
 /// What a client sends first on an HTTP/2 connection (RFC 9113, 3.4).
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// Serves `listener` with `handler` until `shutdown` fires, then drains:
-/// no new connections (the socket is closed, and `stopped_accepting`, if
-/// any, told so), each open one finishes its request in flight, for at most
-/// the grace period. `name` says which listener, in logs. With
-/// `tls`, every connection is TLS first. HTTP/1.1 and HTTP/2 (by ALPN or
-/// prior knowledge) are served on every connection.
-pub async fn serve<H, F>(
+/// A listener's settings, and its cap on open connections, shared by every
+/// thread that serves it (the public listener has several: see
+/// [`super::serving`]).
+#[derive(Clone)]
+pub struct Listening {
+    /// Which listener, in logs.
     name: &'static str,
-    listener: TcpListener,
     hardening: Hardening,
+    /// With it, every connection is TLS first.
     tls: Option<TlsAcceptor>,
+    /// `max_connections` slots, for the connections of every thread that
+    /// serves this listener.
+    slots: Arc<Semaphore>,
+}
+
+impl Listening {
+    pub fn new(name: &'static str, hardening: Hardening, tls: Option<TlsAcceptor>) -> Listening {
+        Listening {
+            name,
+            hardening,
+            tls,
+            slots: Arc::new(Semaphore::new(hardening.max_connections)),
+        }
+    }
+}
+
+/// Serves `listener` with `handler` on this runtime until `shutdown`
+/// fires, then drains: no new connections (this handle of the socket is
+/// closed, and `stopped_accepting`, if any, told so), each open one
+/// finishes its request in flight, for at most the grace period. HTTP/1.1
+/// and HTTP/2 (by ALPN or prior knowledge) are served on every connection.
+pub async fn serve<H, F>(
+    listening: Listening,
+    listener: TcpListener,
     shutdown: CancellationToken,
     stopped_accepting: Option<oneshot::Sender<()>>,
     handler: H,
@@ -267,23 +291,94 @@ pub async fn serve<H, F>(
     H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
-    let mut http1 = http1::Builder::new();
-    http1
-        .timer(TokioTimer::new())
-        .header_read_timeout(hardening.header_timeout)
-        .max_buf_size(hardening.max_header_bytes);
-    let mut http2 = http2::Builder::new(TokioExecutor::new());
-    http2.timer(TokioTimer::new()).max_header_list_size(
-        u32::try_from(
-            hardening
-                .max_header_bytes
-                .saturating_mul(H2_HEADER_LIST_MARGIN),
-        )
-        .unwrap_or(u32::MAX),
-    );
-    let builders = Arc::new((http1, http2));
-    let graceful = GracefulShutdown::new();
-    let slots = Arc::new(Semaphore::new(hardening.max_connections));
+    let connections = Connections::new(listening.clone(), shutdown.clone(), handler);
+    accept(&listening, listener, &shutdown, |accepted| {
+        connections.serve(accepted);
+    })
+    .await;
+    if let Some(stopped_accepting) = stopped_accepting {
+        let _ = stopped_accepting.send(());
+    }
+    connections.drain().await;
+}
+
+/// A connection accepted, not yet served.
+pub struct Accepted {
+    stream: TcpStream,
+    peer: SocketAddr,
+    held: Held,
+    /// When its first bytes must have arrived: the TLS handshake and the
+    /// first bytes are part of the head's time, so a silent client cannot
+    /// hold its slot either.
+    deadline: Instant,
+}
+
+/// What a connection holds while it is open.
+struct Held {
+    /// Its place under the listener's cap.
+    _slot: OwnedSemaphorePermit,
+    /// The count of open connections it is counted in, if any.
+    _counted: Option<Counted>,
+}
+
+/// One in a count of open connections, while it lasts.
+struct Counted(Arc<AtomicUsize>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Accepted {
+    /// Counts it in `open` for as long as it is open.
+    pub fn counted_in(mut self, open: &Arc<AtomicUsize>) -> Accepted {
+        open.fetch_add(1, Ordering::Relaxed);
+        self.held._counted = Some(Counted(open.clone()));
+        self
+    }
+
+    /// Its socket, off this runtime, to be served by another
+    /// ([`Accepted::from_std`]).
+    pub fn into_std(self) -> io::Result<StdAccepted> {
+        Ok(StdAccepted {
+            stream: self.stream.into_std()?,
+            peer: self.peer,
+            held: self.held,
+            deadline: self.deadline,
+        })
+    }
+
+    /// A connection accepted on another runtime, to be served on this one.
+    pub fn from_std(accepted: StdAccepted) -> io::Result<Accepted> {
+        Ok(Accepted {
+            stream: TcpStream::from_std(accepted.stream)?,
+            peer: accepted.peer,
+            held: accepted.held,
+            deadline: accepted.deadline,
+        })
+    }
+}
+
+/// An [`Accepted`] on its way from one runtime to another.
+pub struct StdAccepted {
+    stream: std::net::TcpStream,
+    peer: SocketAddr,
+    held: Held,
+    deadline: Instant,
+}
+
+/// Accepts connections on `listener` until `shutdown` fires, each within
+/// the listener's cap (at the cap it stops accepting until one closes:
+/// new connections wait in the kernel's backlog), and hands each to
+/// `accepted`; then closes this handle of the socket.
+pub async fn accept(
+    listening: &Listening,
+    listener: TcpListener,
+    shutdown: &CancellationToken,
+    mut accepted: impl FnMut(Accepted),
+) {
+    let (name, hardening, slots) = (listening.name, listening.hardening, &listening.slots);
     let mut warned_full: Option<Instant> = None;
     loop {
         // A slot first: at the cap, stop accepting (new connections wait in
@@ -326,7 +421,70 @@ pub async fn serve<H, F>(
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(listener = name, %peer, "cannot set TCP_NODELAY: {e}");
         }
-        let handler = handler.clone();
+        accepted(Accepted {
+            stream,
+            peer,
+            held: Held {
+                _slot: slot,
+                _counted: None,
+            },
+            deadline: Instant::now() + hardening.header_timeout,
+        });
+    }
+}
+
+/// Serves accepted connections on the runtime it is used on, each to its
+/// end, and drains them at shutdown.
+pub struct Connections<H> {
+    listening: Listening,
+    builders: Arc<(http1::Builder, http2::Builder<TokioExecutor>)>,
+    graceful: GracefulShutdown,
+    shutdown: CancellationToken,
+    handler: H,
+}
+
+impl<H, F> Connections<H>
+where
+    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response<Body>> + Send + 'static,
+{
+    /// Connections of `listening` served with `handler`; `shutdown` tells
+    /// each to finish its request in flight.
+    pub fn new(listening: Listening, shutdown: CancellationToken, handler: H) -> Connections<H> {
+        let hardening = listening.hardening;
+        let mut http1 = http1::Builder::new();
+        http1
+            .timer(TokioTimer::new())
+            .header_read_timeout(hardening.header_timeout)
+            .max_buf_size(hardening.max_header_bytes);
+        let mut http2 = http2::Builder::new(TokioExecutor::new());
+        http2.timer(TokioTimer::new()).max_header_list_size(
+            u32::try_from(
+                hardening
+                    .max_header_bytes
+                    .saturating_mul(H2_HEADER_LIST_MARGIN),
+            )
+            .unwrap_or(u32::MAX),
+        );
+        Connections {
+            listening,
+            builders: Arc::new((http1, http2)),
+            graceful: GracefulShutdown::new(),
+            shutdown,
+            handler,
+        }
+    }
+
+    /// Serves `accepted` as a task of this runtime.
+    pub fn serve(&self, accepted: Accepted) {
+        let Accepted {
+            stream,
+            peer,
+            held,
+            deadline,
+        } = accepted;
+        let (name, hardening) = (self.listening.name, self.listening.hardening);
+        let handler = self.handler.clone();
         // Boxed: hyper keeps room for one request's future beside every
         // connection for the connection's whole life, and the API's is a
         // few KiB, so unboxed it would be held by each idle keep-alive
@@ -337,16 +495,14 @@ pub async fn serve<H, F>(
         });
         let stream = WriteTimeout::new(stream, hardening.write_timeout);
         let opening = Opening {
-            builders: builders.clone(),
-            watcher: graceful.watcher(),
-            // The TLS handshake and the first bytes are part of the head's
-            // time, so a silent client cannot hold its slot either.
-            deadline: Instant::now() + hardening.header_timeout,
-            shutdown: shutdown.clone(),
+            builders: self.builders.clone(),
+            watcher: self.graceful.watcher(),
+            deadline,
+            shutdown: self.shutdown.clone(),
         };
-        let tls = tls.clone();
+        let tls = self.listening.tls.clone();
         tokio::spawn(async move {
-            let _slot = slot;
+            let _held = held;
             let served = match tls {
                 None => opening.serve(stream, service).await,
                 // Boxed, as the connections are in `serve`: a TLS session
@@ -368,27 +524,29 @@ pub async fn serve<H, F>(
             }
         });
     }
-    drop(listener);
-    if let Some(stopped_accepting) = stopped_accepting {
-        let _ = stopped_accepting.send(());
-    }
-    let open = graceful.count();
-    if open > 0 {
-        tracing::info!(
-            listener = name,
-            connections = open,
-            "no new connections; finishing requests in flight"
-        );
-    }
-    if tokio::time::timeout(hardening.shutdown_grace, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!(
-            listener = name,
-            grace_ms = hardening.shutdown_grace.as_millis() as u64,
-            "requests still in flight after the grace period; closing them"
-        );
+
+    /// Waits, for at most the grace period, until every connection served
+    /// here finished the request it had in flight when `shutdown` fired.
+    pub async fn drain(self) {
+        let (name, hardening) = (self.listening.name, self.listening.hardening);
+        let open = self.graceful.count();
+        if open > 0 {
+            tracing::info!(
+                listener = name,
+                connections = open,
+                "no new connections; finishing requests in flight"
+            );
+        }
+        if tokio::time::timeout(hardening.shutdown_grace, self.graceful.shutdown())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                listener = name,
+                grace_ms = hardening.shutdown_grace.as_millis() as u64,
+                "requests still in flight after the grace period; closing them"
+            );
+        }
     }
 }
 

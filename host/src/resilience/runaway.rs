@@ -8,18 +8,18 @@
 //! back. The defence is to notice, and never to run that provider's code
 //! inline again:
 //!
-//! - At most one inline call per core runs at a time (the runtime has one
-//!   worker more than there are cores), so even calls that never end leave
-//!   a worker free; a call that finds every inline slot taken runs on the
-//!   blocking pool instead.
+//! - At most one inline call per core runs at a time (there is one serving
+//!   thread more than there are cores: [`crate::http::serving`]), so even
+//!   calls that never end leave a thread free; a call that finds every
+//!   inline slot taken runs on the blocking pool instead.
 //! - Every call is timed. One that takes longer than [`BUDGET`] quarantines
 //!   its provider when it ends; one that does not end is seen by a watchdog
 //!   thread, which checks the calls in progress every [`WATCH_EVERY`] and
 //!   quarantines the provider of any call running past the budget. The
-//!   thread a stuck call holds is lost, and so is the answer to the request
-//!   it served (and, rarely, to one whose connection that thread had
-//!   already queued behind it: tokio cannot hand that one to another
-//!   worker), but that provider's code never runs inline again.
+//!   thread a stuck call holds is lost, and so are the requests of the
+//!   connections it served; the watchdog tells the thread's owner
+//!   ([`when_this_thread_is_stuck`]), which starts another in its place,
+//!   and that provider's code never runs inline again.
 //! - A quarantined provider's calls run on the blocking pool, at most
 //!   [`MAX_POOLED`] at a time; each holds its slot until it really ends, and
 //!   a call waits for a slot within its attempt's timeout. So a stuck plugin
@@ -43,9 +43,6 @@ use crate::sync::lock;
 pub const BUDGET: Duration = Duration::from_secs(1);
 /// How often the watchdog looks at the calls in progress.
 pub const WATCH_EVERY: Duration = Duration::from_millis(100);
-/// An inline call running longer than this makes the watchdog wake an idle
-/// worker, so a worker stuck off the I/O driver cannot stall the server.
-pub const NUDGE_AFTER: Duration = Duration::from_millis(50);
 /// Calls of one quarantined provider that may run at once.
 pub const MAX_POOLED: usize = 2;
 
@@ -163,19 +160,69 @@ impl Drop for InlineSlot {
     }
 }
 
+/// What to do when this thread is seen stuck in a plugin call.
+type WhenStuck = Box<dyn Fn() + Send + Sync>;
+
 /// What one thread is running, for the watchdog.
-type Running = Mutex<Option<(Instant, Arc<StepRunner>)>>;
+#[derive(Default)]
+struct Running {
+    /// The call in progress: since when, and whose.
+    call: Mutex<Option<(Instant, Arc<StepRunner>)>>,
+    /// Set by the thread's owner ([`when_this_thread_is_stuck`]).
+    when_stuck: Mutex<Option<Arc<WhenStuck>>>,
+    /// The start of the call last said stuck: each is said once.
+    said_stuck: Mutex<Option<Instant>>,
+}
 
 /// The thread that notices inline calls that do not end.
 struct Watchdog {
-    /// One entry per thread that ever ran a plugin call.
+    /// One entry per thread that ever ran a plugin call or asked to be
+    /// told when stuck.
     threads: Mutex<Vec<Arc<Running>>>,
-    /// The runtime whose workers run calls inline.
-    runtime: OnceLock<tokio::runtime::Handle>,
 }
 
 thread_local! {
     static THIS_THREAD: OnceLock<Arc<Running>> = const { OnceLock::new() };
+}
+
+/// Runs `action` (once a call) should a plugin call on this thread be seen
+/// past its budget: the thread's owner learns it has lost the thread, and
+/// what it served there, for as long as the call runs. Until the returned
+/// guard is dropped.
+#[must_use]
+pub fn when_this_thread_is_stuck(action: impl Fn() + Send + Sync + 'static) -> WhenStuckGuard {
+    let running = Watchdog::get().this_thread();
+    *lock(&running.when_stuck) = Some(Arc::new(Box::new(action)));
+    WhenStuckGuard(running)
+}
+
+/// Keeps the action of [`when_this_thread_is_stuck`] set.
+pub struct WhenStuckGuard(Arc<Running>);
+
+impl WhenStuckGuard {
+    /// The plugin calls of the thread it was made on, to look at from
+    /// others.
+    pub fn calls(&self) -> ThreadCalls {
+        ThreadCalls(self.0.clone())
+    }
+}
+
+/// One thread's plugin calls, as another thread sees them.
+pub struct ThreadCalls(Arc<Running>);
+
+impl ThreadCalls {
+    /// How long the call that thread runs now has been running, if any.
+    pub fn in_call_for(&self) -> Option<Duration> {
+        lock(&self.0.call)
+            .as_ref()
+            .map(|(started, _)| started.elapsed())
+    }
+}
+
+impl Drop for WhenStuckGuard {
+    fn drop(&mut self) {
+        lock(&self.0.when_stuck).take();
+    }
 }
 
 /// Clears the thread's entry when the call ends (or unwinds).
@@ -183,7 +230,7 @@ struct Watched(Arc<Running>);
 
 impl Drop for Watched {
     fn drop(&mut self) {
-        *lock(&self.0) = None;
+        *lock(&self.0.call) = None;
     }
 }
 
@@ -204,55 +251,49 @@ impl Watchdog {
             }
             Watchdog {
                 threads: Mutex::new(Vec::new()),
-                runtime: OnceLock::new(),
             }
+        })
+    }
+
+    /// This thread's entry, made on first use.
+    fn this_thread(&self) -> Arc<Running> {
+        THIS_THREAD.with(|slot| {
+            slot.get_or_init(|| {
+                let running = Arc::new(Running::default());
+                lock(&self.threads).push(running.clone());
+                running
+            })
+            .clone()
         })
     }
 
     /// Notes that this thread runs a call of `runner` since `started`.
     fn watch(&self, runner: &Arc<StepRunner>, started: Instant) -> Watched {
-        if self.runtime.get().is_none() {
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                let _ = self.runtime.set(runtime);
-            }
-        }
-        let running = THIS_THREAD.with(|slot| {
-            slot.get_or_init(|| {
-                let running = Arc::new(Mutex::new(None));
-                lock(&self.threads).push(running.clone());
-                running
-            })
-            .clone()
-        });
-        *lock(&running) = Some((started, runner.clone()));
+        let running = self.this_thread();
+        *lock(&running.call) = Some((started, runner.clone()));
         Watched(running)
     }
 
-    /// Quarantines the provider of every call running past the budget, and
-    /// wakes an idle worker while any call runs long.
-    ///
-    /// The wake matters: a tokio worker that leaves the I/O driver to run a
-    /// task is the one that polls the driver when it parks again. If that
-    /// task never ends and the other workers sleep waiting for work, nobody
-    /// polls for I/O and the whole server stalls. A task spawned from here
-    /// wakes a sleeping worker, which then parks on the driver.
+    /// Quarantines the provider of every call running past the budget,
+    /// and tells the owner of each thread stuck so (once a call).
     fn inspect(&self) {
         let threads = lock(&self.threads).clone();
-        let mut long_running = false;
         for running in threads {
-            let Some((took, runner)) = lock(&running)
+            let Some((started, took, runner)) = lock(&running.call)
                 .as_ref()
-                .map(|(started, runner)| (started.elapsed(), runner.clone()))
+                .map(|(started, runner)| (*started, started.elapsed(), runner.clone()))
             else {
                 continue;
             };
-            long_running |= took > NUDGE_AFTER;
-            if took > BUDGET {
-                runner.quarantine(took);
+            if took <= BUDGET {
+                continue;
             }
-        }
-        if let (true, Some(runtime)) = (long_running, self.runtime.get()) {
-            runtime.spawn(async {});
+            runner.quarantine(took);
+            let first_time = lock(&running.said_stuck).replace(started) != Some(started);
+            let when_stuck = lock(&running.when_stuck).clone();
+            if let (true, Some(when_stuck)) = (first_time, when_stuck) {
+                when_stuck();
+            }
         }
     }
 }
@@ -268,6 +309,41 @@ mod tests {
         let ran_on = runner.run(|| std::thread::current().id()).await.unwrap();
         assert_eq!(ran_on, here);
         assert!(!runner.is_quarantined());
+    }
+
+    /// A thread's owner is told once when a call there is stuck past the
+    /// budget, and the provider quarantined; once the owner lets go, it is
+    /// told nothing more.
+    #[test]
+    fn the_owner_of_a_thread_stuck_in_a_call_is_told_once() {
+        let runner = StepRunner::new("stuck on its thread");
+        let told = Arc::new(AtomicUsize::new(0));
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let thread = {
+            let (runner, told) = (runner.clone(), told.clone());
+            std::thread::spawn(move || {
+                let guard = when_this_thread_is_stuck(move || {
+                    told.fetch_add(1, Ordering::SeqCst);
+                });
+                let runtime = crate::runtime::serving().unwrap();
+                runtime
+                    .block_on(runner.run(move || released.recv()))
+                    .unwrap()
+                    .unwrap();
+                drop(guard);
+            })
+        };
+        let deadline = Instant::now() + BUDGET * 5;
+        while told.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
+            std::thread::sleep(WATCH_EVERY / 2);
+        }
+        assert_eq!(told.load(Ordering::SeqCst), 1, "told when past the budget");
+        assert!(runner.is_quarantined());
+        // More rounds of the watchdog over the same call: told once.
+        std::thread::sleep(WATCH_EVERY * 3);
+        assert_eq!(told.load(Ordering::SeqCst), 1);
+        release.send(()).unwrap();
+        thread.join().unwrap();
     }
 
     #[tokio::test]

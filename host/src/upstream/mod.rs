@@ -198,7 +198,10 @@ pub enum ClientError {
 enum Transport {
     /// Shared with the task that prunes its idle connections.
     Direct(Arc<wire::Client>),
-    Proxied(reqwest::Client),
+    /// With the runtime its connections run on: the one it was made on
+    /// (the control runtime), not a serving thread's, whose connections a
+    /// stuck plugin call would stall for every thread.
+    Proxied(reqwest::Client, Option<tokio::runtime::Handle>),
 }
 
 /// The host's HTTP client for upstreams. A clone shares the connections
@@ -249,7 +252,7 @@ impl UpstreamClient {
                 for root in extra_roots {
                     builder = builder.add_root_certificate(reqwest::Certificate::from_der(root)?);
                 }
-                Transport::Proxied(builder.build()?)
+                Transport::Proxied(builder.build()?, tokio::runtime::Handle::try_current().ok())
             }
         };
         Ok(UpstreamClient {
@@ -286,7 +289,7 @@ impl UpstreamClient {
                     body: answer.body,
                 })
             }
-            Transport::Proxied(client) => {
+            Transport::Proxied(client, runtime) => {
                 let headers = checked_headers(request)?;
                 let mut upstream = Request::get(url.uri)
                     .body(reqwest::Body::from(""))
@@ -300,14 +303,20 @@ impl UpstreamClient {
                 }
                 let upstream = reqwest::Request::try_from(upstream)
                     .map_err(|e| transient("request failed", &e.without_url()))?;
-                let response = client
-                    .execute(upstream)
-                    .await
-                    .map_err(|e| transient("request failed", &e.without_url()))?;
-                // Its body errors would name the URL too.
-                let response =
-                    Response::from(response).map(|body| body.map_err(|e| e.without_url()));
-                read_in_full(response, max_body).await
+                let exchange = async {
+                    let response = client
+                        .execute(upstream)
+                        .await
+                        .map_err(|e| transient("request failed", &e.without_url()))?;
+                    // Its body errors would name the URL too.
+                    let response =
+                        Response::from(response).map(|body| body.map_err(|e| e.without_url()));
+                    read_in_full(response, max_body).await
+                };
+                match runtime {
+                    Some(runtime) => crate::runtime::on(runtime, exchange).await,
+                    None => exchange.await,
+                }
             }
         }
     }

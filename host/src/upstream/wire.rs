@@ -11,8 +11,8 @@
 //!
 //! It speaks what upstream `GET`s need and refuses the rest: one request
 //! at a time per connection; keep-alive, with idle connections pooled per
-//! target (the most recently used first, none kept longer than the idle
-//! timeout); bodies framed by `Content-Length`, chunked, or by the end of
+//! target and per thread (the most recently used first, none kept longer
+//! than the idle timeout); bodies framed by `Content-Length`, chunked, or by the end of
 //! the connection; 1xx answers skipped. A request on a pooled connection
 //! that the upstream had closed meanwhile is sent again once on a new one
 //! (a `GET` may be).
@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rustls_pki_types::ServerName;
+use thread_local::ThreadLocal;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
@@ -110,9 +111,30 @@ impl Connection {
     }
 }
 
+/// One thread's idle connections, by target.
+#[derive(Default)]
+struct Pool {
+    /// The thread they belong to ([`this_thread`]): a thread's slot
+    /// outlives it, and a later thread may be given the same one.
+    thread: u64,
+    idle: FastMap<Target, Vec<Connection>>,
+}
+
+/// A number for this thread, never given to another.
+fn this_thread() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    thread_local! {
+        static THIS: u64 = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    THIS.with(|this| *this)
+}
+
 /// Opens connections, keeps the idle ones, and runs exchanges on them.
 pub struct Client {
-    idle: Mutex<FastMap<Target, Vec<Connection>>>,
+    /// A pool per thread: a connection belongs to the runtime of the
+    /// thread that opened it, and each serving thread runs one of its own
+    /// ([`crate::http::serving`]); nor do the threads contend for a lock.
+    idle: ThreadLocal<Mutex<Pool>>,
     tls: TlsConnector,
     connect_timeout: Duration,
     idle_timeout: Duration,
@@ -125,7 +147,7 @@ impl Client {
         idle_timeout: Duration,
     ) -> Client {
         Client {
-            idle: Mutex::new(FastMap::default()),
+            idle: ThreadLocal::new(),
             tls: TlsConnector::from(tls),
             connect_timeout,
             idle_timeout,
@@ -177,14 +199,26 @@ impl Client {
     /// The most recently used idle connection to `target`, unless it is
     /// too old, and then so is every other: all are closed.
     fn pop_recent(&self, target: &Target) -> Option<Connection> {
-        let mut idle = lock(&self.idle);
-        let connections = idle.get_mut(target)?;
+        let mut pool = self.this_threads_pool();
+        let connections = pool.idle.get_mut(target)?;
         let connection = connections.pop()?;
         if self.expired(&connection) {
             connections.clear();
             return None;
         }
         Some(connection)
+    }
+
+    /// This thread's idle connections. Those of a thread that ended (its
+    /// runtime gone with it) are closed.
+    fn this_threads_pool(&self) -> std::sync::MutexGuard<'_, Pool> {
+        let mut pool = lock(self.idle.get_or_default());
+        let this = this_thread();
+        if pool.thread != this {
+            pool.idle.clear();
+            pool.thread = this;
+        }
+        pool
     }
 
     fn expired(&self, connection: &Connection) -> bool {
@@ -196,12 +230,12 @@ impl Client {
             return;
         }
         connection.idle_since = Instant::now();
-        let mut idle = lock(&self.idle);
+        let mut pool = self.this_threads_pool();
         // The target is copied only for its first connection.
-        if !idle.contains_key(target) {
-            idle.insert(target.clone(), Vec::new());
+        if !pool.idle.contains_key(target) {
+            pool.idle.insert(target.clone(), Vec::new());
         }
-        let connections = idle.get_mut(target).expect("inserted above");
+        let connections = pool.idle.get_mut(target).expect("inserted above");
         // The oldest are first: those past the idle timeout go now, so a
         // quiet target does not keep them open until its next request.
         let expired = connections.iter().take_while(|c| self.expired(c)).count();
@@ -218,12 +252,22 @@ impl Client {
     /// half-closed (`CLOSE_WAIT`) until the target's next request, and a
     /// target that goes quiet for good would keep its sockets for ever.
     pub fn prune(&self) {
+        for pool in self.idle.iter() {
+            self.prune_pool(pool);
+        }
+    }
+
+    /// [`prune`](Self::prune) for one thread's pool. Its sockets belong to
+    /// that thread's runtime; looking at one or closing it from here is
+    /// safe, and the pool's lock keeps that thread out meanwhile.
+    fn prune_pool(&self, pool: &Mutex<Pool>) {
         // The connections idle for a while, the oldest of each pool: the
         // recent ones stay where requests take them from meanwhile.
         let checked: Vec<(Target, Vec<Connection>)> = {
-            let mut idle = lock(&self.idle);
-            idle.retain(|_, connections| !connections.is_empty());
-            idle.iter_mut()
+            let mut pool = lock(pool);
+            pool.idle.retain(|_, connections| !connections.is_empty());
+            pool.idle
+                .iter_mut()
                 .map(|(target, connections)| {
                     let settled = connections
                         .iter()
@@ -240,21 +284,26 @@ impl Client {
                 .filter(|c| !self.expired(c))
                 .filter_map(|mut c| c.is_quiet().then_some(c))
                 .collect();
-            let mut idle = lock(&self.idle);
-            let pool = idle.entry(target).or_default();
+            let mut pool = lock(pool);
+            let connections = pool.idle.entry(target).or_default();
             // Older than those left in the pool.
-            kept.append(pool);
+            kept.append(connections);
             let excess = kept.len().saturating_sub(MAX_IDLE_PER_TARGET);
             kept.drain(..excess);
-            *pool = kept;
+            *connections = kept;
         }
-        lock(&self.idle).retain(|_, connections| !connections.is_empty());
+        lock(pool)
+            .idle
+            .retain(|_, connections| !connections.is_empty());
     }
 
-    /// Idle connections, in every target's pool.
+    /// Idle connections, in every target's pool of every thread.
     #[cfg(test)]
     fn idle_count(&self) -> usize {
-        lock(&self.idle).values().map(Vec::len).sum()
+        self.idle
+            .iter()
+            .map(|pool| lock(pool).idle.values().map(Vec::len).sum::<usize>())
+            .sum()
     }
 
     async fn connect(&self, target: &Target) -> Result<Connection, WireError> {
@@ -843,11 +892,84 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         assert!(pruned, "the closed one is gone: {}", client.idle_count());
-        assert!(lock(&client.idle).contains_key(&open), "the open one stays");
-        assert!(
-            !lock(&client.idle).contains_key(&closing),
-            "its target forgotten"
+        // A current-thread test runtime: this thread's pool is the one.
+        let pool = client.this_threads_pool();
+        assert!(pool.idle.contains_key(&open), "the open one stays");
+        assert!(!pool.idle.contains_key(&closing), "its target forgotten");
+    }
+
+    /// A connection opened on one thread is reused there, never on another
+    /// (each serving thread has a runtime of its own), nor by a thread
+    /// given the slot of one that ended.
+    #[test]
+    fn each_thread_keeps_its_own_idle_connections() {
+        // An upstream that keeps every connection open, answering each
+        // request head with the same short answer.
+        let upstream = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let listener = upstream.block_on(TcpListener::bind("127.0.0.1:0")).unwrap();
+        let target = Target {
+            https: false,
+            host: "127.0.0.1".into(),
+            port: listener.local_addr().unwrap().port(),
+        };
+        let counter = accepted.clone();
+        upstream.spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                counter.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut buffer = [0u8; 4096];
+                    while let Ok(1..) = socket.read(&mut buffer).await {
+                        let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\na";
+                        if socket.write_all(answer).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        let client = Arc::new(client());
+        // Two exchanges on a thread of its own, which waits at `until`
+        // before it ends.
+        let exchanging = |until: Arc<std::sync::Barrier>| {
+            let (client, target) = (client.clone(), target.clone());
+            std::thread::spawn(move || {
+                let runtime = crate::runtime::serving().unwrap();
+                runtime.block_on(async {
+                    for _ in 0..2 {
+                        client.exchange(&target, GET, 1024).await.unwrap();
+                    }
+                });
+                until.wait();
+            })
+        };
+        let both_done = Arc::new(std::sync::Barrier::new(3));
+        let threads = [exchanging(both_done.clone()), exchanging(both_done.clone())];
+        // Both threads exchanged and still run.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while (accepted.load(Ordering::SeqCst) < 2 || client.idle_count() < 2)
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(client.idle_count(), 2, "one idle on each thread");
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            2,
+            "one connection a thread"
         );
+        both_done.wait();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        // A thread after them opens its own, whatever slot it is given.
+        let last = Arc::new(std::sync::Barrier::new(1));
+        exchanging(last).join().unwrap();
+        assert_eq!(accepted.load(Ordering::SeqCst), 3);
     }
 
     /// Every pooled connection is looked at, however many: more than one

@@ -1,0 +1,289 @@
+//! The threads that serve the public API: one per core and one more, each
+//! with a single-threaded runtime of its own ([`crate::runtime`]) that
+//! serves the connections handed to it, each to its end.
+//!
+//! Why not one runtime with a pool of workers: a request wakes up twice
+//! (its head arrives, then its upstream's answer), and a multi-threaded
+//! runtime runs each wake-up on whichever worker read the socket, so a
+//! request's state moves from core to core and the workers keep waking
+//! each other. On two cores that cost about a fourth of a request's CPU
+//! (README, "Measured behaviour"). Here a connection stays on one thread
+//! from its first byte to its last; the threads share only what requests
+//! share.
+//!
+//! Connections are accepted on the control runtime and each handed to the
+//! thread with the fewest open, passing over a thread that is in a plugin
+//! call for longer than a normal call takes ([`PASS_OVER_AFTER`]): a call
+//! that never ends holds its thread, and the connections that thread
+//! serves with it. At most one plugin call per core runs on these threads
+//! at a time ([`crate::resilience::runaway`]), and there is one thread
+//! more, so a thread is always free to serve. When the watchdog sees a
+//! call stuck past its budget, its thread is given up: it gets no more
+//! connections, a new thread takes its place, and should its call ever
+//! end it finishes what it holds and ends.
+
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::api;
+use super::server::{self, Accepted, Connections, Listening, StdAccepted};
+use crate::resilience::{abandon, runaway};
+use crate::state::App;
+use crate::sync::{lock, Outstanding};
+
+/// A thread in a plugin call this long gets no new connection while the
+/// call lasts, if another thread is free: calls take microseconds.
+pub const PASS_OVER_AFTER: Duration = Duration::from_millis(10);
+
+/// The public listener's acceptor and its serving threads.
+pub struct Serving {
+    shared: Arc<Shared>,
+    acceptor: JoinHandle<()>,
+    stopped_accepting: oneshot::Receiver<()>,
+}
+
+/// What the acceptor and the serving threads share.
+struct Shared {
+    listening: Listening,
+    /// Fires at shutdown: the acceptor stops, and every thread drains.
+    shutdown: CancellationToken,
+    app: Arc<App>,
+    /// Threads started so far, to number them.
+    started: AtomicUsize,
+    /// The threads connections may be handed to: not given up, running.
+    threads: Mutex<Vec<Arc<Thread>>>,
+    /// Threads not yet ended; a given-up thread no longer counts.
+    running: Outstanding,
+}
+
+/// A serving thread, as the acceptor sees it.
+struct Thread {
+    /// Where it is handed connections (they wait there until it starts);
+    /// dropped, it drains and ends.
+    inbox: mpsc::UnboundedSender<StdAccepted>,
+    /// Its connections now open.
+    open: Arc<AtomicUsize>,
+    /// Its plugin calls, to pass it over while it is in a long one; set
+    /// once it runs.
+    calls: OnceLock<runaway::ThreadCalls>,
+}
+
+impl Serving {
+    /// Accepts connections on `listener` on this runtime, and starts
+    /// `threads` threads to serve them with the API, until `shutdown`
+    /// fires.
+    pub fn start(
+        listener: TcpListener,
+        listening: Listening,
+        threads: usize,
+        shutdown: CancellationToken,
+        app: Arc<App>,
+    ) -> io::Result<Serving> {
+        let shared = Arc::new(Shared {
+            listening,
+            shutdown,
+            app,
+            started: AtomicUsize::new(0),
+            threads: Mutex::new(Vec::new()),
+            running: Outstanding::new(),
+        });
+        for _ in 0..threads.max(1) {
+            Shared::spawn(&shared)?;
+        }
+        let (stopped, stopped_accepting) = oneshot::channel();
+        let acceptor = {
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                let shutdown = shared.shutdown.clone();
+                server::accept(&shared.listening, listener, &shutdown, |accepted| {
+                    shared.hand_over(accepted)
+                })
+                .await;
+                let _ = stopped.send(());
+                // Every thread's inbox closes: each drains and ends.
+                lock(&shared.threads).clear();
+            })
+        };
+        Ok(Serving {
+            shared,
+            acceptor,
+            stopped_accepting,
+        })
+    }
+
+    /// Waits until the listener is closed (at shutdown): new connections
+    /// are refused from then on.
+    pub async fn stopped_accepting(&mut self) {
+        let _ = (&mut self.stopped_accepting).await;
+    }
+
+    /// Waits until every thread ended (their connections drained), for at
+    /// most `within` (a thread stuck in a plugin call the watchdog has not
+    /// seen yet never does).
+    pub async fn finished(self, within: Duration) {
+        let _ = self.acceptor.await;
+        self.shared.running.none_within(within).await;
+    }
+}
+
+impl Shared {
+    /// Hands `accepted` to the thread with the fewest connections open
+    /// among those not deep in a plugin call (or among all, if every one
+    /// is).
+    fn hand_over(&self, accepted: Accepted) {
+        let threads = lock(&self.threads);
+        let free = |thread: &&Arc<Thread>| {
+            thread
+                .calls
+                .get()
+                .and_then(runaway::ThreadCalls::in_call_for)
+                .is_none_or(|took| took < PASS_OVER_AFTER)
+        };
+        let fewest = |thread: &&Arc<Thread>| thread.open.load(Ordering::Relaxed);
+        let chosen = threads
+            .iter()
+            .filter(free)
+            .min_by_key(fewest)
+            .or_else(|| threads.iter().min_by_key(fewest));
+        let Some(thread) = chosen else {
+            // No thread serves (shutting down): the connection is closed.
+            return;
+        };
+        let accepted = match accepted.counted_in(&thread.open).into_std() {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                tracing::debug!("cannot hand over a connection: {e}");
+                return;
+            }
+        };
+        let _ = thread.inbox.send(accepted);
+    }
+
+    /// Starts a thread, which connections may be handed to at once.
+    fn spawn(shared: &Arc<Shared>) -> io::Result<()> {
+        let number = shared.started.fetch_add(1, Ordering::Relaxed);
+        let (inbox, handed) = mpsc::unbounded_channel();
+        let thread = Arc::new(Thread {
+            inbox,
+            open: Arc::new(AtomicUsize::new(0)),
+            calls: OnceLock::new(),
+        });
+        let ended = Ended {
+            shared: shared.clone(),
+            counted: Arc::new(AtomicBool::new(true)),
+        };
+        shared.running.add(1);
+        lock(&shared.threads).push(thread.clone());
+        let started = {
+            let (shared, thread, ended) = (shared.clone(), thread.clone(), ended.clone());
+            std::thread::Builder::new()
+                .name(format!("serving-{number}"))
+                .spawn(move || {
+                    shared.serve(thread, handed, &ended);
+                    ended.count();
+                })
+        };
+        if let Err(e) = started {
+            shared.forget(&Arc::downgrade(&thread));
+            ended.count();
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// One serving thread's life: the connections handed to it, until its
+    /// inbox closes, then their drain. `thread` is its own entry, held only
+    /// to start: it holds the inbox's sender.
+    fn serve(
+        self: &Arc<Self>,
+        thread: Arc<Thread>,
+        mut handed: mpsc::UnboundedReceiver<StdAccepted>,
+        ended: &Ended,
+    ) {
+        let runtime = match crate::runtime::serving() {
+            Ok(runtime) => runtime,
+            Err(e) => {
+                tracing::error!("cannot start a serving thread's runtime: {e}");
+                self.forget(&Arc::downgrade(&thread));
+                return;
+            }
+        };
+        let stuck = {
+            let (shared, ended) = (self.clone(), ended.clone());
+            let thread = Arc::downgrade(&thread);
+            runaway::when_this_thread_is_stuck(move || shared.give_up(&thread, &ended))
+        };
+        let _ = thread.calls.set(stuck.calls());
+        drop(thread);
+        runtime.block_on(async {
+            let app = self.app.clone();
+            let connections = Connections::new(
+                self.listening.clone(),
+                self.shutdown.clone(),
+                move |request| {
+                    let app = app.clone();
+                    async move { api::handle(&app, request).await }
+                },
+            );
+            while let Some(accepted) = handed.recv().await {
+                match Accepted::from_std(accepted) {
+                    Ok(accepted) => connections.serve(accepted),
+                    Err(e) => tracing::debug!("cannot serve a connection handed over: {e}"),
+                }
+            }
+            connections.drain().await;
+            // What callers who hung up left running here ends here too.
+            abandon::finished(self.app.process.listener.hardening.shutdown_grace).await;
+        });
+        drop(stuck);
+        // Plugin calls of quarantined providers may still hold this
+        // runtime's blocking threads: do not wait on them.
+        runtime.shutdown_timeout(Duration::from_millis(100));
+    }
+
+    /// Hands `thread` no more connections: its inbox closes.
+    fn forget(&self, thread: &Weak<Thread>) {
+        lock(&self.threads).retain(|other| !std::ptr::eq(Arc::as_ptr(other), thread.as_ptr()));
+    }
+
+    /// The watchdog saw a plugin call stuck on `thread`: it gets no more
+    /// connections (and ends, should its call ever end), and unless the
+    /// server is shutting down a new one serves in its place.
+    fn give_up(self: &Arc<Self>, thread: &Weak<Thread>, ended: &Ended) {
+        self.forget(thread);
+        ended.count();
+        if self.shutdown.is_cancelled() {
+            return;
+        }
+        match Shared::spawn(self) {
+            Ok(()) => tracing::warn!(
+                "a serving thread is stuck in a plugin call, with the connections it served; a new thread serves in its place"
+            ),
+            Err(e) => tracing::error!(
+                "a serving thread is stuck in a plugin call, and no thread could be started in its place: {e}"
+            ),
+        }
+    }
+}
+
+/// Says a thread ended, once: when it ends, or when it is given up.
+#[derive(Clone)]
+struct Ended {
+    shared: Arc<Shared>,
+    counted: Arc<AtomicBool>,
+}
+
+impl Ended {
+    fn count(&self) {
+        if self.counted.swap(false, Ordering::Relaxed) {
+            self.shared.running.done(1);
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! The process's runtimes: the control runtime, and the single-threaded
+//! runtimes of the threads that serve the public API.
+//!
+//! The control runtime runs what the process does for itself: the admin
+//! listener, reloads, signals, shutdown, and the connections it keeps to
+//! others that every request shares (the shared store's, a proxy's). The
+//! public API is served by threads of their own ([`crate::http::serving`]),
+//! each with a runtime that runs only its own connections. Work that
+//! outlives one request and that every thread relies on must not live on
+//! one of those: a plugin call stuck on that thread would stop it. So such
+//! work is started on the control runtime, wherever it is asked for, by
+//! polling it [`on`] that runtime.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::runtime::{Builder, Handle, Runtime};
+
+/// Serving threads, when `SOCIALGATE_SERVING_THREADS` does not say: one per
+/// core and one more, so that calls stuck in plugins (one per core at
+/// most; see [`crate::resilience::runaway`]) always leave one to accept.
+pub fn serving_threads() -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    // For measuring (bench/run.sh): a count set by hand wins.
+    std::env::var("SOCIALGATE_SERVING_THREADS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(cores + 1)
+}
+
+/// The control runtime: two workers (one may be busy starting a reload's
+/// plugins while the other keeps the shared store's connection going).
+pub fn control() -> std::io::Result<Runtime> {
+    Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("control")
+        .enable_all()
+        .build()
+}
+
+/// A serving thread's runtime: this thread alone runs its tasks.
+pub fn serving() -> std::io::Result<Runtime> {
+    Builder::new_current_thread().enable_all().build()
+}
+
+/// `future`, polled with `runtime` entered: the tasks it spawns, the
+/// timers it sets and the sockets it opens belong to `runtime`, whichever
+/// runtime polls the future itself.
+pub fn on<F: Future>(runtime: &Handle, future: F) -> On<F> {
+    On {
+        runtime: runtime.clone(),
+        future: Box::pin(future),
+    }
+}
+
+/// See [`on`].
+pub struct On<F> {
+    runtime: Handle,
+    future: Pin<Box<F>>,
+}
+
+impl<F: Future> Future for On<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = &mut *self;
+        let _entered = this.runtime.enter();
+        this.future.as_mut().poll(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_a_future_on_another_runtime_spawns_runs_there() {
+        let control = control().unwrap();
+        let serving = serving().unwrap();
+        let spawned_on = serving.block_on(on(control.handle(), async {
+            tokio::spawn(async { std::thread::current().name().map(str::to_owned) })
+                .await
+                .unwrap()
+        }));
+        assert_eq!(spawned_on.as_deref(), Some("control"));
+    }
+}
