@@ -91,7 +91,8 @@ pub async fn handle(app: &App, request: Request<Incoming>) -> Response<Body> {
     let mut report = Report::default();
     // One snapshot serves the whole request, its metrics labels included.
     let snapshot = app.snapshot();
-    let outcome = AssertUnwindSafe(route(app, &snapshot, &request, &id, &mut report))
+    // Boxed as it is made: the wrappers move it, and it is a few KiB.
+    let outcome = AssertUnwindSafe(Box::pin(route(app, &snapshot, &request, &id, &mut report)))
         .catch_unwind()
         .instrument(span.clone())
         .await;

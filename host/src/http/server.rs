@@ -488,10 +488,11 @@ where
         // Boxed: hyper keeps room for one request's future beside every
         // connection for the connection's whole life, and the API's is a
         // few KiB, so unboxed it would be held by each idle keep-alive
-        // connection rather than only by requests in flight.
+        // connection rather than only by requests in flight. Boxed as it is
+        // made, and wrapped boxed: each move of it copies those KiB.
         let service = service_fn(move |request| {
-            let response = handler(request);
-            Box::pin(async move { Ok::<_, Infallible>(response.await) })
+            let response = Box::pin(handler(request));
+            async move { Ok::<_, Infallible>(response.await) }
         });
         let stream = WriteTimeout::new(stream, hardening.write_timeout);
         let opening = Opening {
