@@ -383,8 +383,8 @@ fn invalid_header() -> ProviderError {
 }
 
 /// A `GET` request head for `uri` (admitted: absolute, no userinfo) with
-/// a plugin's `headers`, names in lower case; refused as
-/// [`check_header`] says.
+/// a plugin's `headers`, names in lower case; a header that is invalid,
+/// or one the host sets itself, is refused.
 pub fn request_head<N: AsRef<str>, V: AsRef<str>>(
     uri: &Uri,
     headers: &[(N, V)],
