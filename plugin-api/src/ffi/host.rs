@@ -124,7 +124,7 @@ impl Library {
         &self.manifest
     }
 
-    /// The plugin-api version the library was built against (`1.2.0`).
+    /// The plugin-api version the library was built against (`1.3.0`).
     pub fn plugin_api_version(&self) -> &str {
         &self.plugin_api
     }
