@@ -824,7 +824,7 @@ start_floor() {
 
 floor() {
     [[ $FLOOR_MODE == 1 ]] || return 0
-    local cores round target before after one_key workers
+    local cores round target before after one_key threads
     cores=$(nproc)
     local up_hdr="X-Api-Key: $SHORTVIDEO_PRIMARY_KEY"
     local targets=(proxy) floors=(1)
@@ -836,9 +836,9 @@ floor() {
     pid[proxy]=$(cat "/proc/$PROXY_PID/task/$PROXY_PID/children" 2>/dev/null || true)
     pid[proxy]=${pid[proxy]%% *}
     [[ -n ${pid[proxy]} ]] || die "no worker process under the nginx proxy ($PROXY_PID)"
-    for workers in "${floors[@]}"; do
-        start_floor "$workers"
-        target=floor-${workers}w
+    for threads in "${floors[@]}"; do
+        start_floor "$threads"
+        target=floor-${threads}w
         targets+=("$target")
         url[$target]=$FLOOR_URL${UP_PATH[profile]} pid[$target]=$FLOOR_PID header[$target]=$up_hdr
         check_upstream "${url[$target]}" "$target profile"
@@ -846,10 +846,10 @@ floor() {
     targets+=(socialgate socialgate-1w)
     url[socialgate]=$MAIN_URL${SG_PATH[profile]} pid[socialgate]=$MAIN_PID
     header[socialgate]="X-API-Key: $MAIN_KEY"
-    write_config "$WORK/sg-one-worker" "" "$CACHE_OFF"
-    one_key=$(issue_key "$WORK/sg-one-worker" bench)
+    write_config "$WORK/sg-one-thread" "" "$CACHE_OFF"
+    one_key=$(issue_key "$WORK/sg-one-thread" bench)
     SG_WRAP=(env SOCIALGATE_SERVING_THREADS=1)
-    start_socialgate sg-one-worker
+    start_socialgate sg-one-thread
     SG_WRAP=()
     url[socialgate-1w]=$SG_URL${SG_PATH[profile]} pid[socialgate-1w]=$SG_PID
     header[socialgate-1w]="X-API-Key: $one_key"
