@@ -189,11 +189,37 @@ impl RequestLine<'_> {
         self.latency.as_micros() as f64 / 1000.0
     }
 
+    /// Logs the line, in the request's `span`: straight into the log
+    /// buffer when [`init`] set that up (the span is not entered: the line
+    /// carries its id), as an event through the subscriber otherwise (the
+    /// same bytes either way).
+    pub fn log(&self, span: &tracing::Span) {
+        if !self.write_direct() {
+            span.in_scope(|| self.emit());
+        }
+    }
+
+    /// The line as an event through the subscriber.
+    fn emit(&self) {
+        tracing::info!(
+            target: REQUEST_TARGET,
+            method = %self.method,
+            path = self.path,
+            status = self.status,
+            latency_ms = self.latency_ms(),
+            provider = self.provider,
+            cache = %self.cache,
+            attempts = self.attempts,
+            key = self.key,
+            "request"
+        )
+    }
+
     /// Writes the line straight into the log buffer, as the subscriber
     /// would have written its event, when [`init`] set that up (nothing
-    /// when the filter drops it). `false` when the caller must log it as
-    /// an event.
-    pub fn write_direct(&self) -> bool {
+    /// when the filter drops it). `false` when it must go through the
+    /// subscriber as an event.
+    fn write_direct(&self) -> bool {
         let Some(direct) = DIRECT_REQUEST_LINES.get() else {
             return false;
         };
@@ -701,24 +727,42 @@ mod tests {
         assert!(out.contains("1 log lines dropped"), "{out}");
     }
 
-    /// What a subscriber writes for one event in two nested spans.
-    fn one_line(plain: bool) -> String {
-        #[derive(Clone, Default)]
-        struct Captured(Arc<Mutex<Vec<u8>>>);
-        impl Write for Captured {
-            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(bytes);
-                Ok(bytes.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
+    /// What a subscriber writes, kept in memory.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Captured {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
         }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A subscriber builder without colours writing into the [`Captured`]
+    /// it returns.
+    fn capture() -> (
+        Captured,
+        tracing_subscriber::fmt::SubscriberBuilder<
+            tracing_subscriber::fmt::format::DefaultFields,
+            tracing_subscriber::fmt::format::Format,
+            tracing_subscriber::filter::LevelFilter,
+            impl for<'w> tracing_subscriber::fmt::MakeWriter<'w> + 'static,
+        >,
+    ) {
         let captured = Captured::default();
         let sink = captured.clone();
         let builder = tracing_subscriber::fmt()
             .with_ansi(false)
             .with_writer(move || sink.clone());
+        (captured, builder)
+    }
+
+    /// What a subscriber writes for one event in two nested spans.
+    fn one_line(plain: bool) -> String {
+        let (captured, builder) = capture();
         let emit = || {
             let outer = tracing::info_span!("request", id = %"abc-1", n = 2u64);
             let _outer = outer.enter();
@@ -832,39 +876,11 @@ mod tests {
     /// What the subscriber writes for each line's event, in its span, as
     /// [`init`] sets it up for `format`; without the timestamps.
     fn through_tracing(format: LogFormat, lines: &[RequestLine<'_>]) -> Vec<String> {
-        #[derive(Clone, Default)]
-        struct Captured(Arc<Mutex<Vec<u8>>>);
-        impl Write for Captured {
-            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(bytes);
-                Ok(bytes.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let captured = Captured::default();
-        let sink = captured.clone();
-        let builder = tracing_subscriber::fmt()
-            .with_ansi(false)
-            .with_writer(move || sink.clone());
+        let (captured, builder) = capture();
         let emit = || {
             for line in lines {
                 let span = tracing::info_span!("request", id = %line.id);
-                span.in_scope(|| {
-                    tracing::info!(
-                        target: REQUEST_TARGET,
-                        method = %line.method,
-                        path = line.path,
-                        status = line.status,
-                        latency_ms = line.latency_ms(),
-                        provider = line.provider,
-                        cache = %line.cache,
-                        attempts = line.attempts,
-                        key = line.key,
-                        "request"
-                    )
-                });
+                span.in_scope(|| line.emit());
             }
         };
         match format {

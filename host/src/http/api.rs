@@ -46,7 +46,7 @@ use crate::cache::status::{CacheStatus, Forward};
 use crate::chain::{ChainError, Journal};
 use crate::cursor::{CursorError, Listing, Position};
 use crate::error::ApiError;
-use crate::logging::{RequestLine, REQUEST_TARGET};
+use crate::logging::RequestLine;
 use crate::metrics::{self, RouteLabels};
 use crate::resilience::concurrency::InFlight;
 use crate::resilience::deadline::Deadline;
@@ -136,22 +136,7 @@ pub async fn handle(app: &App, request: Request<Incoming>) -> Response<Body> {
         attempts: report.journal.attempts.len(),
         key: report.key.unwrap_or("-"),
     };
-    if !line.write_direct() {
-        span.in_scope(|| {
-            tracing::info!(
-                target: REQUEST_TARGET,
-                method = %line.method,
-                path = line.path,
-                status = line.status,
-                latency_ms = line.latency_ms(),
-                provider = line.provider,
-                cache = %line.cache,
-                attempts = line.attempts,
-                key = line.key,
-                "request"
-            )
-        });
-    }
+    line.log(&span);
     response
 }
 
