@@ -6,7 +6,8 @@
 //! A request flows one way through these modules:
 //!
 //! - [`http::serving`] runs the threads that serve the public API, each
-//!   accepting and serving its own connections; [`http::server`] accepts
+//!   serving the connections handed to it from their first byte to their
+//!   last; [`http::server`] accepts
 //!   connections (for every listener, with the same hardening; HTTP/1.1
 //!   and HTTP/2, over [`http::tls`] when configured; heads hyper refuses
 //!   made envelopes by [`http::refusal`]);

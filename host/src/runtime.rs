@@ -8,8 +8,9 @@
 //! each with a runtime that runs only its own connections. Work that
 //! outlives one request and that every thread relies on must not live on
 //! one of those: a plugin call stuck on that thread would stop it. So such
-//! work is started on the control runtime, wherever it is asked for, by
-//! polling it [`on`] that runtime.
+//! work is started with the control runtime entered ([`on`]), wherever it
+//! is asked for: what it spawns, its timers and its sockets belong to the
+//! control runtime, whichever thread polls the future itself.
 
 use std::future::Future;
 use std::pin::Pin;

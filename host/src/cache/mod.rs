@@ -18,6 +18,10 @@
 //!   the fetch lands, even if the caller hangs up: so the fetch always runs
 //!   inside the limits of the caller that started it, and a caller never
 //!   frees its slot early by hanging up (see [`crate::resilience::abandon`]).
+//!   A wait ends at the caller's deadline and [`LANDING_GRACE`] more: a
+//!   fetch runs on the thread of the caller that started it, and one that
+//!   has not landed by then is held by a thread stuck in a plugin call and
+//!   never will; its flight is ended so that the next caller starts anew.
 //! - **Freshness** is [`freshness`]'s: the caller's `Cache-Control` may ask
 //!   for a fresh answer (`no-cache`) or a young one (`max-age`); an answer
 //!   whose time is up may still stand in, for `stale_if_error_s`, when the
@@ -46,6 +50,7 @@ use tokio::sync::watch;
 use crate::chain::{ChainError, Journal};
 use crate::config::{ConfigError, Context};
 use crate::resilience::abandon::Detached;
+use crate::resilience::deadline::Deadline;
 use crate::shared::cache::SharedCache;
 use crate::sync::lock;
 
@@ -57,6 +62,11 @@ const MAX_TTL_S: u64 = 365 * 24 * 3600;
 /// entry's fields. Counted so that many tiny entries cannot outgrow
 /// `max_bytes`.
 const ENTRY_OVERHEAD: u64 = 256;
+
+/// How long past its deadline a caller waits for a shared fetch to land.
+/// A fetch stops at its deadline and lands moments later; one still out a
+/// second after is held by a thread stuck in a plugin call.
+pub const LANDING_GRACE: Duration = Duration::from_secs(1);
 
 /// `[cache]`, but `max_bytes`: serving settings, applied by a reload.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -319,14 +329,16 @@ impl Cache {
     /// meanwhile. The first caller's `fetch` runs as a task of its own;
     /// its answer is stored for `ttl` ("not found" for `not_found_ttl`;
     /// nothing else). `held` (what the caller holds) is kept until the
-    /// fetch lands, even if the caller hangs up, and handed back. Returns
-    /// the landing and whether this caller joined a fetch another had
-    /// started.
+    /// fetch lands, even if the caller hangs up, and handed back; or until
+    /// `deadline` and [`LANDING_GRACE`] have passed, when the flight is
+    /// given up as dead and the caller's deadline is exceeded. Returns the
+    /// landing and whether this caller joined a fetch another had started.
     pub async fn fetch_shared<F, H>(
         self: &Arc<Self>,
         key: Key,
         ttl: Duration,
         not_found_ttl: Duration,
+        deadline: Deadline,
         fetch: F,
         held: H,
     ) -> (Landing, bool, H)
@@ -341,7 +353,7 @@ impl Cache {
                 None => {
                     let (land, landed) = watch::channel(None);
                     flights.insert(key.clone(), landed.clone());
-                    let cache = self.clone();
+                    let (cache, key) = (self.clone(), key.clone());
                     tokio::spawn(async move {
                         let Fetched { outcome, journal } = fetch.await;
                         let outcome = outcome.map(|answer| {
@@ -371,19 +383,36 @@ impl Cache {
                 }
             }
         };
+        let cache = self.clone();
         let wait = async move {
-            let landing = match landed.wait_for(Option::is_some).await {
-                Ok(landing) => landing.clone(),
-                Err(_) => None,
-            };
+            let give_up_at = deadline.at() + LANDING_GRACE;
+            let landing =
+                match tokio::time::timeout_at(give_up_at, landed.wait_for(Option::is_some)).await {
+                    Ok(Ok(landing)) => landing.clone(),
+                    // The fetch task ended without landing (a bug: it panicked).
+                    Ok(Err(_)) => Some(Landing {
+                        outcome: Err(ChainError::Exhausted),
+                        journal: Arc::default(),
+                    }),
+                    Err(_) => None,
+                };
+            let landing = landing.unwrap_or_else(|| {
+                let mut flights = lock(&cache.flights);
+                if flights.get(&key).is_some_and(|f| f.same_channel(&landed)) {
+                    flights.remove(&key);
+                }
+                drop(flights);
+                tracing::warn!(
+                    "a shared fetch did not land by its caller's deadline; it is given up and the next caller fetches anew"
+                );
+                Landing {
+                    outcome: Err(ChainError::DeadlineExceeded),
+                    journal: Arc::default(),
+                }
+            });
             (landing, held)
         };
         let (landing, held) = Detached::new(wait).await;
-        // The fetch task ended without landing (a bug: it panicked).
-        let landing = landing.unwrap_or_else(|| Landing {
-            outcome: Err(ChainError::Exhausted),
-            journal: Arc::default(),
-        });
         (landing, collapsed, held)
     }
 }
@@ -448,6 +477,7 @@ mod tests {
                         profile("luna"),
                         Duration::from_secs(60),
                         Duration::ZERO,
+                        Deadline::after(Duration::from_secs(60)),
                         fetch,
                         (),
                     )
@@ -484,6 +514,7 @@ mod tests {
                 profile("a"),
                 Duration::from_secs(60),
                 Duration::from_secs(60),
+                Deadline::after(Duration::from_secs(60)),
                 failing,
                 (),
             )
@@ -502,6 +533,7 @@ mod tests {
                 profile("b"),
                 Duration::from_secs(60),
                 Duration::ZERO,
+                Deadline::after(Duration::from_secs(60)),
                 missing,
                 (),
             )
@@ -510,6 +542,48 @@ mod tests {
             cache.get(&profile("b")).is_none(),
             "not_found_ttl 0: not stored"
         );
+    }
+
+    /// A fetch held by a thread stuck in a plugin call never lands: its
+    /// callers wait until their deadline and the grace, no longer, and the
+    /// next caller fetches anew instead of joining it.
+    #[tokio::test(start_paused = true)]
+    async fn a_fetch_that_never_lands_is_given_up_after_the_deadline() {
+        let cache = Cache::new(1 << 20);
+        let never = std::future::pending::<Fetched>();
+        let started = tokio::time::Instant::now();
+        let (landing, joined, ()) = cache
+            .fetch_shared(
+                profile("stuck"),
+                Duration::from_secs(60),
+                Duration::ZERO,
+                Deadline::after(Duration::from_secs(2)),
+                never,
+                (),
+            )
+            .await;
+        assert!(!joined);
+        assert_eq!(landing.outcome.err(), Some(ChainError::DeadlineExceeded));
+        assert_eq!(started.elapsed(), Duration::from_secs(2) + LANDING_GRACE);
+
+        let answering = async {
+            Fetched {
+                outcome: Ok(data("{\"a\":1}")),
+                journal: Journal::default(),
+            }
+        };
+        let (landing, joined, ()) = cache
+            .fetch_shared(
+                profile("stuck"),
+                Duration::from_secs(60),
+                Duration::ZERO,
+                Deadline::after(Duration::from_secs(2)),
+                answering,
+                (),
+            )
+            .await;
+        assert!(!joined, "a fresh fetch, not the dead one");
+        assert!(landing.outcome.is_ok());
     }
 
     #[test]

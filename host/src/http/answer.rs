@@ -162,7 +162,7 @@ async fn find_cached<H: Send + 'static>(
     };
     let (landing, collapsed, held) = app
         .cache
-        .fetch_shared(key, ttl, config.not_found_ttl, fetch, held)
+        .fetch_shared(key, ttl, config.not_found_ttl, ask.deadline, fetch, held)
         .await;
     metrics::cache(endpoint, if collapsed { "collapsed" } else { "miss" });
     if !collapsed {

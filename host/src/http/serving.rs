@@ -166,8 +166,9 @@ impl Shared {
         let _ = thread.inbox.send(accepted);
     }
 
-    /// Starts a thread, which connections may be handed to at once.
-    fn spawn(shared: &Arc<Shared>) -> io::Result<()> {
+    /// Starts a thread, which connections may be handed to at once; none
+    /// once shutdown has begun (`false`).
+    fn spawn(shared: &Arc<Shared>) -> io::Result<bool> {
         let number = shared.started.fetch_add(1, Ordering::Relaxed);
         let (inbox, handed) = mpsc::unbounded_channel();
         let thread = Arc::new(Thread {
@@ -179,15 +180,27 @@ impl Shared {
             shared: shared.clone(),
             counted: Arc::new(AtomicBool::new(true)),
         };
-        shared.running.add(1);
-        lock(&shared.threads).push(thread.clone());
+        {
+            let mut threads = lock(&shared.threads);
+            // Checked under the lock the acceptor clears the list under, at
+            // shutdown, for good: a thread added after would never end.
+            if shared.shutdown.is_cancelled() {
+                return Ok(false);
+            }
+            shared.running.add(1);
+            threads.push(thread.clone());
+        }
         let started = {
             let (shared, thread, ended) = (shared.clone(), thread.clone(), ended.clone());
             std::thread::Builder::new()
                 .name(format!("serving-{number}"))
                 .spawn(move || {
-                    shared.serve(thread, handed, &ended);
-                    ended.count();
+                    let gone = Gone {
+                        shared: shared.clone(),
+                        thread: Arc::downgrade(&thread),
+                        ended,
+                    };
+                    shared.serve(thread, handed, &gone.ended);
                 })
         };
         if let Err(e) = started {
@@ -195,7 +208,7 @@ impl Shared {
             ended.count();
             return Err(e);
         }
-        Ok(())
+        Ok(true)
     }
 
     /// One serving thread's life: the connections handed to it, until its
@@ -248,28 +261,51 @@ impl Shared {
         runtime.shutdown_timeout(Duration::from_millis(100));
     }
 
-    /// Hands `thread` no more connections: its inbox closes.
-    fn forget(&self, thread: &Weak<Thread>) {
-        lock(&self.threads).retain(|other| !std::ptr::eq(Arc::as_ptr(other), thread.as_ptr()));
+    /// Hands `thread` no more connections: its inbox closes. `false` when
+    /// it was no longer handed any.
+    fn forget(&self, thread: &Weak<Thread>) -> bool {
+        let mut threads = lock(&self.threads);
+        let before = threads.len();
+        threads.retain(|other| !std::ptr::eq(Arc::as_ptr(other), thread.as_ptr()));
+        threads.len() < before
     }
 
     /// The watchdog saw a plugin call stuck on `thread`: it gets no more
     /// connections (and ends, should its call ever end), and unless the
-    /// server is shutting down a new one serves in its place.
+    /// server is shutting down a new one serves in its place. Once a
+    /// thread: should its call end and a later one stick there too, no
+    /// second thread is started for it.
     fn give_up(self: &Arc<Self>, thread: &Weak<Thread>, ended: &Ended) {
-        self.forget(thread);
         ended.count();
-        if self.shutdown.is_cancelled() {
+        if !self.forget(thread) {
+            // Given up before, or shutting down.
             return;
         }
         match Shared::spawn(self) {
-            Ok(()) => tracing::warn!(
+            Ok(false) => {}
+            Ok(true) => tracing::warn!(
                 "a serving thread is stuck in a plugin call, with the connections it served; a new thread serves in its place"
             ),
             Err(e) => tracing::error!(
                 "a serving thread is stuck in a plugin call, and no thread could be started in its place: {e}"
             ),
         }
+    }
+}
+
+/// A serving thread's end, also should it unwind: it is handed no more
+/// connections (the acceptor would otherwise keep choosing it, with none
+/// open) and counted as ended.
+struct Gone {
+    shared: Arc<Shared>,
+    thread: Weak<Thread>,
+    ended: Ended,
+}
+
+impl Drop for Gone {
+    fn drop(&mut self) {
+        self.shared.forget(&self.thread);
+        self.ended.count();
     }
 }
 

@@ -31,6 +31,11 @@ impl Deadline {
         }
     }
 
+    /// When it passes.
+    pub fn at(self) -> Instant {
+        self.at
+    }
+
     pub fn expired(self) -> bool {
         Instant::now() >= self.at
     }

@@ -176,7 +176,7 @@ struct Running {
 
 /// The thread that notices inline calls that do not end.
 struct Watchdog {
-    /// One entry per thread that ever ran a plugin call or asked to be
+    /// One entry per living thread that ran a plugin call or asked to be
     /// told when stuck.
     threads: Mutex<Vec<Arc<Running>>>,
 }
@@ -277,7 +277,14 @@ impl Watchdog {
     /// Quarantines the provider of every call running past the budget,
     /// and tells the owner of each thread stuck so (once a call).
     fn inspect(&self) {
-        let threads = lock(&self.threads).clone();
+        let threads = {
+            let mut threads = lock(&self.threads);
+            // An entry only this list holds is a thread's that ended (its
+            // thread-local went with it): blocking-pool and replacement
+            // threads come and go, and the list must not grow with them.
+            threads.retain(|running| Arc::strong_count(running) > 1);
+            threads.clone()
+        };
         for running in threads {
             let Some((started, took, runner)) = lock(&running.call)
                 .as_ref()

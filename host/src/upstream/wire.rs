@@ -259,7 +259,8 @@ impl Client {
 
     /// [`prune`](Self::prune) for one thread's pool. Its sockets belong to
     /// that thread's runtime; looking at one or closing it from here is
-    /// safe, and the pool's lock keeps that thread out meanwhile.
+    /// safe, as those looked at are first taken out of the pool, under its
+    /// lock, where that thread cannot take them meanwhile.
     fn prune_pool(&self, pool: &Mutex<Pool>) {
         // The connections idle for a while, the oldest of each pool: the
         // recent ones stay where requests take them from meanwhile.
