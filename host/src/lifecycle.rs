@@ -28,7 +28,9 @@
 //!    balancers still probing over open connections.
 //! 2. The token fires: both listeners stop accepting, and their open
 //!    connections finish the request in flight, for at most
-//!    `shutdown_grace_ms`; the reloader and the TLS follower stop.
+//!    `shutdown_grace_ms`; the reloader and the TLS follower stop. (A
+//!    serving thread closes what is still open once the work of step 3
+//!    that runs on it has ended.)
 //! 3. Work that callers who hung up left running ends, for at most
 //!    `shutdown_grace_ms` more: it holds credits until it ends.
 //! 4. The ledger writes what is pending and its writer thread ends (with
@@ -66,9 +68,10 @@ use crate::upstream::{ClientError, UpstreamClient};
 /// How often counted credits are written to the ledger: a crash loses at
 /// most that much, and one transaction a second costs nothing.
 const LEDGER_FLUSH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
-/// How much longer than the grace period shutdown waits for the serving
-/// threads to end (each drains within the grace period, then lets what
-/// hung-up callers left end): a thread stuck in a plugin call never ends.
+/// How much longer than twice the grace period shutdown waits for the
+/// serving threads to end (each drains within the grace period, then lets
+/// what hung-up callers left end, within the grace period more, and closes
+/// what is still open): a thread stuck in a plugin call never ends.
 const THREADS_END_MARGIN: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Why a command failed. Each is one line naming its cause.
@@ -282,7 +285,7 @@ pub async fn serve(
         let _ = stopped.await;
     }
     tracing::info!("shutting down: not ready, no new connections; finishing requests in flight");
-    serving.finished(grace + THREADS_END_MARGIN).await;
+    serving.finished(grace * 2 + THREADS_END_MARGIN).await;
     for listener in listeners {
         let _ = listener.await;
     }
