@@ -18,11 +18,18 @@ use std::task::{Context, Poll};
 
 use tokio::runtime::{Builder, Handle, Runtime};
 
+/// The cores this process may run on: as many plugin calls may run on the
+/// serving threads at once ([`crate::resilience::runaway`]), and there is
+/// one serving thread more.
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
 /// Serving threads, when `SOCIALGATE_SERVING_THREADS` does not say: one per
 /// core and one more, so that calls stuck in plugins (one per core at
 /// most; see [`crate::resilience::runaway`]) always leave one to accept.
 pub fn serving_threads() -> usize {
-    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let cores = cores();
     // For measuring (bench/run.sh): a count set by hand wins.
     std::env::var("SOCIALGATE_SERVING_THREADS")
         .ok()

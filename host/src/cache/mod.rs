@@ -386,34 +386,42 @@ impl Cache {
         let cache = self.clone();
         let wait = async move {
             let give_up_at = deadline.at() + LANDING_GRACE;
-            let landing =
-                match tokio::time::timeout_at(give_up_at, landed.wait_for(Option::is_some)).await {
-                    Ok(Ok(landing)) => landing.clone(),
-                    // The fetch task ended without landing (a bug: it panicked).
-                    Ok(Err(_)) => Some(Landing {
-                        outcome: Err(ChainError::Exhausted),
+            let waited = tokio::time::timeout_at(give_up_at, landed.wait_for(Option::is_some))
+                .await
+                .map(|landing| landing.map(|landing| landing.clone()));
+            let landing = match waited {
+                Ok(Ok(landing)) => landing,
+                // The fetch task ended without landing (a bug: it panicked).
+                Ok(Err(_)) => None,
+                Err(_) => {
+                    cache.end_dead_flight(&key, &landed);
+                    Some(Landing {
+                        outcome: Err(ChainError::DeadlineExceeded),
                         journal: Arc::default(),
-                    }),
-                    Err(_) => None,
-                };
-            let landing = landing.unwrap_or_else(|| {
-                let mut flights = lock(&cache.flights);
-                if flights.get(&key).is_some_and(|f| f.same_channel(&landed)) {
-                    flights.remove(&key);
+                    })
                 }
-                drop(flights);
-                tracing::warn!(
-                    "a shared fetch did not land by its caller's deadline; it is given up and the next caller fetches anew"
-                );
-                Landing {
-                    outcome: Err(ChainError::DeadlineExceeded),
-                    journal: Arc::default(),
-                }
-            });
+            };
             (landing, held)
         };
         let (landing, held) = Detached::new(wait).await;
+        let landing = landing.unwrap_or_else(|| Landing {
+            outcome: Err(ChainError::Exhausted),
+            journal: Arc::default(),
+        });
         (landing, collapsed, held)
+    }
+
+    /// Ends the flight of `key` that `landed` waits on, if it is still
+    /// the one there: it will never land, and the next caller fetches anew.
+    fn end_dead_flight(&self, key: &Key, landed: &watch::Receiver<Option<Landing>>) {
+        let mut flights = lock(&self.flights);
+        if flights.get(key).is_some_and(|f| f.same_channel(landed)) {
+            flights.remove(key);
+        }
+        drop(flights);
+        tracing::warn!(
+            "a shared fetch did not land by its caller's deadline; it is given up and the next caller fetches anew"
+        );
     }
 }
 
@@ -424,6 +432,14 @@ mod tests {
     fn profile(username: &str) -> Key {
         let call = Call::from_params(Endpoint::Profile, [("username", username)]).unwrap();
         Key::new("shortvideo", &call, None)
+    }
+
+    /// A fetch that lands `outcome` at once.
+    fn fetched(outcome: Result<Stored, ChainError>) -> std::future::Ready<Fetched> {
+        std::future::ready(Fetched {
+            outcome,
+            journal: Journal::default(),
+        })
     }
 
     fn data(json: &str) -> Stored {
@@ -503,12 +519,7 @@ mod tests {
     #[tokio::test]
     async fn errors_are_not_stored_and_not_found_only_for_its_ttl() {
         let cache = Cache::new(1 << 20);
-        let failing = async {
-            Fetched {
-                outcome: Err(ChainError::Exhausted),
-                journal: Journal::default(),
-            }
-        };
+        let failing = fetched(Err(ChainError::Exhausted));
         let (landing, _, ()) = cache
             .fetch_shared(
                 profile("a"),
@@ -522,12 +533,7 @@ mod tests {
         assert_eq!(landing.outcome.err(), Some(ChainError::Exhausted));
         assert!(cache.get(&profile("a")).is_none());
 
-        let missing = async {
-            Fetched {
-                outcome: Ok(Stored::NotFound),
-                journal: Journal::default(),
-            }
-        };
+        let missing = fetched(Ok(Stored::NotFound));
         cache
             .fetch_shared(
                 profile("b"),
@@ -566,12 +572,7 @@ mod tests {
         assert_eq!(landing.outcome.err(), Some(ChainError::DeadlineExceeded));
         assert_eq!(started.elapsed(), Duration::from_secs(2) + LANDING_GRACE);
 
-        let answering = async {
-            Fetched {
-                outcome: Ok(data("{\"a\":1}")),
-                journal: Journal::default(),
-            }
-        };
+        let answering = fetched(Ok(data("{\"a\":1}")));
         let (landing, joined, ()) = cache
             .fetch_shared(
                 profile("stuck"),

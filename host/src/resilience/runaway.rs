@@ -143,8 +143,7 @@ static INLINE_NOW: AtomicUsize = AtomicUsize::new(0);
 impl InlineSlot {
     fn take() -> Option<InlineSlot> {
         static LIMIT: OnceLock<usize> = OnceLock::new();
-        let limit =
-            *LIMIT.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from));
+        let limit = *LIMIT.get_or_init(crate::runtime::cores);
         INLINE_NOW
             .fetch_update(Ordering::Acquire, Ordering::Relaxed, |now| {
                 (now < limit).then_some(now + 1)

@@ -120,7 +120,9 @@ struct Pool {
     idle: FastMap<Target, Vec<Connection>>,
 }
 
-/// A number for this thread, never given to another.
+/// A number for this thread, never given to another: a thread-local read,
+/// where `thread::current().id()` would clone the thread's handle on every
+/// checkout and checkin.
 fn this_thread() -> u64 {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     thread_local! {
