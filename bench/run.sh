@@ -806,9 +806,26 @@ write_meta() {
 #                  runaway defence keeps free, so a stuck plugin would stall
 #                  it until the watchdog gives the thread up; measured, never
 #                  a setting to serve with.
+# Beside each, the upstream's CPU and wake-ups per request: on one machine the
+# upstream double shares the cores with the server in front of it, and what
+# it costs depends on how that server hands it work.
 
 # cpu_ticks PID: the user and system clock ticks the process has used.
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+
+# wakeups PID: how often the process has slept and been woken since it
+# started (its voluntary context switches).
+wakeups() { awk '/^voluntary_ctxt_switches/ { print $2 }' "/proc/$1/status"; }
+
+# worker_of NGINX_PID: the one worker process, which does the work (the
+# master only waits).
+worker_of() {
+    local children
+    children=$(cat "/proc/$1/task/$1/children" 2>/dev/null || true)
+    children=${children%% *}
+    [[ -n $children ]] || die "no worker process under nginx $1"
+    echo "$children"
+}
 
 # start_floor THREADS; sets FLOOR_PID and FLOOR_URL.
 start_floor() {
@@ -824,7 +841,8 @@ start_floor() {
 
 floor() {
     [[ $FLOOR_MODE == 1 ]] || return 0
-    local cores round target before after one_key threads
+    local cores round target before after one_key threads upstream
+    local up_before up_after woke_before woke_after
     cores=$(nproc)
     local up_hdr="X-Api-Key: $SHORTVIDEO_PRIMARY_KEY"
     local targets=(proxy) floors=(1)
@@ -832,10 +850,8 @@ floor() {
     floors+=($((cores + 1)))
     declare -A url pid header
     url[proxy]=$PROXY_URL${UP_PATH[profile]} header[proxy]=$up_hdr
-    # nginx's one worker, whose CPU is the proxy's (the master only waits).
-    pid[proxy]=$(cat "/proc/$PROXY_PID/task/$PROXY_PID/children" 2>/dev/null || true)
-    pid[proxy]=${pid[proxy]%% *}
-    [[ -n ${pid[proxy]} ]] || die "no worker process under the nginx proxy ($PROXY_PID)"
+    pid[proxy]=$(worker_of "$PROXY_PID")
+    upstream=$(worker_of "$UPSTREAM_PID")
     for threads in "${floors[@]}"; do
         start_floor "$threads"
         target=floor-${threads}w
@@ -859,10 +875,13 @@ floor() {
         log "floor, round $round/$ROUNDS"
         for target in "${targets[@]}"; do
             before=$(cpu_ticks "${pid[$target]}")
+            up_before=$(cpu_ticks "$upstream") woke_before=$(wakeups "$upstream")
             run_wrk floor "$target" profile "$CHECK_CONNS" "$round" "${url[$target]}" \
                 "${header[$target]}"
             after=$(cpu_ticks "${pid[$target]}")
-            printf '%s\t%s\t%s\n' "$target" "$round" "$((after - before))" >>"$WORK/cpu.tsv"
+            up_after=$(cpu_ticks "$upstream") woke_after=$(wakeups "$upstream")
+            printf '%s\t%s\t%s\t%s\t%s\n' "$target" "$round" "$((after - before))" \
+                "$((up_after - up_before))" "$((woke_after - woke_before))" >>"$WORK/cpu.tsv"
         done
     done
     for target in "${targets[@]}"; do
@@ -959,6 +978,7 @@ main() {
     UPSTREAM_URL=http://127.0.0.1:$UPSTREAM_PORT
     PROXY_URL=http://127.0.0.1:$PROXY_PORT
     start_upstream
+    UPSTREAM_PID=$NGINX_PID
     start_proxy
     PROXY_PID=$NGINX_PID
     detect_cache

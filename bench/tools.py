@@ -451,22 +451,26 @@ def floor_report(out, res, cpu_path, meta, notes):
         out += ["", title, "", "skipped (BENCH_FLOOR=0)."]
         return
     conns = int(meta["check_conns"])
-    ticks = {}
+    # target, round -> (server ticks, upstream ticks, upstream wake-ups)
+    used = {}
     if os.path.exists(cpu_path):
         with open(cpu_path, encoding="utf-8") as f:
             for line in f:
                 if line.strip():
-                    target, rnd, used = line.rstrip("\n").split("\t")
-                    ticks[(target, int(rnd))] = int(used)
+                    target, rnd, *counts = line.rstrip("\n").split("\t")
+                    used[(target, int(rnd))] = [int(c) for c in counts]
     clock = float(meta.get("clock_ticks") or 100)
 
-    def cpu_per_request(target):
-        """Median over rounds of the server's CPU time per answered request."""
-        per = [ticks[(r["target"], r["round"])] / clock * 1e6 / r["requests"]
+    def per_request(target, column, scale, fmt):
+        """Median over rounds of one cpu.tsv column per answered request."""
+        per = [used[(target, r["round"])][column] * scale / r["requests"]
                for r in res.rows
                if (r["section"], r["target"]) == ("floor", target)
-               and (target, r["round"]) in ticks and r["requests"]]
-        return f"{statistics.median(per):.0f} µs" if per else "-"
+               and len(used.get((target, r["round"]), ())) > column and r["requests"]]
+        return fmt.format(statistics.median(per)) if per else "-"
+
+    def cpu_per_request(target, column):
+        return per_request(target, column, 1e6 / clock, "{:.0f} µs")
 
     cores = int(meta["floor_cores"]) if meta.get("floor_cores", "").isdigit() else None
 
@@ -498,15 +502,19 @@ def floor_report(out, res, cpu_path, meta, notes):
         vs = (f"{m['rps'] / proxy['rps']:.2f}x", f"{m['p99'] / proxy['p99']:.1f}x") \
             if proxy and proxy["rps"] and proxy["p99"] else ("-", "-")
         rows.append([label(target)] + cells(m) + list(vs)
-                    + [cpu_per_request(target)])
+                    + [cpu_per_request(target, 0), cpu_per_request(target, 1),
+                       per_request(target, 2, 1, "{:.2f}")])
     out += ["", title, "",
             f"bench/floor forwards each request with socialgate's runtime, HTTP server and "
             f"upstream client, and none of its work (no key, plugin, parse or log line). "
             f"Interleaved with the nginx proxy and socialgate at {conns} connections, same "
             f"rounds; CPU is the server process's user and system time over the run, per "
-            f"request answered. For information; no target.", ""]
+            f"request answered, and the upstream's is its nginx worker's over the same run; "
+            f"its wake-ups are the times it went to sleep with nothing to do and was woken "
+            f"(voluntary context switches), per request. For information; no target.", ""]
     out.append(table(["server", "req/s", "p50", "p99", "req/s vs proxy", "p99 vs proxy",
-                      "CPU per request"], rows))
+                      "CPU per request", "upstream CPU per request",
+                      "upstream wake-ups per request"], rows))
 
 
 def instructions_report(out, path, meta):
