@@ -555,34 +555,30 @@ mod tests {
     /// next caller fetches anew instead of joining it.
     #[tokio::test(start_paused = true)]
     async fn a_fetch_that_never_lands_is_given_up_after_the_deadline() {
+        /// A caller of the same key as every other here, with a 2 s deadline.
+        async fn ask(
+            cache: &Arc<Cache>,
+            fetch: impl Future<Output = Fetched> + Send + 'static,
+        ) -> (Landing, bool, ()) {
+            cache
+                .fetch_shared(
+                    profile("stuck"),
+                    Duration::from_secs(60),
+                    Duration::ZERO,
+                    Deadline::after(Duration::from_secs(2)),
+                    fetch,
+                    (),
+                )
+                .await
+        }
         let cache = Cache::new(1 << 20);
-        let never = std::future::pending::<Fetched>();
         let started = tokio::time::Instant::now();
-        let (landing, joined, ()) = cache
-            .fetch_shared(
-                profile("stuck"),
-                Duration::from_secs(60),
-                Duration::ZERO,
-                Deadline::after(Duration::from_secs(2)),
-                never,
-                (),
-            )
-            .await;
+        let (landing, joined, ()) = ask(&cache, std::future::pending()).await;
         assert!(!joined);
         assert_eq!(landing.outcome.err(), Some(ChainError::DeadlineExceeded));
         assert_eq!(started.elapsed(), Duration::from_secs(2) + LANDING_GRACE);
 
-        let answering = fetched(Ok(data("{\"a\":1}")));
-        let (landing, joined, ()) = cache
-            .fetch_shared(
-                profile("stuck"),
-                Duration::from_secs(60),
-                Duration::ZERO,
-                Deadline::after(Duration::from_secs(2)),
-                answering,
-                (),
-            )
-            .await;
+        let (landing, joined, ()) = ask(&cache, fetched(Ok(data("{\"a\":1}")))).await;
         assert!(!joined, "a fresh fetch, not the dead one");
         assert!(landing.outcome.is_ok());
     }
