@@ -185,8 +185,9 @@ async fn a_plugin_stuck_in_step_stops_being_used_and_others_are_answered() {
 
     // Everything else is answered, while the call is stuck: many at once,
     // on the fallback-only search chain and the public paths. (Sent a moment
-    // later: a connection the stuck thread had already accepted and queued
-    // behind it may be lost with it; see `resilience::runaway`.)
+    // later, once the stuck thread is passed over: a connection handed to it
+    // before waits for the watchdog to give the thread up, a budget later;
+    // see the next test.)
     tokio::time::sleep(Duration::from_millis(200)).await;
     let answers: Vec<_> = (0..12)
         .map(|_| {
@@ -240,6 +241,59 @@ async fn a_plugin_stuck_in_step_stops_being_used_and_others_are_answered() {
         wait_exit(&mut stack.server, Duration::from_secs(6)).is_some(),
         "SIGTERM ended the process despite the stuck plugin call"
     );
+    stuck.abort();
+}
+
+/// A plugin stuck in `step` on the only serving thread: the connections
+/// handed to that thread while it is stuck wait in its inbox, and when the
+/// watchdog gives it up they are served by the thread started in its
+/// place, not lost with it.
+#[tokio::test]
+async fn connections_waiting_for_a_stuck_thread_are_served_in_its_place() {
+    let stack = Stack::builder()
+        .providers(&[CHAOS, FALLBACK])
+        .chaos("hang_in_step")
+        // No second thread to pass the stuck one over for: every connection
+        // is handed to it.
+        .env("SOCIALGATE_SERVING_THREADS", "1")
+        .start()
+        .await;
+    stack.fallback.serve_fixtures().await;
+    let get = |path: &'static str| {
+        // A client of its own each: a new connection, none kept alive on
+        // the stuck thread.
+        let url = format!("{}{path}", stack.server.base_url());
+        let key = stack.key.clone();
+        tokio::spawn(async move {
+            reqwest::Client::new()
+                .get(url)
+                .header("X-API-Key", key)
+                .timeout(Duration::from_secs(15))
+                .send()
+                .await
+        })
+    };
+
+    // Its first step never returns, on the only serving thread.
+    let stuck = get(PATHS[0]);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // Handed to the stuck thread, they wait until it is given up (a budget,
+    // 1 s, after the call began), then are answered by its replacement.
+    let waiting: Vec<_> = (0..3).map(|_| get(PATHS[4])).collect();
+    for answer in waiting {
+        let answer = answer.await.expect("the request task finished");
+        let answer = answer.expect("answered, not lost with the stuck thread");
+        assert_eq!(answer.status(), 200, "{answer:?}");
+    }
+    let line = log_line_within(
+        &stack.server,
+        &["handed to the others"],
+        Duration::from_secs(5),
+    )
+    .await;
+    assert!(line.contains("WARN"), "{line}");
+    assert!(!stuck.is_finished(), "the stuck request is still stuck");
     stuck.abort();
 }
 

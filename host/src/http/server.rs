@@ -331,13 +331,6 @@ impl Drop for Counted {
 }
 
 impl Accepted {
-    /// Counts it in `open` for as long as it is open.
-    pub fn counted_in(mut self, open: &Arc<AtomicUsize>) -> Accepted {
-        open.fetch_add(1, Ordering::Relaxed);
-        self.held._counted = Some(Counted(open.clone()));
-        self
-    }
-
     /// Its socket, off this runtime, to be served by another
     /// ([`Accepted::from_std`]).
     pub fn into_std(self) -> io::Result<StdAccepted> {
@@ -366,6 +359,16 @@ pub struct StdAccepted {
     peer: SocketAddr,
     held: Held,
     deadline: Instant,
+}
+
+impl StdAccepted {
+    /// Counts it in `open` for as long as it is open, and no longer in
+    /// the count it was in (if handed over again).
+    pub fn counted_in(mut self, open: &Arc<AtomicUsize>) -> StdAccepted {
+        open.fetch_add(1, Ordering::Relaxed);
+        self.held._counted = Some(Counted(open.clone()));
+        self
+    }
 }
 
 /// Accepts connections on `listener` until `shutdown` fires, each within

@@ -19,9 +19,12 @@
 //! at a time ([`crate::resilience::runaway`]), and there is one thread
 //! more, so a thread is always free to serve. When the watchdog sees a
 //! call stuck past its budget, its thread is given up: it gets no more
-//! connections, a new thread takes its place, and should its call ever
-//! end it finishes what it holds and ends.
+//! connections, a new thread takes its place, the connections still
+//! waiting in its inbox are handed to the others, and should its call ever
+//! end it finishes what it holds and ends. What is lost with it are the
+//! connections it had begun to serve: their state is on its stack.
 
+use std::future::poll_fn;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -68,12 +71,21 @@ struct Thread {
     /// Where it is handed connections (they wait there until it starts);
     /// dropped, it drains and ends.
     inbox: mpsc::UnboundedSender<StdAccepted>,
+    /// The connections waiting in its inbox, which it takes as it can.
+    /// Shared, not the thread's own: when it is given up, what it has not
+    /// taken is handed to the others instead of being lost with it.
+    waiting: Waiting,
     /// Its connections now open.
     open: Arc<AtomicUsize>,
     /// Its plugin calls, to pass it over while it is in a long one; set
     /// once it runs.
     calls: OnceLock<runaway::ThreadCalls>,
 }
+
+/// The receiving end of a thread's inbox. Locked only to take what waits
+/// (never across an await), so a thread stuck in a plugin call never holds
+/// it.
+type Waiting = Arc<Mutex<mpsc::UnboundedReceiver<StdAccepted>>>;
 
 impl Serving {
     /// Accepts connections on `listener` on this runtime, and starts
@@ -102,9 +114,15 @@ impl Serving {
             let shared = shared.clone();
             tokio::spawn(async move {
                 let shutdown = shared.shutdown.clone();
-                server::accept(&shared.listening, listener, &shutdown, |accepted| {
-                    shared.hand_over(accepted)
-                })
+                server::accept(
+                    &shared.listening,
+                    listener,
+                    &shutdown,
+                    |accepted| match accepted.into_std() {
+                        Ok(accepted) => shared.hand_over(accepted),
+                        Err(e) => tracing::debug!("cannot hand over a connection: {e}"),
+                    },
+                )
                 .await;
                 let _ = stopped.send(());
                 // Every thread's inbox closes: each drains and ends.
@@ -137,7 +155,7 @@ impl Shared {
     /// Hands `accepted` to the thread with the fewest connections open
     /// among those not deep in a plugin call (or among all, if every one
     /// is).
-    fn hand_over(&self, accepted: Accepted) {
+    fn hand_over(&self, accepted: StdAccepted) {
         let threads = lock(&self.threads);
         let free = |thread: &&Arc<Thread>| {
             thread
@@ -156,14 +174,9 @@ impl Shared {
             // No thread serves (shutting down): the connection is closed.
             return;
         };
-        let accepted = match accepted.counted_in(&thread.open).into_std() {
-            Ok(accepted) => accepted,
-            Err(e) => {
-                tracing::debug!("cannot hand over a connection: {e}");
-                return;
-            }
-        };
-        let _ = thread.inbox.send(accepted);
+        // Sent under the lock `forget` takes: once a thread is forgotten,
+        // nothing more arrives in its inbox.
+        let _ = thread.inbox.send(accepted.counted_in(&thread.open));
     }
 
     /// Starts a thread, which connections may be handed to at once; none
@@ -171,8 +184,10 @@ impl Shared {
     fn spawn(shared: &Arc<Shared>) -> io::Result<bool> {
         let number = shared.started.fetch_add(1, Ordering::Relaxed);
         let (inbox, handed) = mpsc::unbounded_channel();
+        let handed = Arc::new(Mutex::new(handed));
         let thread = Arc::new(Thread {
             inbox,
+            waiting: handed.clone(),
             open: Arc::new(AtomicUsize::new(0)),
             calls: OnceLock::new(),
         });
@@ -214,12 +229,7 @@ impl Shared {
     /// One serving thread's life: the connections handed to it, until its
     /// inbox closes, then their drain. `thread` is its own entry, held only
     /// to start: it holds the inbox's sender.
-    fn serve(
-        self: &Arc<Self>,
-        thread: Arc<Thread>,
-        mut handed: mpsc::UnboundedReceiver<StdAccepted>,
-        ended: &Ended,
-    ) {
+    fn serve(self: &Arc<Self>, thread: Arc<Thread>, handed: Waiting, ended: &Ended) {
         let runtime = match crate::runtime::serving() {
             Ok(runtime) => runtime,
             Err(e) => {
@@ -245,7 +255,7 @@ impl Shared {
                     async move { api::handle(&app, request).await }
                 },
             );
-            while let Some(accepted) = handed.recv().await {
+            while let Some(accepted) = poll_fn(|cx| lock(&handed).poll_recv(cx)).await {
                 match Accepted::from_std(accepted) {
                     Ok(accepted) => connections.serve(accepted),
                     Err(e) => tracing::debug!("cannot serve a connection handed over: {e}"),
@@ -271,24 +281,43 @@ impl Shared {
     }
 
     /// The watchdog saw a plugin call stuck on `thread`: it gets no more
-    /// connections (and ends, should its call ever end), and unless the
-    /// server is shutting down a new one serves in its place. Once a
-    /// thread: should its call end and a later one stick there too, no
-    /// second thread is started for it.
+    /// connections (and ends, should its call ever end), unless the server
+    /// is shutting down a new one serves in its place, and the connections
+    /// waiting in its inbox are handed to the others. Once a thread: should
+    /// its call end and a later one stick there too, no second thread is
+    /// started for it.
     fn give_up(self: &Arc<Self>, thread: &Weak<Thread>, ended: &Ended) {
         ended.count();
-        if !self.forget(thread) {
-            // Given up before, or shutting down.
+        // Taken before `forget` drops the list's hold on the thread.
+        let Some(waiting) = thread.upgrade().map(|thread| thread.waiting.clone()) else {
             return;
+        };
+        // `false`: given up before, or shutting down.
+        if self.forget(thread) {
+            match Shared::spawn(self) {
+                Ok(false) => {}
+                Ok(true) => tracing::warn!(
+                    "a serving thread is stuck in a plugin call, with the connections it served; a new thread serves in its place"
+                ),
+                Err(e) => tracing::error!(
+                    "a serving thread is stuck in a plugin call, and no thread could be started in its place: {e}"
+                ),
+            }
         }
-        match Shared::spawn(self) {
-            Ok(false) => {}
-            Ok(true) => tracing::warn!(
-                "a serving thread is stuck in a plugin call, with the connections it served; a new thread serves in its place"
-            ),
-            Err(e) => tracing::error!(
-                "a serving thread is stuck in a plugin call, and no thread could be started in its place: {e}"
-            ),
+        // Forgotten, it is sent nothing more: what waits is all there is.
+        // At shutdown no thread is left to take them, and they are closed.
+        let mut handed_again = 0;
+        loop {
+            let next = lock(&waiting).try_recv();
+            let Ok(accepted) = next else { break };
+            self.hand_over(accepted);
+            handed_again += 1;
+        }
+        if handed_again > 0 {
+            tracing::warn!(
+                connections = handed_again,
+                "connections waiting for the stuck serving thread are handed to the others"
+            );
         }
     }
 }

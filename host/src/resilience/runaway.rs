@@ -18,7 +18,8 @@
 //!   quarantines the provider of any call running past the budget. The
 //!   thread a stuck call holds is lost, and so are the requests of the
 //!   connections it served; the watchdog tells the thread's owner
-//!   ([`when_this_thread_is_stuck`]), which starts another in its place,
+//!   ([`when_this_thread_is_stuck`]), which starts another in its place
+//!   and hands it the connections the lost one had not begun to serve,
 //!   and that provider's code never runs inline again.
 //! - A quarantined provider's calls run on the blocking pool, at most
 //!   [`MAX_POOLED`] at a time; each holds its slot until it really ends, and
