@@ -70,6 +70,13 @@ REDIS_FSYNC=${BENCH_REDIS_FSYNC:-"everysec always"}
 # the nginx proxy), 0 skips it.
 FLOOR_MODE=${BENCH_FLOOR:-1}
 
+# How socialgate is built: 1 with profile-guided optimization (an
+# instrumented build trained here on a mix of requests, then the release
+# build with that profile; see pgo_build), 0 the plain release build only.
+PGO_MODE=${BENCH_PGO:-1}
+PGO_TRAIN_SECONDS=${BENCH_PGO_TRAIN_SECONDS:-3}   # per request kind trained
+BUILD_ONLY=${BENCH_BUILD_ONLY:-0}         # 1: stop once the builds are made
+
 # The instruction count: 1 runs it (valgrind's callgrind), 0 skips it.
 INSTR_MODE=${BENCH_INSTRUCTIONS:-1}
 INSTR_SECONDS=${BENCH_INSTR_SECONDS:-8}   # seconds of wrk -c4 counted
@@ -98,7 +105,7 @@ validate_knobs() {
     local v
     for v in "$DURATION" "$ROUNDS" "$CHECK_CONNS" "$KEYS_LARGE" "$IDLE_CONNS" \
         "$WARMUP" "$COMMENTS_COUNT" "$TRACE_REQUESTS" "$TRACE_USERS" "$TRACE_SEED" \
-        "$TRACE_CONNS" "$INSTR_SECONDS" $CONNS $GROWTH_CONNS; do
+        "$TRACE_CONNS" "$INSTR_SECONDS" "$PGO_TRAIN_SECONDS" $CONNS $GROWTH_CONNS; do
         is_uint "$v" || die "not a whole number: '$v' (check the BENCH_* variables)"
     done
     is_number "$TARGET_RATIO" || die "BENCH_TARGET_RATIO is not a number: $TARGET_RATIO"
@@ -114,6 +121,9 @@ validate_knobs() {
     [[ $CACHE_MODE =~ ^(0|1|force)$ ]] || die "BENCH_CACHE is 0, 1 or force, not '$CACHE_MODE'"
     [[ $INSTR_MODE =~ ^(0|1)$ ]] || die "BENCH_INSTRUCTIONS is 0 or 1, not '$INSTR_MODE'"
     [[ $FLOOR_MODE =~ ^(0|1)$ ]] || die "BENCH_FLOOR is 0 or 1, not '$FLOOR_MODE'"
+    [[ $PGO_MODE =~ ^(0|1)$ ]] || die "BENCH_PGO is 0 or 1, not '$PGO_MODE'"
+    [[ $BUILD_ONLY =~ ^(0|1)$ ]] || die "BENCH_BUILD_ONLY is 0 or 1, not '$BUILD_ONLY'"
+    ((PGO_TRAIN_SECONDS >= 1)) || die "BENCH_PGO_TRAIN_SECONDS must be >= 1"
     ((INSTR_SECONDS >= 1)) || die "BENCH_INSTR_SECONDS must be >= 1"
     ((TRACE_REQUESTS >= 1 && TRACE_USERS >= 1 && TRACE_CONNS >= 1)) ||
         die "BENCH_TRACE_REQUESTS, BENCH_TRACE_USERS and BENCH_TRACE_CONNS must be >= 1"
@@ -200,6 +210,9 @@ ensure_tools() {
     if [[ $INSTR_MODE == 1 ]]; then
         command -v callgrind_control >/dev/null || missing+=(valgrind)
     fi
+    if [[ $PGO_MODE == 1 ]] && ! find_profdata >/dev/null; then
+        missing+=("llvm-$(llvm_major)")
+    fi
     if ((${#missing[@]})); then
         local sudo=()
         ((EUID == 0)) || sudo=(sudo)
@@ -216,6 +229,28 @@ ensure_tools() {
         "$ROOT/scripts/install-redis.sh" || die "cannot install redis-server"
     fi
     command -v cargo >/dev/null || die "cargo not found: install a Rust toolchain"
+    if [[ $PGO_MODE == 1 ]]; then
+        PROFDATA=$(find_profdata) ||
+            die "no llvm-profdata for rustc's LLVM $(llvm_major) (BENCH_PGO=0 measures the plain release build)"
+    fi
+}
+
+# The major version of the LLVM rustc is built on: profiles it writes are
+# read only by an llvm-profdata of the same version.
+llvm_major() { rustc -vV | sed -n 's/^LLVM version: \([0-9]*\).*/\1/p'; }
+
+# find_profdata: the path of an llvm-profdata for rustc's LLVM: rustup's
+# llvm-tools component, or the distribution's llvm-N package.
+find_profdata() {
+    local major sysroot triple candidate
+    major=$(llvm_major)
+    sysroot=$(rustc --print sysroot)
+    triple=$(rustc -vV | sed -n 's/^host: //p')
+    for candidate in "$sysroot/lib/rustlib/$triple/bin/llvm-profdata" \
+        "/usr/lib/llvm-$major/bin/llvm-profdata" "$(command -v "llvm-profdata-$major" || true)"; do
+        [[ -n $major && -x $candidate ]] && { echo "$candidate"; return 0; }
+    done
+    return 1
 }
 
 build() {
@@ -230,6 +265,7 @@ build() {
         (cd "$ROOT" && cargo build --release "${packages[@]}") || die "release build failed"
     fi
     SG=$TARGET_DIR/release/socialgate
+    PLUGIN_DIR=$TARGET_DIR/release
     FLOOR=$TARGET_DIR/release/floor-proxy
     [[ -x $SG ]] || die "$SG missing"
     [[ $FLOOR_MODE == 0 || -x $FLOOR ]] || die "$FLOOR missing"
@@ -307,7 +343,7 @@ listen = "127.0.0.1:0"
 admin_listen = "off"
 keys_file = "keys.toml"
 state_dir = "state"
-plugin_dir = "$TARGET_DIR/release"
+plugin_dir = "$PLUGIN_DIR"
 shutdown_grace_ms = 2000
 # The same headroom as max_in_flight below: no 503 at 1024 connections.
 max_concurrent_requests = 4096
@@ -784,12 +820,104 @@ write_meta() {
             "${TRACE_LINE:-}" "$TRACE_CONNS" "${TRACE_UPSTREAM:-}"
         printf 'redis_mode\t%s\nredis_ratio\t%s\nredis_p50_ms\t%s\nredis_fsync\t%s\nredis_version\t%s\n' \
             "$REDIS_MODE" "$REDIS_RATIO" "$REDIS_P50_MS" "$REDIS_FSYNC" "${REDIS_VERSION:-}"
+        printf 'pgo\t%s\npgo_train_seconds\t%s\n' "$PGO_MODE" "$PGO_TRAIN_SECONDS"
         printf 'floor_mode\t%s\nfloor_cores\t%s\nclock_ticks\t%s\n' \
             "$FLOOR_MODE" "${FLOOR_CORES:-}" "$(getconf CLK_TCK)"
         printf 'instr_mode\t%s\ninstr_seconds\t%s\ninstr_valgrind\t%s\n' \
             "$INSTR_MODE" "$INSTR_SECONDS" "${INSTR_VALGRIND:-}"
         printf 'replay_json\t%s\n' "$([[ -f $WORK/trace/replay.json ]] && echo "$WORK/trace/replay.json")"
     } >"$WORK/meta.tsv"
+}
+
+# ------------------------------------------------------------------ PGO
+# The build measured when BENCH_PGO=1: socialgate and its plugins built with
+# rustc's profile-guided optimization. An instrumented build (in
+# target/pgo-train) serves a training mix against the upstream double,
+# writing how often each branch and call ran; llvm-profdata merges that into
+# a profile, and the release build in target/pgo is laid out and inlined by
+# it. The mix is every kind of request the double can answer, not only the
+# one measured: the three endpoints uncached and cached, a provider error,
+# and refusals (no key, a missing parameter, an unknown endpoint). The plain
+# release build stays in target/release, measured beside it in the floor's
+# table.
+
+pgo_build() {
+    [[ $PGO_MODE == 1 ]] || return 0
+    if [[ $SKIP_BUILD == 1 && -x $TARGET_DIR/pgo/$(host_triple)/release/socialgate ]]; then
+        log "BENCH_SKIP_BUILD=1: using the existing PGO build"
+    else
+        local raw=$WORK/pgo/raw plain_sg=$SG plain_plugins=$PLUGIN_DIR
+        rm -rf "$raw"
+        pgo_cargo pgo-train "-Cprofile-generate=$raw"
+        SG=$TARGET_DIR/pgo-train/$(host_triple)/release/socialgate
+        PLUGIN_DIR=$TARGET_DIR/pgo-train/$(host_triple)/release
+        pgo_train
+        SG=$plain_sg PLUGIN_DIR=$plain_plugins
+        compgen -G "$raw/*.profraw" >/dev/null || die "PGO: the training wrote no profile"
+        "$PROFDATA" merge -o "$WORK/pgo/merged.profdata" "$raw"/*.profraw ||
+            die "PGO: llvm-profdata merge failed"
+        pgo_cargo pgo "-Cprofile-use=$WORK/pgo/merged.profdata"
+    fi
+    PLAIN_SG=$SG PLAIN_PLUGIN_DIR=$PLUGIN_DIR
+    SG=$TARGET_DIR/pgo/$(host_triple)/release/socialgate
+    PLUGIN_DIR=$TARGET_DIR/pgo/$(host_triple)/release
+    [[ -x $SG && -f $PLUGIN_DIR/libshortvideo_primary.so ]] || die "PGO: $SG or its plugin missing"
+}
+
+host_triple() { rustc -vV | sed -n 's/^host: //p'; }
+
+# pgo_cargo DIR FLAG: the server and its plugins, release, built with FLAG
+# into target/DIR. For the host triple named, so that RUSTFLAGS reach the
+# crates built, not the build scripts and macros that build them.
+pgo_cargo() {
+    log "PGO: cargo build --release ($2) into $TARGET_DIR/$1"
+    (cd "$ROOT" && RUSTFLAGS="${RUSTFLAGS:-} $2" cargo build --release --target "$(host_triple)" \
+        --target-dir "$TARGET_DIR/$1" -p socialgate -p shortvideo-primary -p shortvideo-fallback) ||
+        die "PGO: build into target/$1 failed"
+}
+
+# pgo_train: the training mix through the instrumented build, on each of
+# the configurations a deployment runs: cache off (what is measured), with
+# rate limits and enforced billing on local state, with the cache on, and
+# with that state on Redis when redis-server is installed. Each server
+# writes its counts when it exits.
+pgo_train() {
+    local name tables key path redis=0
+    local limits=$'[rate_limit]\nper_second = 1000000\nburst = 1000000\n\n[billing]\nenforce = true\nfree_credits = 1000000000000\n'
+    local -a names=(pgo-plain pgo-limits)
+    [[ $CACHE_BUILD == supported ]] && names+=(pgo-cached)
+    command -v redis-server >/dev/null && names+=(pgo-redis)
+    export BENCH_CURSOR_KEY=bench-cursor-key-shared-by-replicas-0123456789
+    for name in "${names[@]}"; do
+        case $name in
+        pgo-plain) tables=$CACHE_OFF ;;
+        pgo-limits) tables=$limits$CACHE_OFF ;;
+        pgo-cached) tables="" ;;
+        pgo-redis)
+            start_redis everysec
+            redis=$REDIS_PID
+            export SOCIALGATE_REDIS_URL_TRAIN=$REDIS_URL
+            tables=$limits$CACHE_OFF$'\n\n[state]\nbackend = "redis"\nurl_env = "SOCIALGATE_REDIS_URL_TRAIN"'
+            ;;
+        esac
+        write_config "$WORK/$name" 'cursor_key_env = "BENCH_CURSOR_KEY"' "$tables"
+        key=$(issue_key "$WORK/$name" train)
+        start_socialgate "$name"
+        log "PGO: training $name (${PGO_TRAIN_SECONDS}s a request kind)"
+        for path in "${SG_PATH[@]}" "/v1/shortvideo/posts?username=$USERNAME" \
+            "/v1/shortvideo/profile" "/v1/shortvideo/nothing?username=$USERNAME"; do
+            wrk -t1 -c16 -d"${PGO_TRAIN_SECONDS}s" -H "X-API-Key: $key" "$SG_URL$path" >/dev/null
+        done
+        wrk -t1 -c16 -d"${PGO_TRAIN_SECONDS}s" "$SG_URL${SG_PATH[profile]}" >/dev/null
+        stop_pid "$SG_PID"
+        forget_pid "$SG_PID"
+    done
+    if ((redis)); then
+        stop_pid "$redis"
+        forget_pid "$redis"
+        # The shared-state scenario starts its own, on a fresh folder.
+        rm -rf "$WORK/redis-everysec"
+    fi
 }
 
 # ---------------------------------------------------------------- floor
@@ -801,6 +929,7 @@ write_meta() {
 #                  and upstream client forwarding, none of its work; on 1
 #                  thread, one per core (N), and N + 1 (socialgate's count)
 #   socialgate     the main instance (N + 1 serving threads)
+#   socialgate-plain  the same, built without PGO (when BENCH_PGO=1)
 #   socialgate-1w  socialgate on one serving thread
 #                  (SOCIALGATE_SERVING_THREADS=1): without the thread the
 #                  runaway defence keeps free, so a stuck plugin would stall
@@ -870,6 +999,18 @@ floor() {
     url[socialgate-1w]=$SG_URL${SG_PATH[profile]} pid[socialgate-1w]=$SG_PID
     header[socialgate-1w]="X-API-Key: $one_key"
     check_socialgate "${url[socialgate-1w]}" profile "$one_key"
+    if [[ $PGO_MODE == 1 ]]; then
+        local pgo_sg=$SG pgo_plugins=$PLUGIN_DIR plain_key
+        SG=$PLAIN_SG PLUGIN_DIR=$PLAIN_PLUGIN_DIR
+        write_config "$WORK/sg-plain" "" "$CACHE_OFF"
+        plain_key=$(issue_key "$WORK/sg-plain" bench)
+        start_socialgate sg-plain
+        SG=$pgo_sg PLUGIN_DIR=$pgo_plugins
+        targets+=(socialgate-plain)
+        url[socialgate-plain]=$SG_URL${SG_PATH[profile]} pid[socialgate-plain]=$SG_PID
+        header[socialgate-plain]="X-API-Key: $plain_key"
+        check_socialgate "${url[socialgate-plain]}" profile "$plain_key"
+    fi
     for target in "${targets[@]}"; do warm "${url[$target]}" "${header[$target]}"; done
     for ((round = 1; round <= ROUNDS; round++)); do
         log "floor, round $round/$ROUNDS"
@@ -885,7 +1026,8 @@ floor() {
         done
     done
     for target in "${targets[@]}"; do
-        [[ $target == floor-* || $target == socialgate-1w ]] || continue
+        [[ $target == floor-* || $target == socialgate-1w || $target == socialgate-plain ]] ||
+            continue
         stop_pid "${pid[$target]}"
         forget_pid "${pid[$target]}"
     done
@@ -982,6 +1124,11 @@ main() {
     start_proxy
     PROXY_PID=$NGINX_PID
     detect_cache
+    pgo_build
+    if [[ $BUILD_ONLY == 1 ]]; then
+        log "BENCH_BUILD_ONLY=1: built $SG, and its plugins in $PLUGIN_DIR"
+        exit 0
+    fi
 
     # The main instance: 10 keys issued by the CLI, the first one used.
     write_config "$WORK/sg-main" "" "$CACHE_OFF"

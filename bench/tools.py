@@ -444,6 +444,15 @@ def state_report(out, res, meta, failures):
     return targets
 
 
+def build_text(meta):
+    """How the socialgate measured was built."""
+    if meta.get("pgo") == "1":
+        return (f"release build with profile-guided optimization (trained by bench/run.sh, "
+                f"{meta.get('pgo_train_seconds', '?')} s a request kind; the plain release "
+                f"build is in the floor's table)")
+    return "release build"
+
+
 def floor_report(out, res, cpu_path, meta, notes):
     """The floor's table (informational: no target)."""
     title = "#### The floor: the stack without socialgate's work (`profile`)"
@@ -482,6 +491,8 @@ def floor_report(out, res, cpu_path, meta, notes):
             return f"socialgate, {count} (its default: one per core and one more)"
         if target == "socialgate-1w":
             return "socialgate, 1 thread (without the spare thread of its runaway defence)"
+        if target == "socialgate-plain":
+            return "socialgate, its default threads, plain release build (no PGO)"
         threads = int(target[len("floor-"):-1])
         text = f"floor, {threads} thread{'s' if threads > 1 else ''}"
         if cores and threads == cores + 1:
@@ -567,7 +578,7 @@ def report(results_path, memory_path, meta_path):
     out.append(f"{meta['machine']}; load average before the run {meta['load']}. All on 127.0.0.1, one shared upstream (nginx, 1 worker, "
                f"serving the contract's sample payloads). `wrk -t1 -cN -d{meta['seconds']}s "
                f"--latency`, median of {meta['rounds']} round(s), targets interleaved within "
-               f"each round. socialgate: release build, `{meta['commit']}`, log level "
+               f"each round. socialgate: {build_text(meta)}, `{meta['commit']}`, log level "
                f"`{meta['log']}` written to a file; proxy: nginx 1 worker, upstream keepalive, "
                f"access log to a file.")
     out.append("")
