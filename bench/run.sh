@@ -856,7 +856,12 @@ pgo_build() {
         compgen -G "$raw/*.profraw" >/dev/null || die "PGO: the training wrote no profile"
         "$PROFDATA" merge -o "$WORK/pgo/merged.profdata" "$raw"/*.profraw ||
             die "PGO: llvm-profdata merge failed"
-        pgo_cargo pgo "-Cprofile-use=$WORK/pgo/merged.profdata"
+        # Named by its content: cargo rebuilds when RUSTFLAGS change, and
+        # would not notice a new profile under the same name.
+        local profile
+        profile=$WORK/pgo/$(sha256sum "$WORK/pgo/merged.profdata" | cut -c1-16).profdata
+        mv "$WORK/pgo/merged.profdata" "$profile"
+        pgo_cargo pgo "-Cprofile-use=$profile"
     fi
     PLAIN_SG=$SG PLAIN_PLUGIN_DIR=$PLUGIN_DIR
     SG=$TARGET_DIR/pgo/$(host_triple)/release/socialgate
