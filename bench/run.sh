@@ -5,7 +5,9 @@
 # payloads) and three things measured against it, interleaved, on 127.0.0.1:
 #   static      wrk straight at the upstream URL the plugin requests
 #   proxy       wrk at a plain nginx reverse proxy (1 worker, keepalive)
-#   socialgate  wrk at the release build, `shortvideo-primary` -> upstream
+#   socialgate  wrk at the release build (with profile-guided optimization
+#               unless BENCH_PGO=0: see pgo_build), `shortvideo-primary` ->
+#               upstream
 # then the floor: bench/floor (socialgate's runtime, HTTP server and
 # upstream client forwarding, with none of its work) on one serving thread,
 # one per core and one more, and socialgate on one thread, beside the proxy and
