@@ -7,6 +7,8 @@
 
 use std::time::{Duration, Instant};
 
+use tokio::task::JoinHandle;
+
 use socialgate_tests::config::{CHAOS, FALLBACK};
 use socialgate_tests::operator::{admin_addr, log_line_within, scrape, signal, wait_exit};
 use socialgate_tests::reload::thread_count;
@@ -22,6 +24,25 @@ const PATHS: [&str; 5] = [
     "/v1/shortvideo/comments?id=7312345678901234567&count=3",
     "/v1/shortvideo/search?query=luna",
 ];
+
+/// `GET path` with the stack's key, on a connection of its own (a new
+/// client), in a task of its own: it may never be answered.
+fn get_on_a_new_connection(
+    stack: &Stack,
+    path: &str,
+    timeout: Duration,
+) -> JoinHandle<reqwest::Result<reqwest::Response>> {
+    let url = format!("{}{path}", stack.server.base_url());
+    let key = stack.key.clone();
+    tokio::spawn(async move {
+        reqwest::Client::new()
+            .get(url)
+            .header("X-API-Key", key)
+            .timeout(timeout)
+            .send()
+            .await
+    })
+}
 
 /// Chaos first for every endpoint (search included), then the fallback.
 async fn chaos_first(mode: &str) -> Stack {
@@ -170,18 +191,7 @@ async fn a_plugin_stuck_in_step_stops_being_used_and_others_are_answered() {
 
     // The first request runs the plugin's step on a request thread, where
     // it never returns.
-    let stuck = {
-        let url = format!("{}{profile}", stack.server.base_url());
-        let key = stack.key.clone();
-        tokio::spawn(async move {
-            reqwest::Client::new()
-                .get(url)
-                .header("X-API-Key", key)
-                .timeout(Duration::from_secs(30))
-                .send()
-                .await
-        })
-    };
+    let stuck = get_on_a_new_connection(&stack, profile, Duration::from_secs(30));
 
     // Everything else is answered, while the call is stuck: many at once,
     // on the fallback-only search chain and the public paths. (Sent a moment
@@ -259,20 +269,9 @@ async fn connections_waiting_for_a_stuck_thread_are_served_in_its_place() {
         .start()
         .await;
     stack.fallback.serve_fixtures().await;
-    let get = |path: &'static str| {
-        // A client of its own each: a new connection, none kept alive on
-        // the stuck thread.
-        let url = format!("{}{path}", stack.server.base_url());
-        let key = stack.key.clone();
-        tokio::spawn(async move {
-            reqwest::Client::new()
-                .get(url)
-                .header("X-API-Key", key)
-                .timeout(Duration::from_secs(15))
-                .send()
-                .await
-        })
-    };
+    // A client of its own each: a new connection, none kept alive on the
+    // stuck thread.
+    let get = |path| get_on_a_new_connection(&stack, path, Duration::from_secs(15));
 
     // Its first step never returns, on the only serving thread.
     let stuck = get(PATHS[0]);
