@@ -88,6 +88,12 @@ USERNAME=lunabakes
 POST_ID=7312345678901234567
 # The upstream key socialgate sends (via api_key_env) and nginx checks.
 export SHORTVIDEO_PRIMARY_KEY=bench-upstream-key
+# The cursor key of the instances that share state (replicas must share it),
+# named by their `cursor_key_env`.
+export BENCH_CURSOR_KEY=bench-cursor-key-shared-by-replicas-0123456789
+# The per-request state work of a shared deployment: a rate limit that never
+# refuses and billing enforced with credits that never run out.
+STATE_WORK_TABLES=$'[rate_limit]\nper_second = 1000000\nburst = 1000000\n\n[billing]\nenforce = true\nfree_credits = 1000000000000\n'
 
 PIDS=()        # everything started here, stopped by cleanup()
 NGINX_WRAP=()  # a command nginx runs under (valgrind), for the next start
@@ -244,11 +250,10 @@ llvm_major() { rustc -vV | sed -n 's/^LLVM version: \([0-9]*\).*/\1/p'; }
 # find_profdata: the path of an llvm-profdata for rustc's LLVM: rustup's
 # llvm-tools component, or the distribution's llvm-N package.
 find_profdata() {
-    local major sysroot triple candidate
+    local major sysroot candidate
     major=$(llvm_major)
     sysroot=$(rustc --print sysroot)
-    triple=$(rustc -vV | sed -n 's/^host: //p')
-    for candidate in "$sysroot/lib/rustlib/$triple/bin/llvm-profdata" \
+    for candidate in "$sysroot/lib/rustlib/$(host_triple)/bin/llvm-profdata" \
         "/usr/lib/llvm-$major/bin/llvm-profdata" "$(command -v "llvm-profdata-$major" || true)"; do
         [[ -n $major && -x $candidate ]] && { echo "$candidate"; return 0; }
     done
@@ -745,9 +750,7 @@ shared_state() {
     local tables round conns mode name pid i
     local -A url key
     local -a names pids
-    export BENCH_CURSOR_KEY=bench-cursor-key-shared-by-replicas-0123456789
-    tables=$'[rate_limit]\nper_second = 1000000\nburst = 1000000\n\n[billing]\nenforce = true\nfree_credits = 1000000000000\n'
-    tables+=$CACHE_OFF
+    tables=$STATE_WORK_TABLES$CACHE_OFF
     write_config "$WORK/sg-state-local" 'cursor_key_env = "BENCH_CURSOR_KEY"' "$tables"
     key[local]=$(issue_key "$WORK/sg-state-local" bench)
     start_socialgate sg-state-local
@@ -838,21 +841,22 @@ write_meta() {
 # writing how often each branch and call ran; llvm-profdata merges that into
 # a profile, and the release build in target/pgo is laid out and inlined by
 # it. The mix is every kind of request the double can answer, not only the
-# one measured: the three endpoints uncached and cached, a provider error,
-# and refusals (no key, a missing parameter, an unknown endpoint). The plain
-# release build stays in target/release, measured beside it in the floor's
-# table.
+# one measured, in each configuration a deployment runs (pgo_train). The
+# plain release build stays in target/release, measured beside it in the
+# floor's table.
 
 pgo_build() {
     [[ $PGO_MODE == 1 ]] || return 0
-    if [[ $SKIP_BUILD == 1 && -x $TARGET_DIR/pgo/$(host_triple)/release/socialgate ]]; then
+    local triple
+    triple=$(host_triple)
+    if [[ $SKIP_BUILD == 1 && -x $TARGET_DIR/pgo/$triple/release/socialgate ]]; then
         log "BENCH_SKIP_BUILD=1: using the existing PGO build"
     else
         local raw=$WORK/pgo/raw plain_sg=$SG plain_plugins=$PLUGIN_DIR
         rm -rf "$raw"
         pgo_cargo pgo-train "-Cprofile-generate=$raw"
-        SG=$TARGET_DIR/pgo-train/$(host_triple)/release/socialgate
-        PLUGIN_DIR=$TARGET_DIR/pgo-train/$(host_triple)/release
+        SG=$TARGET_DIR/pgo-train/$triple/release/socialgate
+        PLUGIN_DIR=$TARGET_DIR/pgo-train/$triple/release
         pgo_train
         SG=$plain_sg PLUGIN_DIR=$plain_plugins
         compgen -G "$raw/*.profraw" >/dev/null || die "PGO: the training wrote no profile"
@@ -866,8 +870,8 @@ pgo_build() {
         pgo_cargo pgo "-Cprofile-use=$profile"
     fi
     PLAIN_SG=$SG PLAIN_PLUGIN_DIR=$PLUGIN_DIR
-    SG=$TARGET_DIR/pgo/$(host_triple)/release/socialgate
-    PLUGIN_DIR=$TARGET_DIR/pgo/$(host_triple)/release
+    SG=$TARGET_DIR/pgo/$triple/release/socialgate
+    PLUGIN_DIR=$TARGET_DIR/pgo/$triple/release
     [[ -x $SG && -f $PLUGIN_DIR/libshortvideo_primary.so ]] || die "PGO: $SG or its plugin missing"
 }
 
@@ -890,21 +894,19 @@ pgo_cargo() {
 # writes its counts when it exits.
 pgo_train() {
     local name tables key path redis=0
-    local limits=$'[rate_limit]\nper_second = 1000000\nburst = 1000000\n\n[billing]\nenforce = true\nfree_credits = 1000000000000\n'
     local -a names=(pgo-plain pgo-limits)
     [[ $CACHE_BUILD == supported ]] && names+=(pgo-cached)
     command -v redis-server >/dev/null && names+=(pgo-redis)
-    export BENCH_CURSOR_KEY=bench-cursor-key-shared-by-replicas-0123456789
     for name in "${names[@]}"; do
         case $name in
         pgo-plain) tables=$CACHE_OFF ;;
-        pgo-limits) tables=$limits$CACHE_OFF ;;
+        pgo-limits) tables=$STATE_WORK_TABLES$CACHE_OFF ;;
         pgo-cached) tables="" ;;
         pgo-redis)
             start_redis everysec
             redis=$REDIS_PID
             export SOCIALGATE_REDIS_URL_TRAIN=$REDIS_URL
-            tables=$limits$CACHE_OFF$'\n\n[state]\nbackend = "redis"\nurl_env = "SOCIALGATE_REDIS_URL_TRAIN"'
+            tables=$STATE_WORK_TABLES$CACHE_OFF$'\n\n[state]\nbackend = "redis"\nurl_env = "SOCIALGATE_REDIS_URL_TRAIN"'
             ;;
         esac
         write_config "$WORK/$name" 'cursor_key_env = "BENCH_CURSOR_KEY"' "$tables"

@@ -280,12 +280,12 @@ impl Shared {
         threads.len() < before
     }
 
-    /// The watchdog saw a plugin call stuck on `thread`: it gets no more
-    /// connections (and ends, should its call ever end), unless the server
-    /// is shutting down a new one serves in its place, and the connections
-    /// waiting in its inbox are handed to the others. Once a thread: should
-    /// its call end and a later one stick there too, no second thread is
-    /// started for it.
+    /// The watchdog saw a plugin call stuck on `thread`. It gets no more
+    /// connections (and ends, should its call ever end); a new thread
+    /// serves in its place, unless the server is shutting down; and the
+    /// connections waiting in its inbox are handed to the others. Once a
+    /// thread: should its call end and a later one stick there too, no
+    /// second thread is started for it.
     fn give_up(self: &Arc<Self>, thread: &Weak<Thread>, ended: &Ended) {
         ended.count();
         // Taken before `forget` drops the list's hold on the thread.
