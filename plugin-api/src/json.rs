@@ -173,9 +173,28 @@ impl Seconds {
     /// Whole milliseconds, rounded; `None` for a negative, infinite or
     /// absurdly large value (so garbage becomes `null`, not a wrapped number).
     pub fn millis(self) -> Option<u64> {
-        let ms = (self.0 * 1000.0).round();
+        Millis(self.0 * 1000.0).whole()
+    }
+}
+
+/// A duration in milliseconds, in any shape [`Seconds`] takes (`15379`,
+/// `15379.5`, `"15379"`); see [`Millis::whole`].
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+pub struct Millis(pub f64);
+
+impl Millis {
+    /// Whole milliseconds, rounded; `None` for a negative, infinite or
+    /// absurdly large value (so garbage becomes `null`, not a wrapped number).
+    pub fn whole(self) -> Option<u64> {
+        let ms = self.0.round();
         // 2^53: beyond it a float no longer holds every integer.
         (ms.is_finite() && (0.0..=9_007_199_254_740_992.0).contains(&ms)).then_some(ms as u64)
+    }
+}
+
+impl<'de> Deserialize<'de> for Millis {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Seconds::deserialize(deserializer).map(|Seconds(ms)| Millis(ms))
     }
 }
 
@@ -217,6 +236,39 @@ impl<'de> Deserialize<'de> for Seconds {
 /// when absent or not a sane duration.
 pub fn millis(seconds: Option<Seconds>) -> Option<u64> {
     seconds.and_then(Seconds::millis)
+}
+
+/// A field whose absence means something else than its `null`. Upstreams
+/// send `"comments": null` for an empty page, while a body without the
+/// field at all is not the answer asked for (a soft block, say). Give the
+/// field `#[serde(default)]` so that leaving it out reads as [`Field::Absent`].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Field<T> {
+    /// Not in the body.
+    #[default]
+    Absent,
+    /// `null`.
+    Null,
+    /// Anything else, read as `T`.
+    Value(T),
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Field<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Ok(Option::<T>::deserialize(deserializer)?.map_or(Field::Null, Field::Value))
+    }
+}
+
+impl<T> Field<Vec<T>> {
+    /// A page's items, none for `null`; `None` when the field is absent,
+    /// for the provider to say what that means.
+    pub fn items(self) -> Option<Vec<T>> {
+        match self {
+            Field::Value(items) => Some(items),
+            Field::Null => Some(Vec::new()),
+            Field::Absent => None,
+        }
+    }
 }
 
 /// Required fields with a clear error: `user.handle.required("user.handle")?`
@@ -338,6 +390,15 @@ mod tests {
         assert_eq!(ms("-1").unwrap(), None);
         assert_eq!(ms("1e300").unwrap(), None);
         assert!(ms(r#""15s""#).is_err());
+        let whole = |json: &str| {
+            serde_json::from_str::<Millis>(json)
+                .ok()
+                .and_then(Millis::whole)
+        };
+        assert_eq!(whole("15379"), Some(15_379));
+        assert_eq!(whole("15379.5"), Some(15_380));
+        assert_eq!(whole(r#""15379""#), Some(15_379));
+        assert_eq!(whole("-1"), None);
         let field: Option<u8> = None;
         assert_eq!(
             field.required("user.handle").unwrap_err(),
@@ -369,6 +430,20 @@ mod tests {
         assert_eq!(read.unwrap().name, "luna");
         let bad = super::parse::<Named>(&body(b"lu\xffna", b""));
         assert_eq!(bad.unwrap_err().kind(), crate::ErrorKind::BadResponse);
+    }
+
+    #[test]
+    fn a_list_field_tells_absent_from_null() {
+        #[derive(Deserialize)]
+        struct Page {
+            #[serde(default)]
+            items: Field<Vec<u8>>,
+        }
+        let items = |json: &str| serde_json::from_str::<Page>(json).unwrap().items.items();
+        assert_eq!(items(r#"{"items":[1,2]}"#), Some(vec![1, 2]));
+        assert_eq!(items(r#"{"items":[]}"#), Some(vec![]));
+        assert_eq!(items(r#"{"items":null}"#), Some(vec![]));
+        assert_eq!(items("{}"), None);
     }
 
     #[test]

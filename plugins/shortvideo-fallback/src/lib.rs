@@ -11,14 +11,14 @@
 
 use plugin_api::attempt::{self, Page};
 use plugin_api::{
-    Attempt, Call, Done, Endpoint, ErrorKind, Manifest, Output, Provider, ProviderConfig,
-    ProviderError, UpstreamRequest, UpstreamResponse,
+    Attempt, Call, Done, Endpoint, Manifest, Output, Provider, ProviderConfig, ProviderError,
+    UpstreamRequest, UpstreamResponse,
 };
 use serde::Deserialize;
 use std::sync::Arc;
 
 mod wire;
-use wire::PostId;
+use wire::{PostId, Subject};
 
 /// F4 gives at most this many comments a call.
 const COMMENTS_PER_CALL: u32 = 50;
@@ -151,37 +151,35 @@ impl Provider for Fallback {
 }
 
 fn read_profile(response: UpstreamResponse<'_>) -> Result<Done, ProviderError> {
-    let account: wire::Account = wire::data(&response)?;
+    let account: wire::Account = wire::data(&response, Subject::User)?;
     Ok(Done::last(Output::Profile(account.into_profile()?)))
 }
 
 fn read_posts(response: UpstreamResponse<'_>, sent: &str) -> Result<Done, ProviderError> {
-    let list: wire::VideoList = wire::data(&response)?;
-    let posts = list
-        .videos
+    let list: wire::VideoList = wire::data(&response, Subject::User)?;
+    let posts = wire::items(list.videos, "videos")?
         .into_iter()
         .map(|v| v.into_post(PostId::VideoId));
     Ok(Done {
         output: Output::Posts(posts.collect::<Result<_, _>>()?),
-        next_cursor: wire::advancing_cursor(list.has_more, list.cursor, sent),
+        next_cursor: wire::fresh_cursor(list.has_more, list.cursor, sent),
     })
 }
 
 fn read_post(response: UpstreamResponse<'_>) -> Result<Done, ProviderError> {
-    let video: wire::Video = wire::data(&response)?;
+    let video: wire::Video = wire::data(&response, Subject::Video)?;
     Ok(Done::last(Output::Post(video.into_post(PostId::Id)?)))
 }
 
 fn read_comments(
     response: UpstreamResponse<'_>,
 ) -> Result<Page<plugin_api::Comment>, ProviderError> {
-    let list: wire::CommentList = wire::data(&response)?;
+    let list: wire::CommentList = wire::data(&response, Subject::Video)?;
     let next = wire::next_cursor(list.has_more, list.cursor)
         .map(|c| c.parse::<u64>())
         .transpose()
         .map_err(|_| ProviderError::bad_response("comment `cursor` is not an offset"))?;
-    let items = list
-        .comments
+    let items = wire::items(list.comments, "comments")?
         .into_iter()
         .map(wire::CommentItem::into_comment);
     Ok(Page {
@@ -197,26 +195,20 @@ fn read_search(
     sent: &str,
     count: u32,
 ) -> Result<Done, ProviderError> {
-    // A search has nothing to be missing: the wrapper's "User doesn't
-    // exist" here is an upstream gone off its contract, not an answer.
-    let list: wire::AccountList = wire::data(&response).map_err(|e| match e.kind() {
-        ErrorKind::NotFound => ProviderError::bad_response(format!("search said {}", e.message())),
-        _ => e,
-    })?;
-    let mut next_cursor = wire::advancing_cursor(list.has_more, list.cursor, sent);
-    let mut accounts = list.user_list;
+    let list: wire::AccountList = wire::data(&response, Subject::Search)?;
+    let mut next_offset = wire::further_offset(list.has_more, list.cursor, sent);
+    let mut accounts = wire::items(list.user_list, "user_list")?;
     if accounts.len() > count as usize {
         accounts.truncate(count as usize);
-        next_cursor = sent
+        next_offset = sent
             .parse::<u64>()
             .ok()
-            .and_then(|offset| offset.checked_add(u64::from(count)))
-            .map(|next| next.to_string());
+            .and_then(|offset| offset.checked_add(u64::from(count)));
     }
     let profiles = accounts.into_iter().map(wire::Account::into_profile);
     Ok(Done {
         output: Output::Search(profiles.collect::<Result<_, _>>()?),
-        next_cursor,
+        next_cursor: next_offset.map(|offset| offset.to_string()),
     })
 }
 

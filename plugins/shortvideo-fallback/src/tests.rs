@@ -3,6 +3,7 @@
 use super::*;
 use plugin_api::testing::conformance::Case;
 use plugin_api::testing::{Kit, Reply, Upstream};
+use plugin_api::ErrorKind;
 use serde_json::{json, Value};
 
 macro_rules! fixture {
@@ -221,6 +222,13 @@ fn upstream_refusals_classify() {
         (&search, fixture!("error_rate_limit"), RateLimited),
         (&comments, soft_block, BadResponse),
         (&search, soft_block, BadResponse),
+        // "Does not exist" about another kind of object than asked is the
+        // upstream off its contract, never a 404 that ends the chain.
+        (&profile, no_video, BadResponse),
+        (&post, no_user, BadResponse),
+        (&comments, no_user, BadResponse),
+        (&search, no_user, BadResponse),
+        (&search, no_video, BadResponse),
     ] {
         assert_eq!(err(c.clone(), body).kind(), kind, "{c:?} {body}");
     }
@@ -232,7 +240,7 @@ fn upstream_refusals_classify() {
         r#"{"code":0,"data":null}"#,
         r#"{"code":0,"data":[]}"#,
         r#"{"code":0,"data":{"user":{"uniqueId":"a"}}}"#,
-        r#"{"code":0,"data":{"videos":null}}"#,
+        r#"{"code":0,"data":{"videos":"none"}}"#,
         "<html>blocked</html>",
         "",
     ] {
@@ -240,6 +248,60 @@ fn upstream_refusals_classify() {
             assert_eq!(err(c.clone(), body).kind(), BadResponse, "{body}");
         }
     }
+}
+
+#[test]
+fn a_null_list_is_an_empty_page_and_a_missing_one_a_bad_response() {
+    let no_more = r#""cursor":"0","hasMore":false"#;
+    for (c, list) in [
+        (call(Endpoint::Posts, LUNA, ""), "videos"),
+        (call(Endpoint::Comments, VIDEO, ""), "comments"),
+        (call(Endpoint::Search, "luna", ""), "user_list"),
+    ] {
+        let body = format!(r#"{{"code":0,"data":{{"{list}":null,{no_more}}}}}"#);
+        let (_, out, next) = ok(c.clone(), &body);
+        assert_eq!(out.as_object().unwrap().values().next(), Some(&json!([])));
+        assert_eq!(next, None, "{body}");
+        let body = format!(r#"{{"code":0,"data":{{{no_more}}}}}"#);
+        let missing = err(c, &body);
+        assert_eq!(missing.kind(), ErrorKind::BadResponse, "{body}");
+        assert!(missing.to_string().contains(list), "{missing}");
+    }
+}
+
+#[test]
+fn a_next_cursor_that_goes_back_ends_the_listing() {
+    let posts = |sent: &str, cursor: &str| {
+        let body = wrap(json!({"videos": [], "cursor": cursor, "hasMore": true}));
+        let at = call(Endpoint::Posts, LUNA, "").with_cursor(Some(sent.to_owned()));
+        ok(at, &body).2
+    };
+    // Posts' cursors are the upstream's own (times, here): any new one
+    // but the first page's goes on.
+    assert_eq!(
+        posts("1762500000000", "1762400000000").as_deref(),
+        Some("1762400000000")
+    );
+    assert_eq!(posts("1762500000000", "1762500000000"), None);
+    assert_eq!(posts("1762500000000", "0"), None);
+    // Search's are offsets: only further on goes on.
+    let search = |sent: &str, cursor: u64| {
+        let body = wrap(json!({"user_list": [], "cursor": cursor, "hasMore": 1}));
+        let at = call(Endpoint::Search, "luna", "").with_cursor(Some(sent.to_owned()));
+        ok(at, &body).2
+    };
+    assert_eq!(search("4", 8).as_deref(), Some("8"));
+    for back in [0, 2, 4] {
+        assert_eq!(search("4", back), None, "{back}");
+    }
+}
+
+#[test]
+fn a_fraction_of_a_second_is_kept_in_milliseconds() {
+    let video = json!({"id": VIDEO, "title": "t", "digg_count": 1, "comment_count": 0,
+        "duration": 15.4});
+    let (_, out, _) = ok(call(Endpoint::Post, VIDEO, ""), &wrap(video));
+    assert_eq!(out["post"]["duration_ms"], 15_400);
 }
 
 #[test]

@@ -6,7 +6,7 @@
 //! becomes `None`. Unlisted fields are ignored, and `aweme_id` is never
 //! declared, so the opaque media key cannot leak out as a post ID.
 
-use plugin_api::json::{non_empty, unix_time, Count, Flag, Id};
+use plugin_api::json::{millis, non_empty, unix_time, Count, Field, Flag, Id, Seconds};
 use plugin_api::{Comment, ErrorKind, Post, Profile, ProviderError, UpstreamResponse};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -23,12 +23,30 @@ struct Envelope<'a> {
     data: Option<&'a RawValue>,
 }
 
+/// What a request asks about: a `msg` that says "does not exist" means it
+/// only about its own kind of object.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Subject {
+    /// F1 and F2: one user.
+    User,
+    /// F3 and F4: one video.
+    Video,
+    /// F5: nothing that could be missing.
+    Search,
+}
+
 /// Checks the wrapper and reads its `data` as `T`.
-pub fn data<'a, T: Deserialize<'a>>(response: &UpstreamResponse<'a>) -> Result<T, ProviderError> {
+pub fn data<'a, T: Deserialize<'a>>(
+    response: &UpstreamResponse<'a>,
+    subject: Subject,
+) -> Result<T, ProviderError> {
     let envelope: Envelope<'a> = response.json()?;
     match envelope.code {
         Some(0) => {}
-        Some(code) => return Err(refusal(code, envelope.msg.as_deref().unwrap_or(""))),
+        Some(code) => {
+            let msg = envelope.msg.as_deref().unwrap_or("");
+            return Err(refusal(code, msg, subject));
+        }
         None => return Err(ProviderError::bad_response("body has no `code`")),
     }
     // `code` 0 without the expected object is a soft block, never "not found".
@@ -40,11 +58,11 @@ pub fn data<'a, T: Deserialize<'a>>(response: &UpstreamResponse<'a>) -> Result<T
 
 /// Classifies a non-zero `code` by its `msg`, the only place the upstream
 /// says what went wrong.
-fn refusal(code: i64, msg: &str) -> ProviderError {
+fn refusal(code: i64, msg: &str, asked: Subject) -> ProviderError {
     match (code, msg.trim()) {
-        (-1, "User doesn't exist") => ProviderError::not_found("user doesn't exist"),
+        (-1, "User doesn't exist") => does_not_exist("user", Subject::User, asked),
         (-1, "Url parsing is failed! Please check url.") => {
-            ProviderError::not_found("video doesn't exist")
+            does_not_exist("video", Subject::Video, asked)
         }
         (-1, "Free Api Limit: 1 request/second.") => {
             ProviderError::new(ErrorKind::RateLimited, "upstream limit of 1 request/second")
@@ -58,15 +76,39 @@ fn refusal(code: i64, msg: &str) -> ProviderError {
     }
 }
 
+/// The upstream says `what`, an object of kind `about`, does not exist.
+/// About what was `asked`, that is "not found"; about anything else (a
+/// missing user in answer to a search) the upstream has gone off its
+/// contract, and taking it at its word would end the chain with a false 404.
+fn does_not_exist(what: &str, about: Subject, asked: Subject) -> ProviderError {
+    if about == asked {
+        ProviderError::not_found(format!("{what} doesn't exist"))
+    } else {
+        ProviderError::bad_response(format!(
+            "upstream says a {what} doesn't exist, answering another kind of request"
+        ))
+    }
+}
+
 /// Whether a list goes on: the upstream's `cursor` when `hasMore` is true.
 pub fn next_cursor(has_more: Option<Flag>, cursor: Option<Id>) -> Option<String> {
     has_more.filter(|f| f.0).and(cursor).and_then(Id::non_empty)
 }
 
-/// F2's and F5's next cursor: none when it is the cursor just asked for, as
-/// the next page would repeat this one.
-pub fn advancing_cursor(has_more: Option<Flag>, cursor: Option<Id>, sent: &str) -> Option<String> {
-    next_cursor(has_more, cursor).filter(|next| next != sent)
+/// F2's next cursor: none when it is the cursor just asked for (the next
+/// page would repeat this one) or the first page's `0` (the list would
+/// start again). Either would send a caller following `next_cursor` round
+/// for ever.
+pub fn fresh_cursor(has_more: Option<Flag>, cursor: Option<Id>, sent: &str) -> Option<String> {
+    next_cursor(has_more, cursor).filter(|next| next != sent && next != "0")
+}
+
+/// F5's next offset: none unless it is further on than the one just asked
+/// for, for the same reason.
+pub fn further_offset(has_more: Option<Flag>, cursor: Option<Id>, sent: &str) -> Option<u64> {
+    let sent = sent.parse::<u64>().ok()?;
+    let next = next_cursor(has_more, cursor)?.parse::<u64>().ok()?;
+    (next > sent).then_some(next)
 }
 
 fn required<T>(value: Option<T>, field: &str) -> Result<T, ProviderError> {
@@ -122,10 +164,16 @@ impl Account {
     }
 }
 
+/// A page's items: `null` is an empty page, absent a bad response.
+pub fn items<T>(field: Field<Vec<T>>, name: &str) -> Result<Vec<T>, ProviderError> {
+    field.items().ok_or_else(|| ProviderError::missing(name))
+}
+
 /// F5 `data`.
 #[derive(Deserialize)]
 pub struct AccountList {
-    pub user_list: Vec<Account>,
+    #[serde(default)]
+    pub user_list: Field<Vec<Account>>,
     pub cursor: Option<Id>,
     #[serde(rename = "hasMore")]
     pub has_more: Option<Flag>,
@@ -134,7 +182,8 @@ pub struct AccountList {
 /// F2 `data`.
 #[derive(Deserialize)]
 pub struct VideoList {
-    pub videos: Vec<Video>,
+    #[serde(default)]
+    pub videos: Field<Vec<Video>>,
     pub cursor: Option<Id>,
     #[serde(rename = "hasMore")]
     pub has_more: Option<Flag>,
@@ -161,8 +210,8 @@ pub struct Video {
     play_count: Option<Count>,
     share_count: Option<Count>,
     create_time: Option<Count>,
-    /// Seconds.
-    duration: Option<Count>,
+    /// Seconds, maybe with a fraction.
+    duration: Option<Seconds>,
     author: Option<Author>,
 }
 
@@ -190,7 +239,7 @@ impl Video {
             views: count(self.play_count),
             shares: count(self.share_count),
             created_at: unix_time(self.create_time),
-            duration_ms: self.duration.and_then(|Count(s)| s.checked_mul(1000)),
+            duration_ms: millis(self.duration),
             author: handle(self.author),
         })
     }
@@ -199,7 +248,8 @@ impl Video {
 /// F4 `data`.
 #[derive(Deserialize)]
 pub struct CommentList {
-    pub comments: Vec<CommentItem>,
+    #[serde(default)]
+    pub comments: Field<Vec<CommentItem>>,
     /// The next offset.
     pub cursor: Option<Id>,
     #[serde(rename = "hasMore")]

@@ -112,8 +112,10 @@ impl Attempt for Posts {
             }
             (Stage::Page { sec_uid, sent }, Some(response)) => {
                 let page = response.json::<PostsBody>()?.into_page()?;
-                // The `max_cursor` just asked for, again, would repeat this page.
-                let next = page.next.filter(|&next| next != sent);
+                // The `max_cursor` just asked for would repeat this page, and
+                // 0 would start the list again: either would send a caller
+                // following `next_cursor` round for ever. Both end it.
+                let next = page.next.filter(|&next| next != sent && next != 0);
                 let next_cursor = next.map(|max_cursor| {
                     Cursor {
                         max_cursor,

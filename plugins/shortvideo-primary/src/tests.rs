@@ -303,6 +303,13 @@ fn post_maps_every_field() {
 }
 
 #[test]
+fn a_fraction_of_a_millisecond_is_rounded() {
+    let detail = DETAIL.replace(r#""duration": 15379"#, r#""duration": 15379.6"#);
+    assert_ne!(detail, DETAIL);
+    assert_eq!(post(&detail).unwrap().duration_ms, Some(15_380));
+}
+
+#[test]
 fn post_required_fields() {
     for (aweme, field) in [
         (
@@ -395,6 +402,13 @@ fn posts_edge_pages() {
         (Output::Posts(vec![]), None)
     );
     assert_eq!(kind(page("", "0")), ErrorKind::BadResponse);
+    // A `max_cursor` of 0 asks for the first page again: following it
+    // would go round for ever, so it ends the listing.
+    let back_to_the_start = POSTS.replace("1762500000000", "0");
+    let done = replay(posts_call(Some("1762500000000:s")), &[&back_to_the_start]);
+    let done = done.1.unwrap();
+    assert!(matches!(&done.output, Output::Posts(p) if !p.is_empty()));
+    assert_eq!(done.next_cursor, None);
     let no_cursor = r#"{"status_code":0,"aweme_list":[{"aweme_id":"1","desc":"",
         "statistics":{"digg_count":0,"comment_count":0}}],"has_more":true}"#;
     let err = replay(posts_call(Some("1:s")), &[no_cursor]).1.unwrap_err();
@@ -492,6 +506,16 @@ fn status_codes_classify() {
     assert_eq!(kind(comments(NO_VIDEO)), ErrorKind::NotFound);
     assert_eq!(kind(post(NO_VIDEO)), ErrorKind::NotFound);
     assert_eq!(kind(post(DETAIL_NULL)), ErrorKind::NotFound);
+    // "Does not exist" about another kind of object than asked is the
+    // upstream off its contract, never a 404 that ends the chain.
+    for outcome in [
+        kind(profile(NO_VIDEO)),
+        kind(replay(posts_call(None), &[PROFILE, NO_VIDEO]).1),
+        kind(post(NO_USER)),
+        kind(comments(NO_USER)),
+    ] {
+        assert_eq!(outcome, ErrorKind::BadResponse);
+    }
     for outcome in [
         kind(profile(TRY_AGAIN)),
         kind(replay(posts_call(None), &[PROFILE, TRY_AGAIN]).1),

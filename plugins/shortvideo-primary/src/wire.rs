@@ -9,31 +9,47 @@
 //! beyond 2^53 keep every digit. Fields not named here are ignored.
 
 use plugin_api::attempt::Page;
-use plugin_api::json::{self, Count, Flag, Id};
+use plugin_api::json::{self, Count, Field, Flag, Id, Millis};
 use plugin_api::{Comment, ErrorKind, Post, Profile, ProviderError};
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
+
+/// What a request asks about: a status code that says "does not exist"
+/// means it only about its own kind of object.
+#[derive(Clone, Copy)]
+enum Subject {
+    /// P1 and P2.
+    User,
+    /// P3 and P4.
+    Video,
+}
 
 /// Fails unless the body's `status_code` is 0 (ok).
 ///
 /// `status_msg` is left out of every message on purpose: it is upstream text
 /// we do not control, and the numeric code is what the contract defines.
-fn check(status_code: Option<i64>) -> Result<(), ProviderError> {
-    match status_code {
-        Some(0) => Ok(()),
-        Some(2065) => Err(ProviderError::not_found(
+/// A "does not exist" about the other kind of object (a missing video in
+/// answer to a profile request) is an upstream gone off its contract, not
+/// an answer: it would end the chain with a false 404.
+fn check(status_code: Option<i64>, subject: Subject) -> Result<(), ProviderError> {
+    match (status_code, subject) {
+        (Some(0), _) => Ok(()),
+        (Some(2065), Subject::User) => Err(ProviderError::not_found(
             "user does not exist (status_code 2065)",
         )),
-        Some(2053) => Err(ProviderError::not_found(
+        (Some(2053), Subject::Video) => Err(ProviderError::not_found(
             "video does not exist (status_code 2053)",
         )),
-        Some(2098) => Err(ProviderError::new(
+        (Some(2098), _) => Err(ProviderError::new(
             ErrorKind::Transient,
             "upstream asks to try again later (status_code 2098)",
         )),
-        Some(code) => Err(ProviderError::bad_response(format!(
+        (Some(code @ (2065 | 2053)), _) => Err(ProviderError::bad_response(format!(
+            "upstream status_code {code}, about another kind of object than asked"
+        ))),
+        (Some(code), _) => Err(ProviderError::bad_response(format!(
             "upstream status_code {code}"
         ))),
-        None => Err(ProviderError::bad_response("answer has no status_code")),
+        (None, _) => Err(ProviderError::bad_response("answer has no status_code")),
     }
 }
 
@@ -47,34 +63,9 @@ fn required<T>(value: Option<T>, field: &str) -> Result<T, ProviderError> {
     value.ok_or_else(|| ProviderError::missing(field))
 }
 
-/// A field whose absence means something else than its `null`: an absent
-/// `comments` is a soft block, `comments: null` an empty page.
-pub enum Field<T> {
-    Absent,
-    Null,
-    Value(T),
-}
-
-/// With `#[serde(default)]`, what a field the body leaves out reads as.
-impl<T> Default for Field<T> {
-    fn default() -> Self {
-        Field::Absent
-    }
-}
-
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for Field<T> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        Ok(Option::<T>::deserialize(deserializer)?.map_or(Field::Null, Field::Value))
-    }
-}
-
 /// A page's items: absent is a soft block, `null` an empty page.
 fn items<T>(field: Field<Vec<T>>, name: &str) -> Result<Vec<T>, ProviderError> {
-    match field {
-        Field::Value(items) => Ok(items),
-        Field::Null => Ok(Vec::new()),
-        Field::Absent => Err(soft_block(name)),
-    }
+    field.items().ok_or_else(|| soft_block(name))
 }
 
 /// The next page's cursor when `has_more` says there is one. An empty page
@@ -101,7 +92,7 @@ pub struct ProfileBody {
 
 impl ProfileBody {
     pub fn into_user(self) -> Result<User, ProviderError> {
-        check(self.status_code)?;
+        check(self.status_code, Subject::User)?;
         self.user.ok_or_else(|| soft_block("user"))
     }
 }
@@ -175,7 +166,7 @@ pub struct PostsBody {
 impl PostsBody {
     /// The posts and, when there are more, the `max_cursor` that asks for them.
     pub fn into_page(self) -> Result<Page<Post>, ProviderError> {
-        check(self.status_code)?;
+        check(self.status_code, Subject::User)?;
         let items = items(self.aweme_list, "aweme_list")?
             .into_iter()
             .map(Aweme::into_post)
@@ -206,7 +197,7 @@ struct FilterDetail {}
 
 impl DetailBody {
     pub fn into_aweme(self) -> Result<Aweme, ProviderError> {
-        check(self.status_code)?;
+        check(self.status_code, Subject::Video)?;
         match (self.aweme_detail, self.filter_detail) {
             (Field::Value(aweme), _) => Ok(aweme),
             (Field::Null, Some(FilterDetail {})) => Err(ProviderError::not_found(
@@ -238,8 +229,8 @@ struct Statistics {
 
 #[derive(Deserialize)]
 struct Video {
-    /// Already milliseconds.
-    duration: Option<Count>,
+    /// Already milliseconds; a fraction is rounded.
+    duration: Option<Millis>,
 }
 
 impl Aweme {
@@ -253,7 +244,7 @@ impl Aweme {
             views: stats.play_count.map(|Count(n)| n),
             shares: stats.share_count.map(|Count(n)| n),
             created_at: json::unix_time(self.create_time),
-            duration_ms: self.video.and_then(|v| v.duration).map(|Count(ms)| ms),
+            duration_ms: self.video.and_then(|v| v.duration).and_then(Millis::whole),
             author: handle(self.author),
         })
     }
@@ -272,7 +263,7 @@ pub struct CommentsBody {
 
 impl CommentsBody {
     pub fn into_page(self) -> Result<Page<Comment>, ProviderError> {
-        check(self.status_code)?;
+        check(self.status_code, Subject::Video)?;
         let items = items(self.comments, "comments")?
             .into_iter()
             .map(CommentItem::into_comment)
