@@ -53,6 +53,20 @@ impl Endpoint {
         Endpoint::ALL.into_iter().find(|e| e.as_str() == segment)
     }
 
+    /// Whether this endpoint reads the query parameter `name`; it ignores
+    /// any other.
+    pub fn reads(self, name: &str) -> bool {
+        match name {
+            "username" => matches!(self, Endpoint::Profile | Endpoint::Posts),
+            "id" => matches!(self, Endpoint::Post | Endpoint::Comments),
+            "query" => self == Endpoint::Search,
+            // `cursor` is the host's to resolve, but a duplicate is refused
+            // here all the same.
+            "count" | "cursor" => self.is_list(),
+            _ => false,
+        }
+    }
+
     /// Whether answers are lists that carry a `next_cursor`.
     pub fn is_list(self) -> bool {
         matches!(
@@ -258,18 +272,9 @@ impl<'a> Params<'a> {
     where
         I: IntoIterator<Item = (&'a str, &'a str)>,
     {
-        let reads = |name: &str| match name {
-            "username" => matches!(endpoint, Endpoint::Profile | Endpoint::Posts),
-            "id" => matches!(endpoint, Endpoint::Post | Endpoint::Comments),
-            "query" => endpoint == Endpoint::Search,
-            // `cursor` is the host's to resolve, but a duplicate is refused
-            // here all the same.
-            "count" | "cursor" => endpoint.is_list(),
-            _ => false,
-        };
         let mut seen = Params::default();
         let mut cursor_seen = false;
-        for (name, value) in params.into_iter().filter(|(name, _)| reads(name)) {
+        for (name, value) in params.into_iter().filter(|(name, _)| endpoint.reads(name)) {
             let (slot, name): (&mut Option<&'a str>, &'static str) = match name {
                 "username" => (&mut seen.username, "username"),
                 "id" => (&mut seen.id, "id"),

@@ -152,6 +152,34 @@ async fn if_none_match_with_the_etag_gets_304_and_costs_no_credit() {
 }
 
 #[tokio::test]
+async fn a_304_has_the_tag_and_vary_its_200_would_and_nothing_about_a_body() {
+    let stack = Stack::start().await;
+    stack.primary.serve_fixtures().await;
+    for path in ["/v1/openapi.json", POSTS] {
+        for coding in ["gzip", "br", "identity"] {
+            let accept = [("accept-encoding", coding)];
+            let full = raw(&stack, "GET", path, &accept).await;
+            assert_eq!(full.status, 200, "{path}");
+            let vary: Vec<_> = full.headers.get_all("vary").iter().collect();
+            assert_eq!(vary, ["accept-encoding"], "once: {path} {coding}");
+            let etag = full.header("etag").expect("an ETag").to_owned();
+            for method in ["GET", "HEAD"] {
+                let asked = [accept[0], ("if-none-match", etag.as_str())];
+                let again = raw(&stack, method, path, &asked).await;
+                let what = format!("{method} {path} {coding}: {:?}", again.headers);
+                assert_eq!(again.status, 304, "{what}");
+                assert_eq!(again.header("etag"), Some(etag.as_str()), "{what}");
+                let vary: Vec<_> = again.headers.get_all("vary").iter().collect();
+                assert_eq!(vary, ["accept-encoding"], "{what}");
+                for about_a_body in ["content-type", "content-encoding", "content-length"] {
+                    assert!(again.header(about_a_body).is_none(), "{what}");
+                }
+            }
+        }
+    }
+}
+
+#[tokio::test]
 async fn a_preflight_from_an_allowed_origin_succeeds_and_others_get_no_cors_headers() {
     let stack = Stack::builder()
         .raw("[server.cors]\nallowed_origins = [\"https://app.example\"]")

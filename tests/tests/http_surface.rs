@@ -223,6 +223,12 @@ async fn invalid_parameters_are_400_naming_the_parameter_before_any_upstream() {
         ("/v1/shortvideo/search".into(), "query"),
         ("/v1/shortvideo/search?query=".into(), "query"),
         (format!("/v1/shortvideo/search?query={long_query}"), "query"),
+        // Not UTF-8 once decoded: refused, never patched into another
+        // query (U+FFFD) that would be asked, cached and charged.
+        ("/v1/shortvideo/search?query=luna%ff".into(), "query"),
+        ("/v1/shortvideo/search?query=luna%C3".into(), "query"),
+        ("/v1/shortvideo/search?query=%ED%A0%80".into(), "query"),
+        ("/v1/shortvideo/search?query=a+%C3".into(), "query"),
         ("/v1/shortvideo/search?query=luna&count=31".into(), "count"),
         ("/v1/shortvideo/search?query=luna&count=0".into(), "count"),
         (
@@ -274,7 +280,7 @@ async fn boundary_values_pass_and_unknown_parameters_are_ignored() {
     a.assert_success(false);
     assert_eq!(a.data()["username"], name64.as_str());
     stack
-        .get("/v1/shortvideo/profile?username=lunabakes&utm_source=x&utm_source=y&count=abc")
+        .get("/v1/shortvideo/profile?username=lunabakes&utm_source=x&utm_source=y&count=abc&ref=%ff&%fe=1")
         .await
         .assert_success(false);
     stack
@@ -539,4 +545,62 @@ async fn slow_readers_are_closed_after_write_timeout_while_others_are_served() {
             "slow reader {n}: closed before all its answers ({received} bytes)"
         );
     }
+}
+
+/// Sends `head` (a whole request head, as written) on a new connection and
+/// reads the answer to its end.
+async fn exchange_raw(addr: SocketAddr, head: &str) -> Answer {
+    let mut stream = TcpStream::connect(addr).await.expect("can connect");
+    stream
+        .write_all(head.as_bytes())
+        .await
+        .expect("can send the request");
+    read_to_end(&mut stream).await
+}
+
+#[tokio::test]
+async fn a_head_rfc_9112_refuses_is_400_and_a_long_target_414() {
+    let stack = Stack::start().await;
+    let addr = stack.server.addr();
+    let key = format!("X-API-Key: {}\r\n", stack.key);
+    for (head, status, code) in [
+        // HTTP/1.1 names its host exactly once.
+        ("GET /healthz HTTP/1.1\r\n", 400, "MALFORMED_REQUEST"),
+        (
+            "GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\n",
+            400,
+            "MALFORMED_REQUEST",
+        ),
+        (
+            "GET /healthz HTTP/1.0\r\nHost: a\r\nHost: b\r\n",
+            400,
+            "MALFORMED_REQUEST",
+        ),
+        // A `GET` takes an origin-form target (or absolute-form).
+        (
+            "GET healthz HTTP/1.1\r\nHost: a\r\n",
+            400,
+            "MALFORMED_REQUEST",
+        ),
+        ("GET * HTTP/1.1\r\nHost: a\r\n", 400, "MALFORMED_REQUEST"),
+    ] {
+        let a = exchange_raw(addr, &format!("{head}{key}Connection: close\r\n\r\n")).await;
+        assert_eq!(a.status, status, "{head:?}: {a:?}");
+        a.assert_error(status, code);
+    }
+    for (head, status) in [
+        ("GET /healthz HTTP/1.0\r\n", 200),
+        ("GET http://a/healthz HTTP/1.1\r\nHost: a\r\n", 200),
+        ("OPTIONS * HTTP/1.1\r\nHost: a\r\n", 204),
+    ] {
+        let a = exchange_raw(addr, &format!("{head}Connection: close\r\n\r\n")).await;
+        assert_eq!(a.status, status, "{head:?}: {a:?}");
+    }
+    // A target past 8 KiB, in a head within `max_header_bytes`.
+    let long = format!("/v1/shortvideo/search?query=luna&x={}", "a".repeat(8192));
+    let head = format!("GET {long} HTTP/1.1\r\nHost: a\r\n{key}Connection: close\r\n\r\n");
+    exchange_raw(addr, &head)
+        .await
+        .assert_error(414, "URI_TOO_LONG");
+    assert_eq!(stack.fallback.request_count().await, 0);
 }

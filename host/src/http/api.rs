@@ -30,10 +30,10 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::{Body as _, Incoming};
 use hyper::header::{
     HeaderMap, HeaderName, HeaderValue, ACCEPT_ENCODING, AGE, CACHE_CONTROL, CONTENT_ENCODING,
-    CONTENT_LENGTH, CONTENT_TYPE, ETAG,
+    CONTENT_LENGTH, CONTENT_TYPE, ETAG, HOST,
 };
-use hyper::{Method, Request, Response, StatusCode};
-use plugin_api::Call;
+use hyper::{Method, Request, Response, StatusCode, Version};
+use plugin_api::{Call, Endpoint};
 use tracing::Instrument;
 
 use super::answer::{self, Ask, Unanswered};
@@ -149,9 +149,15 @@ fn is_public(path: &str) -> bool {
     matches!(path, "/healthz" | "/readyz" | OPENAPI_PATH)
 }
 
+/// Marks a `200` answer whose validator the request's `If-None-Match`
+/// matched: [`represent`] sends it as `304 Not Modified`, with the headers
+/// the `200` would have had (its coding's `ETag`, `Vary`).
+#[derive(Clone, Copy)]
+struct NotModified;
+
 /// The answer as its caller takes it: CORS headers, a content coding when
 /// asked for and worth it, no body for `HEAD` (its `Content-Length` stays
-/// what the `GET` would have).
+/// what the `GET` would have), and a `304` for one marked [`NotModified`].
 fn represent(
     snapshot: &Snapshot,
     request: &Request<Incoming>,
@@ -173,6 +179,22 @@ fn represent(
             .headers
             .get(CONTENT_TYPE)
             .is_some_and(|t| t.as_bytes().starts_with(b"application/json"));
+    if parts.extensions.remove::<NotModified>().is_some() {
+        if compressible {
+            encoding::vary_on_encoding(&mut parts.headers);
+            if let Some(coding) =
+                encoding::negotiate(request.headers().get_all(ACCEPT_ENCODING).iter())
+            {
+                encoding::mark_encoded(&mut parts.headers, coding);
+            }
+        }
+        // No body, and nothing that would describe one.
+        parts.status = StatusCode::NOT_MODIFIED;
+        for describes_the_body in [CONTENT_TYPE, CONTENT_LENGTH, CONTENT_ENCODING] {
+            parts.headers.remove(describes_the_body);
+        }
+        return Response::from_parts(parts, Full::default());
+    }
     if !compressible && !head {
         return Response::from_parts(parts, body);
     }
@@ -202,33 +224,21 @@ fn represent(
 fn openapi_document(request: &HeaderMap) -> Response<Body> {
     static TAG: std::sync::LazyLock<HeaderValue> =
         std::sync::LazyLock::new(|| encoding::etag(&[OPENAPI.identity()]));
-    let mut response = if encoding::not_modified(request, &TAG) {
-        not_modified()
-    } else {
-        let coding = encoding::negotiate(request.get_all(ACCEPT_ENCODING).iter());
-        let mut response = response::json_response(StatusCode::OK, OPENAPI.get(coding));
-        encoding::vary_on_encoding(response.headers_mut());
-        response.headers_mut().insert(ETAG, TAG.clone());
-        if let Some(coding) = coding {
-            encoding::mark_encoded(response.headers_mut(), coding);
-        }
-        response
-    };
+    let coding = encoding::negotiate(request.get_all(ACCEPT_ENCODING).iter());
+    let mut response = response::json_response(StatusCode::OK, OPENAPI.get(coding));
     let headers = response.headers_mut();
+    encoding::vary_on_encoding(headers);
+    headers.insert(ETAG, TAG.clone());
+    if let Some(coding) = coding {
+        encoding::mark_encoded(headers, coding);
+    }
     headers.insert(
         CACHE_CONTROL,
         HeaderValue::from_static(DOCUMENT_CACHE_CONTROL),
     );
-    if !headers.contains_key(ETAG) {
-        headers.insert(ETAG, TAG.clone());
+    if encoding::not_modified(request, &TAG) {
+        response.extensions_mut().insert(NotModified);
     }
-    response
-}
-
-/// A `304 Not Modified`: no body; the caller adds the validators.
-fn not_modified() -> Response<Body> {
-    let mut response = Response::new(Full::default());
-    *response.status_mut() = StatusCode::NOT_MODIFIED;
     response
 }
 
@@ -248,6 +258,7 @@ async fn route<'s>(
     if head_size(request) > app.process.listener.hardening.max_header_bytes {
         return Err(ApiError::HeadersTooLarge);
     }
+    check_head(request)?;
     // `OPTIONS` (and a browser's preflight, which carries no key) is
     // answered on every path, before anything is spent on it.
     if *method == Method::OPTIONS {
@@ -423,26 +434,30 @@ async fn route<'s>(
         .unwrap_or_default();
     let etag = encoding::etag(&[platform.as_bytes(), &data.json, position]);
     let age = found.cached.then(|| found.entry.age());
-    if encoding::not_modified(request.headers(), &etag) {
+    let not_modified = encoding::not_modified(request.headers(), &etag);
+    let credits_used = if not_modified {
         // Nothing is delivered: the reservation is refunded when dropped.
         drop(credits);
-        let mut response = not_modified();
-        response.headers_mut().insert(ETAG, etag);
-        set_cache_headers(&mut response, &found.status, age);
-        return Ok(response);
-    }
-    let charge = credits.commit(found.cached);
-    report.remaining = Some(charge.remaining);
+        0
+    } else {
+        let charge = credits.commit(found.cached);
+        report.remaining = Some(charge.remaining);
+        charge.credits
+    };
+    // A `304` is made from the `200` it stands for (see `represent`).
     let mut response = response::success(
         platform,
         &data.json,
-        charge.credits,
+        credits_used,
         found.cached,
         next_cursor.as_ref().map(|c| c.as_deref()),
         id,
     );
     response.headers_mut().insert(ETAG, etag);
     set_cache_headers(&mut response, &found.status, age);
+    if not_modified {
+        response.extensions_mut().insert(NotModified);
+    }
     Ok(response)
 }
 
@@ -518,8 +533,7 @@ fn parse<'a>(
     };
     let (endpoint, chain) = snapshot.routes.route(platform, endpoint)?;
 
-    let query = request.uri().query().unwrap_or("");
-    let params: Vec<(Cow<str>, Cow<str>)> = form_urlencoded::parse(query.as_bytes()).collect();
+    let params = query_params(request.uri().query().unwrap_or(""), endpoint)?;
     let mut call = Call::from_params(
         endpoint,
         params.iter().map(|(k, v)| (k.as_ref(), v.as_ref())),
@@ -547,6 +561,53 @@ fn parse<'a>(
         providers,
         issuer,
     })
+}
+
+/// A query parameter's name and value, decoded.
+type Param<'a> = (Cow<'a, str>, Cow<'a, str>);
+
+/// The query's name/value pairs, decoded as an HTML form's are (`+` is a
+/// space, `%XX` a byte). A parameter the endpoint reads whose value is not
+/// UTF-8 once decoded is refused: patched with U+FFFD, as form decoding
+/// does, two different inputs would read (and be cached and charged) as
+/// one. Any other parameter is ignored, so its value may be anything.
+fn query_params(query: &str, endpoint: Endpoint) -> Result<Vec<Param<'_>>, ApiError> {
+    let mut params = Vec::new();
+    for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        // A name that is not UTF-8 is no name an endpoint reads.
+        let name = form_decoded(name).unwrap_or_else(|text| text);
+        let value = match form_decoded(value) {
+            Ok(value) => value,
+            Err(_) if endpoint.reads(&name) => {
+                return Err(ApiError::invalid(
+                    &name,
+                    "is not UTF-8 once percent-decoded",
+                ))
+            }
+            Err(patched) => patched,
+        };
+        params.push((name, value));
+    }
+    Ok(params)
+}
+
+/// One form-encoded name or value, decoded; what is not UTF-8 comes back
+/// as the error, patched with U+FFFD.
+fn form_decoded(text: &str) -> Result<Cow<'_, str>, Cow<'_, str>> {
+    fn decode(text: &str) -> Result<Cow<'_, str>, Cow<'_, str>> {
+        let bytes = percent_encoding::percent_decode_str(text);
+        bytes
+            .clone()
+            .decode_utf8()
+            .map_err(|_| bytes.decode_utf8_lossy())
+    }
+    if !text.contains('+') {
+        return decode(text);
+    }
+    let spaced = text.replace('+', " ");
+    let owned = |text: Cow<'_, str>| Cow::Owned(text.into_owned());
+    decode(&spaced).map(owned).map_err(owned)
 }
 
 /// `GET /v1/account`: the key's balance, usage, costs and rate limit (with
@@ -605,6 +666,39 @@ fn set_standing_headers(
     }
 }
 
+/// The longest request target served (a `query` of 100 characters and a
+/// cursor take a few hundred bytes); a longer one is `414`.
+const MAX_TARGET_BYTES: usize = 8 * 1024;
+
+/// What a head hyper has read may still get wrong (RFC 9112, 3.2 and 3.2.1):
+/// a target in a form its method does not take (`GET healthz`, `GET *`),
+/// or an HTTP/1.1 request without exactly one `Host` (HTTP/2 names the host
+/// in `:authority`; no request may name two). And a target longer than
+/// [`MAX_TARGET_BYTES`].
+fn check_head<B>(request: &Request<B>) -> Result<(), ApiError> {
+    let uri = request.uri();
+    let target = uri.path_and_query().map_or("", |pq| pq.as_str());
+    let form_fits = match *request.method() {
+        // Authority-form: refused for its method further on.
+        Method::CONNECT => true,
+        Method::OPTIONS if target == "*" => true,
+        // Origin-form, or absolute-form (as a proxy would send it).
+        _ => target.starts_with('/') || uri.scheme().is_some(),
+    };
+    let hosts = request.headers().get_all(HOST).iter().count();
+    let host_fits = match request.version() {
+        Version::HTTP_11 => hosts == 1,
+        _ => hosts <= 1,
+    };
+    if !(form_fits && host_fits) {
+        return Err(ApiError::MalformedRequest);
+    }
+    if target.len() + uri.authority().map_or(0, |a| a.as_str().len()) > MAX_TARGET_BYTES {
+        return Err(ApiError::UriTooLong);
+    }
+    Ok(())
+}
+
 /// About the bytes of a request's head as sent in HTTP/1.1.
 fn head_size<B>(request: &Request<B>) -> usize {
     let uri = request.uri();
@@ -637,14 +731,17 @@ struct Held {
 
 /// `Cache-Status`, and `Age` for an answer from the cache. A data
 /// answer's `Cache-Control` says how long it stays fresh here (`private`:
-/// it was asked for with a key); errors stay `no-store`.
+/// it was asked for with a key); errors stay `no-store`. With `Age`, that
+/// is counted from the fetch, as HTTP caches count it: they take `Age` off
+/// `max-age`, so a hit's is its remaining time plus its age.
 fn set_cache_headers(response: &mut Response<Body>, status: &CacheStatus, age: Option<Duration>) {
     let data = matches!(response.status(), StatusCode::OK | StatusCode::NOT_MODIFIED);
     let headers = response.headers_mut();
     headers.insert(CACHE_STATUS, status.header_value());
+    let age = age.map(|age| age.as_secs());
     if data {
         let fresh_for = match *status {
-            CacheStatus::Hit { ttl } => Some(ttl.max(0) as u64),
+            CacheStatus::Hit { ttl } => Some(ttl.max(0) as u64 + age.unwrap_or(0)),
             CacheStatus::Fetched {
                 forward: Forward::Bypass,
                 ..
@@ -661,7 +758,7 @@ fn set_cache_headers(response: &mut Response<Body>, status: &CacheStatus, age: O
         }
     }
     if let Some(age) = age {
-        headers.insert(AGE, HeaderValue::from(age.as_secs()));
+        headers.insert(AGE, HeaderValue::from(age));
     }
 }
 

@@ -178,9 +178,17 @@ pub fn mark_encoded(headers: &mut HeaderMap, coding: Coding) {
     }
 }
 
-/// Says a cache must key this answer on `Accept-Encoding`.
+/// Says a cache must key this answer on `Accept-Encoding`, once.
 pub fn vary_on_encoding(headers: &mut HeaderMap) {
-    headers.append(VARY, HeaderValue::from_static("accept-encoding"));
+    let said = headers.get_all(VARY).iter().any(|value| {
+        value
+            .as_bytes()
+            .split(|b| *b == b',')
+            .any(|name| name.trim_ascii().eq_ignore_ascii_case(b"accept-encoding"))
+    });
+    if !said {
+        headers.append(VARY, HeaderValue::from_static("accept-encoding"));
+    }
 }
 
 /// A body kept in every coding, each made once, when first asked for (the

@@ -11,14 +11,14 @@
 
 use plugin_api::attempt::{self, Page};
 use plugin_api::{
-    Attempt, Call, Done, Endpoint, Manifest, Output, Provider, ProviderConfig, ProviderError,
-    UpstreamRequest, UpstreamResponse,
+    Attempt, Call, Done, Endpoint, ErrorKind, Manifest, Output, Provider, ProviderConfig,
+    ProviderError, UpstreamRequest, UpstreamResponse,
 };
 use serde::Deserialize;
 use std::sync::Arc;
 
 mod wire;
-use wire::{PostId, Subject};
+use wire::PostId;
 
 /// F4 gives at most this many comments a call.
 const COMMENTS_PER_CALL: u32 = 50;
@@ -151,12 +151,12 @@ impl Provider for Fallback {
 }
 
 fn read_profile(response: UpstreamResponse<'_>) -> Result<Done, ProviderError> {
-    let account: wire::Account = wire::data(&response, Subject::User)?;
+    let account: wire::Account = wire::data(&response)?;
     Ok(Done::last(Output::Profile(account.into_profile()?)))
 }
 
 fn read_posts(response: UpstreamResponse<'_>, sent: &str) -> Result<Done, ProviderError> {
-    let list: wire::VideoList = wire::data(&response, Subject::User)?;
+    let list: wire::VideoList = wire::data(&response)?;
     let posts = wire::items(list.videos, "videos")?
         .into_iter()
         .map(|v| v.into_post(PostId::VideoId));
@@ -167,14 +167,14 @@ fn read_posts(response: UpstreamResponse<'_>, sent: &str) -> Result<Done, Provid
 }
 
 fn read_post(response: UpstreamResponse<'_>) -> Result<Done, ProviderError> {
-    let video: wire::Video = wire::data(&response, Subject::Video)?;
+    let video: wire::Video = wire::data(&response)?;
     Ok(Done::last(Output::Post(video.into_post(PostId::Id)?)))
 }
 
 fn read_comments(
     response: UpstreamResponse<'_>,
 ) -> Result<Page<plugin_api::Comment>, ProviderError> {
-    let list: wire::CommentList = wire::data(&response, Subject::Video)?;
+    let list: wire::CommentList = wire::data(&response)?;
     let next = wire::next_cursor(list.has_more, list.cursor)
         .map(|c| c.parse::<u64>())
         .transpose()
@@ -195,7 +195,12 @@ fn read_search(
     sent: &str,
     count: u32,
 ) -> Result<Done, ProviderError> {
-    let list: wire::AccountList = wire::data(&response, Subject::Search)?;
+    // A search has nothing to be missing: the wrapper's "User doesn't
+    // exist" here is an upstream gone off its contract, not an answer.
+    let list: wire::AccountList = wire::data(&response).map_err(|e| match e.kind() {
+        ErrorKind::NotFound => ProviderError::bad_response(format!("search said {}", e.message())),
+        _ => e,
+    })?;
     let mut next_offset = wire::further_offset(list.has_more, list.cursor, sent);
     let mut accounts = wire::items(list.user_list, "user_list")?;
     if accounts.len() > count as usize {

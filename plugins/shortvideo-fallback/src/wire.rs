@@ -23,30 +23,12 @@ struct Envelope<'a> {
     data: Option<&'a RawValue>,
 }
 
-/// What a request asks about: a `msg` that says "does not exist" means it
-/// only about its own kind of object.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Subject {
-    /// F1 and F2: one user.
-    User,
-    /// F3 and F4: one video.
-    Video,
-    /// F5: nothing that could be missing.
-    Search,
-}
-
 /// Checks the wrapper and reads its `data` as `T`.
-pub fn data<'a, T: Deserialize<'a>>(
-    response: &UpstreamResponse<'a>,
-    subject: Subject,
-) -> Result<T, ProviderError> {
+pub fn data<'a, T: Deserialize<'a>>(response: &UpstreamResponse<'a>) -> Result<T, ProviderError> {
     let envelope: Envelope<'a> = response.json()?;
     match envelope.code {
         Some(0) => {}
-        Some(code) => {
-            let msg = envelope.msg.as_deref().unwrap_or("");
-            return Err(refusal(code, msg, subject));
-        }
+        Some(code) => return Err(refusal(code, envelope.msg.as_deref().unwrap_or(""))),
         None => return Err(ProviderError::bad_response("body has no `code`")),
     }
     // `code` 0 without the expected object is a soft block, never "not found".
@@ -58,11 +40,11 @@ pub fn data<'a, T: Deserialize<'a>>(
 
 /// Classifies a non-zero `code` by its `msg`, the only place the upstream
 /// says what went wrong.
-fn refusal(code: i64, msg: &str, asked: Subject) -> ProviderError {
+fn refusal(code: i64, msg: &str) -> ProviderError {
     match (code, msg.trim()) {
-        (-1, "User doesn't exist") => does_not_exist("user", Subject::User, asked),
+        (-1, "User doesn't exist") => ProviderError::not_found("user doesn't exist"),
         (-1, "Url parsing is failed! Please check url.") => {
-            does_not_exist("video", Subject::Video, asked)
+            ProviderError::not_found("video doesn't exist")
         }
         (-1, "Free Api Limit: 1 request/second.") => {
             ProviderError::new(ErrorKind::RateLimited, "upstream limit of 1 request/second")
@@ -73,20 +55,6 @@ fn refusal(code: i64, msg: &str, asked: Subject) -> ProviderError {
         _ => ProviderError::bad_response(format!(
             "upstream code {code} with an unrecognised message"
         )),
-    }
-}
-
-/// The upstream says `what`, an object of kind `about`, does not exist.
-/// About what was `asked`, that is "not found"; about anything else (a
-/// missing user in answer to a search) the upstream has gone off its
-/// contract, and taking it at its word would end the chain with a false 404.
-fn does_not_exist(what: &str, about: Subject, asked: Subject) -> ProviderError {
-    if about == asked {
-        ProviderError::not_found(format!("{what} doesn't exist"))
-    } else {
-        ProviderError::bad_response(format!(
-            "upstream says a {what} doesn't exist, answering another kind of request"
-        ))
     }
 }
 

@@ -13,43 +13,27 @@ use plugin_api::json::{self, Count, Field, Flag, Id, Millis};
 use plugin_api::{Comment, ErrorKind, Post, Profile, ProviderError};
 use serde::Deserialize;
 
-/// What a request asks about: a status code that says "does not exist"
-/// means it only about its own kind of object.
-#[derive(Clone, Copy)]
-enum Subject {
-    /// P1 and P2.
-    User,
-    /// P3 and P4.
-    Video,
-}
-
 /// Fails unless the body's `status_code` is 0 (ok).
 ///
 /// `status_msg` is left out of every message on purpose: it is upstream text
 /// we do not control, and the numeric code is what the contract defines.
-/// A "does not exist" about the other kind of object (a missing video in
-/// answer to a profile request) is an upstream gone off its contract, not
-/// an answer: it would end the chain with a false 404.
-fn check(status_code: Option<i64>, subject: Subject) -> Result<(), ProviderError> {
-    match (status_code, subject) {
-        (Some(0), _) => Ok(()),
-        (Some(2065), Subject::User) => Err(ProviderError::not_found(
+fn check(status_code: Option<i64>) -> Result<(), ProviderError> {
+    match status_code {
+        Some(0) => Ok(()),
+        Some(2065) => Err(ProviderError::not_found(
             "user does not exist (status_code 2065)",
         )),
-        (Some(2053), Subject::Video) => Err(ProviderError::not_found(
+        Some(2053) => Err(ProviderError::not_found(
             "video does not exist (status_code 2053)",
         )),
-        (Some(2098), _) => Err(ProviderError::new(
+        Some(2098) => Err(ProviderError::new(
             ErrorKind::Transient,
             "upstream asks to try again later (status_code 2098)",
         )),
-        (Some(code @ (2065 | 2053)), _) => Err(ProviderError::bad_response(format!(
-            "upstream status_code {code}, about another kind of object than asked"
-        ))),
-        (Some(code), _) => Err(ProviderError::bad_response(format!(
+        Some(code) => Err(ProviderError::bad_response(format!(
             "upstream status_code {code}"
         ))),
-        (None, _) => Err(ProviderError::bad_response("answer has no status_code")),
+        None => Err(ProviderError::bad_response("answer has no status_code")),
     }
 }
 
@@ -92,7 +76,7 @@ pub struct ProfileBody {
 
 impl ProfileBody {
     pub fn into_user(self) -> Result<User, ProviderError> {
-        check(self.status_code, Subject::User)?;
+        check(self.status_code)?;
         self.user.ok_or_else(|| soft_block("user"))
     }
 }
@@ -166,7 +150,7 @@ pub struct PostsBody {
 impl PostsBody {
     /// The posts and, when there are more, the `max_cursor` that asks for them.
     pub fn into_page(self) -> Result<Page<Post>, ProviderError> {
-        check(self.status_code, Subject::User)?;
+        check(self.status_code)?;
         let items = items(self.aweme_list, "aweme_list")?
             .into_iter()
             .map(Aweme::into_post)
@@ -197,7 +181,7 @@ struct FilterDetail {}
 
 impl DetailBody {
     pub fn into_aweme(self) -> Result<Aweme, ProviderError> {
-        check(self.status_code, Subject::Video)?;
+        check(self.status_code)?;
         match (self.aweme_detail, self.filter_detail) {
             (Field::Value(aweme), _) => Ok(aweme),
             (Field::Null, Some(FilterDetail {})) => Err(ProviderError::not_found(
@@ -263,7 +247,7 @@ pub struct CommentsBody {
 
 impl CommentsBody {
     pub fn into_page(self) -> Result<Page<Comment>, ProviderError> {
-        check(self.status_code, Subject::Video)?;
+        check(self.status_code)?;
         let items = items(self.comments, "comments")?
             .into_iter()
             .map(CommentItem::into_comment)
