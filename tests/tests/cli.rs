@@ -2,15 +2,21 @@
 //! update; the keys file keeps its owner, group and mode; its temporary
 //! file is never written through a planted link); `check`, which touches
 //! nothing a running server owns (no ledger, no pruning of plugin copies);
-//! and `serve` refusing a bad config, a failing plugin or a busy port with
-//! one stderr line that says which file and why.
+//! `serve` refusing a bad config, a failing plugin or a busy port with
+//! one stderr line that says which file and why; and `demo` runs, each in
+//! its own folder (several at once, none seeing another's config, keys or
+//! usage), removed at exit or, after a crash, at the next start.
 
-use std::path::Path;
-use std::time::Duration;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use socialgate_tests::config::{
     standard_env, ConfigBuilder, FALLBACK, FALLBACK_KEY, PRIMARY, PRIMARY_KEY, PRIMARY_KEY_ENV,
 };
+use socialgate_tests::process::PROCESS_TIMEOUT;
 use socialgate_tests::{
     eventually, issue_key, paths, run_cli, run_cli_after, Api, CliOutput, Config, Server,
 };
@@ -459,4 +465,237 @@ fn listen_on_the_command_line_overrides_the_config() {
     );
     let server = Server::start_with(&config, &standard_env(), &["--listen", "127.0.0.1:0"]);
     assert_ne!(server.addr().to_string(), busy);
+}
+
+/// A running `socialgate demo`, killed when dropped.
+struct Demo {
+    child: Child,
+    base: String,
+    key: String,
+    /// Holds its stderr; the demo's own files are beside the binary.
+    scratch: tempfile::TempDir,
+}
+
+/// The demo tests start, kill and look at every demo's folder, and a demo
+/// starting removes the folders of dead runs: one test at a time, so what
+/// one test left for a start to find is not removed by another's start.
+static DEMOS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Where a demo with process ID `pid` keeps its files.
+fn demo_dir(pid: u32) -> PathBuf {
+    paths::target_dir()
+        .join("socialgate-demo")
+        .join(format!("run-{pid}"))
+}
+
+impl Demo {
+    /// Starts `socialgate demo ARGS` on a free port; [`Demo::ready`] waits
+    /// for it, so several can start at once.
+    fn spawn(args: &[&str]) -> (Child, mpsc::Receiver<String>, tempfile::TempDir) {
+        let scratch = paths::scratch_dir();
+        let stderr = std::fs::File::create(scratch.path().join("demo-stderr.log"))
+            .expect("can create the stderr file");
+        let mut child = Command::new(paths::socialgate_bin())
+            .arg("demo")
+            .args(args)
+            .args(["--listen", "127.0.0.1:0"])
+            .current_dir(scratch.path())
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .expect("can start socialgate demo");
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let (lines_tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if lines_tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        (child, lines, scratch)
+    }
+
+    /// Waits (at most [`PROCESS_TIMEOUT`]) for the address and the key the
+    /// demo prints.
+    fn ready(
+        (mut child, lines, scratch): (Child, mpsc::Receiver<String>, tempfile::TempDir),
+    ) -> Demo {
+        let deadline = Instant::now() + PROCESS_TIMEOUT;
+        let (mut base, mut key) = (None, None);
+        while base.is_none() || key.is_none() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let Ok(line) = lines.recv_timeout(left) else {
+                let _ = child.kill();
+                let _ = child.wait();
+                let stderr = std::fs::read_to_string(scratch.path().join("demo-stderr.log"));
+                panic!(
+                    "the demo printed no address and key within {PROCESS_TIMEOUT:?}\nstderr: {}",
+                    stderr.unwrap_or_default()
+                );
+            };
+            if let Some(addr) = line.strip_prefix("listening on ") {
+                base = Some(addr.to_owned());
+            } else if let Some(k) = line.strip_prefix("demo API key: ") {
+                key = Some(k.trim().to_owned());
+            }
+        }
+        Demo {
+            child,
+            base: base.expect("set above"),
+            key: key.expect("set above"),
+            scratch,
+        }
+    }
+
+    fn start(args: &[&str]) -> Demo {
+        Demo::ready(Demo::spawn(args))
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn api(&self, key: &str) -> Api {
+        Api::new(&self.base, Some(key))
+    }
+
+    /// `GET /v1/account` with the demo's own key: its credits used so far.
+    async fn credits_used_total(&self) -> u64 {
+        let a = self.api(&self.key).get("/v1/account").await;
+        assert_eq!(a.status, 200, "the demo's key reads its account: {a:?}");
+        a.json["data"]["credits_used_total"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no credits_used_total: {a:?}"))
+    }
+
+    /// A profile with the demo's own key answers 200.
+    async fn assert_serves_its_key(&self) {
+        let a = self
+            .api(&self.key)
+            .get("/v1/shortvideo/profile?username=lunabakes")
+            .await;
+        a.assert_success(false);
+        assert_eq!(a.data()["username"], "lunabakes", "{a:?}");
+    }
+
+    /// Sends SIGTERM (to this process only) and waits, bounded, for it to end.
+    fn terminate(mut self) -> ExitStatus {
+        let status = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.pid().to_string())
+            .stdin(Stdio::null())
+            .status()
+            .expect("can run kill");
+        assert!(status.success(), "kill -TERM {} failed", self.pid());
+        let deadline = Instant::now() + PROCESS_TIMEOUT;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("can poll the demo") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the demo did not end within {PROCESS_TIMEOUT:?} of SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Kills the process outright, as a crash would, leaving its files.
+    fn crash(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            let stderr = std::fs::read_to_string(self.scratch.path().join("demo-stderr.log"));
+            eprintln!(
+                "--- demo {} stderr ---\n{}\n--- end ---",
+                self.base,
+                stderr.unwrap_or_default()
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn two_demos_run_at_once_each_with_its_own_key_config_and_usage() {
+    let _one_at_a_time = DEMOS.lock().await;
+    let (a, b) = (Demo::spawn(&[]), Demo::spawn(&["--fail-primary"]));
+    let (a, b) = (Demo::ready(a), Demo::ready(b));
+    assert_ne!(a.key, b.key);
+    assert_ne!(demo_dir(a.pid()), demo_dir(b.pid()));
+    for demo in [&a, &b] {
+        assert!(demo_dir(demo.pid()).join("platforms.toml").is_file());
+        // A fresh key of a fresh ledger: nothing used yet.
+        assert_eq!(demo.credits_used_total().await, 0, "{}", demo.base);
+    }
+    // Longer than a reload takes to notice a file (debounced, or polled
+    // every 500 ms): a shared config would have been reloaded by now.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    a.assert_serves_its_key().await;
+    b.assert_serves_its_key().await;
+    a.api(&b.key)
+        .get("/v1/account")
+        .await
+        .assert_error(401, "INVALID_API_KEY");
+    b.api(&a.key)
+        .get("/v1/account")
+        .await
+        .assert_error(401, "INVALID_API_KEY");
+    // Each counts only its own use.
+    for demo in [&a, &b] {
+        let counted = eventually(Duration::from_secs(5), || async {
+            demo.credits_used_total().await == 1
+        })
+        .await;
+        assert!(counted, "{} counts its one request alone", demo.base);
+    }
+}
+
+#[tokio::test]
+async fn a_demo_removes_its_folder_at_exit_and_a_crashed_runs_at_the_next_start() {
+    let _one_at_a_time = DEMOS.lock().await;
+    let live = Demo::start(&[]);
+
+    let ended = Demo::start(&[]);
+    ended.assert_serves_its_key().await;
+    let ended_dir = demo_dir(ended.pid());
+    assert!(ended_dir.is_dir());
+    let status = ended.terminate();
+    assert!(status.success(), "SIGTERM ends the demo cleanly: {status}");
+    assert!(!ended_dir.exists(), "an ended demo removes its folder");
+
+    let crashed = Demo::start(&[]);
+    let crashed_dir = demo_dir(crashed.pid());
+    crashed.crash();
+    assert!(crashed_dir.is_dir(), "a crash leaves the folder");
+
+    let next = Demo::start(&[]);
+    assert!(
+        !crashed_dir.exists(),
+        "the next start removes a crashed run's folder"
+    );
+    assert!(
+        demo_dir(live.pid()).join("platforms.toml").is_file(),
+        "a running demo's folder is never touched"
+    );
+    live.assert_serves_its_key().await;
+    // What the ended run used is not the next run's.
+    assert_eq!(next.credits_used_total().await, 0);
+
+    let next_dir = demo_dir(next.pid());
+    let live_dir = demo_dir(live.pid());
+    for demo in [next, live] {
+        let status = demo.terminate();
+        assert!(status.success(), "SIGTERM ends the demo cleanly: {status}");
+    }
+    assert!(!next_dir.exists() && !live_dir.exists());
 }

@@ -383,11 +383,11 @@ async fn main_server(contract: &Contract) {
     }
     // A head the server cannot read: the envelope, on every path.
     let filler = "a".repeat(20_000);
-    for path in ENDPOINTS.iter().chain(PUBLIC.iter()) {
+    for path in ENDPOINTS.iter().chain(PUBLIC.iter()).chain([&ACCOUNT]) {
         let a = check_with(contract, api, "GET", path, &[("x-filler", &filler)]).await;
         a.assert_error(431, "HEADERS_TOO_LARGE");
     }
-    for path in PUBLIC {
+    for path in PUBLIC.into_iter().chain([ACCOUNT]) {
         let raw = raw_exchange(
             stack.server.addr(),
             &format!("GET {path} HTTP/1.1\r\nHost: x\r\nBad Header: 1\r\n\r\n"),
@@ -396,6 +396,13 @@ async fn main_server(contract: &Contract) {
         let a = Answer::parse_raw(&raw);
         contract.check("GET", path, &a);
         a.assert_error(400, "MALFORMED_REQUEST");
+    }
+    // The key sent twice: refused, whichever path.
+    let key = api.key().expect("the stack's client has a key").to_owned();
+    for path in [PROFILE, ACCOUNT] {
+        let a = check_with(contract, api, "GET", path, &[("x-api-key", &key)]).await;
+        a.assert_error(400, "INVALID_PARAMETER");
+        assert_eq!(a.json["error"]["param"], "X-API-Key", "{a:?}");
     }
     // 401 on every endpoint (with its challenge), 405 on every path.
     for path in ENDPOINTS.into_iter().chain([ACCOUNT]) {
@@ -504,7 +511,7 @@ async fn uri_too_long(contract: &Contract) {
             .platform("shortvideo", "planned", &[]),
     );
     let long = "a".repeat(70_000);
-    for path in ENDPOINTS.iter().chain(PUBLIC.iter()) {
+    for path in ENDPOINTS.iter().chain(PUBLIC.iter()).chain([&ACCOUNT]) {
         let separator = if path.contains('?') { '&' } else { '?' };
         let request = format!("GET {path}{separator}x={long} HTTP/1.1\r\nHost: x\r\n\r\n");
         let a = Answer::parse_raw(&raw_exchange(server.addr(), &request).await);

@@ -1,11 +1,14 @@
 //! `socialgate demo`: the real host and the real plugins, pointed at
 //! in-process [`sandbox`] upstreams that imitate both providers, with a
 //! fresh demo key, so a newcomer sees the whole service with one command.
+//! Each run writes its files in a folder of its own (`RunDir`), so runs
+//! side by side never share a config, a key or a ledger.
 
 pub mod sandbox;
 
+use std::io;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::auth::KeysFileAt;
 use crate::config::{executable_dir, toml_string, Config};
@@ -18,6 +21,12 @@ const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 const PRIMARY_KEY_ENV: &str = "SANDBOX_PRIMARY_KEY";
 const FALLBACK_KEY_ENV: &str = "SANDBOX_FALLBACK_KEY";
 
+/// The folder beside the executable that holds one folder per demo run.
+const RUNS_DIR: &str = "socialgate-demo";
+/// A run's folder is this prefix and the run's process ID: a name that
+/// says, to the next start, whether its owner is still alive.
+const RUN_PREFIX: &str = "run-";
+
 /// Sets the variables the demo's config names to the sandbox's keys. Call
 /// it before any thread starts: the environment is process-wide, and a
 /// reload of the demo's config reads it like any other.
@@ -26,30 +35,177 @@ pub fn set_sandbox_keys() {
     std::env::set_var(FALLBACK_KEY_ENV, sandbox::FALLBACK_KEY);
 }
 
+/// Why the demo could not set up its files.
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    #[error("{path}: cannot create the demo's folder: {source}")]
+    Folder { path: PathBuf, source: io::Error },
+    #[error("{path}: cannot remove what an earlier demo run left there: {source}")]
+    Leftover { path: PathBuf, source: io::Error },
+    #[error("{path}: cannot write the demo's config: {source}")]
+    Write { path: PathBuf, source: io::Error },
+}
+
+impl From<DemoError> for RunError {
+    fn from(e: DemoError) -> RunError {
+        RunError::Io(io::Error::other(e))
+    }
+}
+
 /// Serves the demo until SIGTERM or ctrl-c; [`set_sandbox_keys`] first.
 pub async fn run(listen: Option<SocketAddr>, fail_primary: bool) -> Result<(), RunError> {
     let sandbox = Sandbox::start(fail_primary).await?;
     let exe_dir = executable_dir()?;
-    // Beside the executable, not /tmp, which may forbid mapping libraries.
-    let state_dir = exe_dir.join("socialgate-demo");
-    std::fs::create_dir_all(&state_dir)?;
-    let config_path = state_dir.join("platforms.toml");
-    std::fs::write(&config_path, demo_config(&sandbox, &exe_dir, listen))?;
+    // Beside the executable, not /tmp, which may forbid mapping libraries
+    // (the run's folder holds the private copies of the plugins).
+    let run_dir = RunDir::create(&exe_dir.join(RUNS_DIR))?;
+    let config_path = run_dir.path.join("platforms.toml");
+    std::fs::write(&config_path, demo_config(&sandbox, &exe_dir, listen)).map_err(|source| {
+        DemoError::Write {
+            path: config_path.clone(),
+            source,
+        }
+    })?;
     let config = Config::load(&config_path)?;
-
-    let keys_file = &config.serving.keys_file;
-    match std::fs::remove_file(keys_file) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
-        _ => {}
-    }
-    let key = KeysFileAt(keys_file).issue("demo")?;
+    // The run's folder is new, so the keys file holds this key alone.
+    let key = KeysFileAt(&config.serving.keys_file).issue("demo")?;
 
     lifecycle::serve(config, None, |addr| {
         print_welcome(&format!("http://{addr}"), &key, fail_primary)
     })
     .await?;
     drop(sandbox);
+    drop(run_dir);
     Ok(())
+}
+
+/// One run's own folder: its config, keys file, usage ledger and plugin
+/// copies. Shared with another run, each would reload the other's config
+/// and count into the other's ledger; kept after the run, the next one
+/// would start with credits already used. So each run has its own, named
+/// after its process ID, and removes it when it ends (dropped, on every
+/// way out of [`run`] but a crash); the next start removes what crashed
+/// runs left.
+struct RunDir {
+    path: PathBuf,
+}
+
+impl RunDir {
+    /// Removes the folders of runs whose process is gone, then creates
+    /// this run's in `runs`.
+    fn create(runs: &Path) -> Result<RunDir, DemoError> {
+        let folder = |path: &Path| {
+            let path = path.to_owned();
+            move |source| DemoError::Folder { path, source }
+        };
+        crate::files::create_private_dir_all(runs).map_err(folder(runs))?;
+        remove_dead_runs(runs);
+        let pid = std::process::id();
+        let path = runs.join(run_name(pid));
+        // A folder with this process's ID was left by a run that died: the
+        // ID has been reused since.
+        remove_all(&path).map_err(|source| DemoError::Leftover {
+            path: path.clone(),
+            source,
+        })?;
+        crate::files::create_private_dir_all(&path).map_err(folder(&path))?;
+        tracing::info!(folder = %path.display(), "the demo's files, removed when it ends");
+        Ok(RunDir { path })
+    }
+}
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        if let Err(e) = remove_all(&self.path) {
+            tracing::warn!(folder = %self.path.display(), "cannot remove the demo's folder: {e}");
+        }
+    }
+}
+
+fn run_name(pid: u32) -> String {
+    format!("{RUN_PREFIX}{pid}")
+}
+
+/// The process ID a run folder's name holds, for names [`run_name`] makes
+/// and nothing else (no sign, no leading zero): anything else in `runs` is
+/// not ours to remove.
+fn run_pid(name: &str) -> Option<u32> {
+    let pid: u32 = name.strip_prefix(RUN_PREFIX)?.parse().ok()?;
+    (pid != 0 && run_name(pid) == name).then_some(pid)
+}
+
+/// Removes the run folders in `runs` whose process no longer exists. A
+/// folder that cannot be removed is logged and left: it costs disk space,
+/// not this run's start.
+fn remove_dead_runs(runs: &Path) {
+    let entries = match std::fs::read_dir(runs) {
+        Ok(entries) => entries,
+        Err(e) => {
+            tracing::warn!(folder = %runs.display(), "cannot list earlier demo runs: {e}");
+            return;
+        }
+    };
+    let me = std::process::id();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(run_pid) else {
+            continue;
+        };
+        // Never through a link: only a real folder is a run's.
+        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+        if pid == me || !is_dir || process_exists(pid) {
+            continue;
+        }
+        let path = entry.path();
+        match remove_all(&path) {
+            Ok(()) => tracing::info!(folder = %path.display(), "removed a dead demo run's folder"),
+            Err(e) => {
+                tracing::warn!(folder = %path.display(), "cannot remove a dead demo run's folder: {e}")
+            }
+        }
+    }
+}
+
+/// Removes `path` and everything in it; already gone is success (another
+/// demo starting at the same time may be removing it too).
+fn remove_all(path: &Path) -> io::Result<()> {
+    match std::fs::remove_dir_all(path) {
+        Ok(()) => Ok(()),
+        Err(_) if !path_exists(path) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+fn path_exists(path: &Path) -> bool {
+    !matches!(std::fs::symlink_metadata(path), Err(e) if e.kind() == io::ErrorKind::NotFound)
+}
+
+/// Whether a process with ID `pid` exists (a zombie counts). Any doubt
+/// answers yes: a leftover folder kept costs disk space, a running demo's
+/// folder removed breaks that demo.
+fn process_exists(pid: u32) -> bool {
+    #[cfg(unix)]
+    {
+        let Ok(pid) = libc::pid_t::try_from(pid) else {
+            return true;
+        };
+        if pid == 0 {
+            // To kill, 0 is this process's group, not one process.
+            return true;
+        }
+        // SAFETY: signal 0 is never delivered: kill only checks that the
+        // process exists and may be signalled.
+        if unsafe { libc::kill(pid, 0) } == 0 {
+            return true;
+        }
+        // EPERM: it exists, and belongs to someone else.
+        io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = pid;
+        true
+    }
 }
 
 /// The demo's `platforms.toml`: the operator's own config, pointed at the
@@ -76,7 +232,8 @@ fn demo_config(sandbox: &Sandbox, plugin_dir: &Path, listen: Option<SocketAddr>)
     })
     .join("\n");
     format!(
-        r#"# Written by `socialgate demo` for this run; changes to it are reloaded.
+        r#"# Written by `socialgate demo` for this run and removed when it ends;
+# changes to it are reloaded.
 [server]
 listen = "{listen}"
 admin_listen = "127.0.0.1:0"
@@ -125,4 +282,58 @@ fn print_welcome(base: &str, key: &str, fail_primary: bool) {
         let _ = std::io::Write::write_all(&mut stdout, format!("{line}\n").as_bytes());
     }
     let _ = std::io::Write::flush(&mut stdout);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_names_a_run_makes_hold_a_process_id() {
+        let table: &[(&str, Option<u32>)] = &[
+            ("run-1", Some(1)),
+            ("run-4194304", Some(4_194_304)),
+            ("run-0", None),
+            ("run-042", None),
+            ("run-+42", None),
+            ("run--42", None),
+            ("run-", None),
+            ("run-42x", None),
+            ("run-4294967296", None),
+            ("42", None),
+            ("platforms.toml", None),
+            ("Run-42", None),
+        ];
+        for (name, pid) in table {
+            assert_eq!(run_pid(name), *pid, "{name}");
+        }
+        assert_eq!(
+            run_pid(&run_name(std::process::id())),
+            Some(std::process::id())
+        );
+    }
+
+    #[test]
+    fn this_process_exists() {
+        assert!(process_exists(std::process::id()));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_reaped_child_no_longer_exists() {
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("can run true");
+        let pid = child.id();
+        child.wait().expect("true ends");
+        assert!(!process_exists(pid));
+    }
+
+    #[test]
+    fn ids_that_are_no_one_process_count_as_alive() {
+        // Beyond pid_t (as one, -1: every process), and 0 (this process's
+        // group): never asked about.
+        assert!(process_exists(u32::MAX));
+        assert!(process_exists(0));
+    }
 }

@@ -247,6 +247,10 @@ const FULL_WARNING_EVERY: Duration = Duration::from_secs(60);
 /// by h2's count unless it is mostly tiny fields (under 24 bytes each).
 const H2_HEADER_LIST_MARGIN: usize = 2;
 
+/// Header fields an HTTP/1 head may have, however small; more is `431`.
+/// hyper's default, set here so the documented limit cannot move with it.
+const MAX_HEADER_FIELDS: usize = 100;
+
 /// What a client sends first on an HTTP/2 connection (RFC 9113, 3.4).
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -459,7 +463,8 @@ where
         http1
             .timer(TokioTimer::new())
             .header_read_timeout(hardening.header_timeout)
-            .max_buf_size(hardening.max_header_bytes);
+            .max_buf_size(hardening.max_header_bytes)
+            .max_headers(MAX_HEADER_FIELDS);
         let mut http2 = http2::Builder::new(TokioExecutor::new());
         http2.timer(TokioTimer::new()).max_header_list_size(
             u32::try_from(
