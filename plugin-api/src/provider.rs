@@ -36,12 +36,16 @@ pub struct ProviderConfig {
 
 impl ProviderConfig {
     /// The `settings` table read into the provider's own type; an absent
-    /// table is `T::default()`. Give `T` `#[serde(deny_unknown_fields)]` so a
-    /// misspelt or misplaced setting fails the load instead of being ignored.
-    /// The error is for the operator and names the offending key.
+    /// or empty table is `T::default()` (the host passes an absent one as an
+    /// empty object). Give `T` `#[serde(deny_unknown_fields)]` so a misspelt
+    /// or misplaced setting fails the load instead of being ignored, and
+    /// `#[serde(default)]` if a table that sets only some fields should take
+    /// the defaults of the others. The error is for the operator and names
+    /// the offending key.
     pub fn settings<T: DeserializeOwned + Default>(&self) -> Result<T, String> {
         match &self.settings {
             serde_json::Value::Null => Ok(T::default()),
+            serde_json::Value::Object(table) if table.is_empty() => Ok(T::default()),
             value => T::deserialize(value).map_err(|e| format!("settings: {e}")),
         }
     }
@@ -394,5 +398,28 @@ mod tests {
         assert!(Output::Search(vec![profile(Some(&"9".repeat(21)))])
             .check(Some(1))
             .is_err());
+    }
+
+    #[test]
+    fn absent_or_empty_settings_are_the_default() {
+        #[derive(serde::Deserialize, Default, Debug, PartialEq)]
+        #[serde(deny_unknown_fields)]
+        struct Settings {
+            greeting: String,
+        }
+        let with = |settings: serde_json::Value| {
+            ProviderConfig {
+                base_url: "http://h".into(),
+                api_key: "k".into(),
+                settings,
+            }
+            .settings::<Settings>()
+        };
+        assert_eq!(with(serde_json::Value::Null), Ok(Settings::default()));
+        assert_eq!(with(serde_json::json!({})), Ok(Settings::default()));
+        let given = with(serde_json::json!({"greeting": "hi"}));
+        assert_eq!(given.unwrap().greeting, "hi");
+        let typo = with(serde_json::json!({"greting": "hi"})).unwrap_err();
+        assert!(typo.contains("greting"), "{typo}");
     }
 }

@@ -315,6 +315,46 @@ async fn an_expired_answer_stands_in_for_a_failure_within_its_window_only() {
 }
 
 #[tokio::test]
+async fn a_fresh_answer_a_failed_refresh_falls_back_on_is_not_called_stale() {
+    let stack = cached_stack("enabled = true").await;
+    stack.get(PROFILE).await.assert_success(false);
+    stack.primary.reset().await;
+    stack.primary.fail_all(503).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+
+    let refresh = [
+        ("X-API-Key", stack.key.as_str()),
+        ("Cache-Control", "no-cache"),
+    ];
+    let a = send(&stack.server.base_url(), "GET", PROFILE, &refresh).await;
+    a.assert_success(false);
+    assert!(cached(&a), "{a:?}");
+    let status = cache_status(&a);
+    let left: i64 = status
+        .strip_prefix("socialgate; fwd=request; ttl=")
+        .and_then(|ttl| ttl.parse().ok())
+        .unwrap_or_else(|| panic!("asked to refresh, stood in while fresh: {status}"));
+    assert!((290..300).contains(&left), "{status}");
+    // Still fresh: as long as a hit's, counted from the fetch.
+    let age: i64 = a
+        .header("age")
+        .and_then(|t| t.parse().ok())
+        .expect("an Age");
+    let cache_control = a.header("cache-control").unwrap_or_default();
+    assert_eq!(cache_control, format!("private, max-age={}", left + age));
+    log_line_within(
+        &stack.server,
+        &["serving the stored answer the request asked to refresh"],
+        Duration::from_secs(2),
+    )
+    .await;
+    assert!(
+        !stack.server.stderr().contains("past its time to live"),
+        "not called expired"
+    );
+}
+
+#[tokio::test]
 async fn a_ttl_of_zero_or_a_disabled_cache_sends_every_request_upstream() {
     for cache in ["[cache.ttl_s]\nprofile = 0", "enabled = false"] {
         let stack = cached_stack(cache).await;

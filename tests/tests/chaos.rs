@@ -116,6 +116,14 @@ async fn a_panicking_plugin_alone_is_502_and_the_host_keeps_serving() {
         a.assert_absent("chaos");
     }
     assert!(stack.server.is_running(), "the host is alive");
+    // A caught panic is the attempt's log line, saying where it happened,
+    // and nothing else: std's own message would land in the log's stream.
+    let stderr = stack.server.stderr();
+    assert!(!stderr.contains("panicked at"), "{stderr}");
+    assert!(
+        stderr.contains("plugin panicked: chaos panics in step() (mode panic_in_step) (at "),
+        "{stderr}"
+    );
 }
 
 /// Starts a server whose chain begins with chaos in `mode`; it must refuse.
@@ -159,8 +167,9 @@ async fn a_provider_refusing_to_set_up_fails_the_start_with_its_reason() {
 #[tokio::test]
 async fn a_provider_panicking_in_set_up_fails_the_start_without_crashing() {
     let (_config, out) = start_refused("panic_on_setup").await;
-    // A clean non-zero exit, not an abort. The plugin's own panic hook may
-    // print first (it is the plugin's copy of std); the host's reason is last.
+    // A clean non-zero exit, not an abort; the host's reason is the last
+    // line, and the plugin's copy of std prints no panic message of its own.
+    assert!(!out.stderr.contains("panicked at"), "{}", out.stderr);
     let last = out.refusal_line("serve");
     assert!(
         last.contains(CHAOS_LIBRARY),

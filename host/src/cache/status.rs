@@ -19,6 +19,18 @@ pub enum Forward {
     Bypass,
 }
 
+impl Forward {
+    /// The `fwd=` token.
+    fn token(self) -> &'static str {
+        match self {
+            Forward::Miss => "miss",
+            Forward::Stale => "stale",
+            Forward::Request => "request",
+            Forward::Bypass => "bypass",
+        }
+    }
+}
+
 /// What the cache did for one answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CacheStatus {
@@ -31,9 +43,11 @@ pub enum CacheStatus {
         stored: Option<u64>,
         collapsed: bool,
     },
-    /// The providers failed and an expired answer stood in: `ttl` is how
-    /// long ago it expired, negative.
-    StaleIfError { ttl: i64 },
+    /// The providers failed and the stored answer stood in: one that had
+    /// expired (`forward` is `Stale`, `ttl` how long ago, negative), or one
+    /// still fresh that the request asked to refresh (`Request`, `ttl` how
+    /// long it has left).
+    StoodIn { forward: Forward, ttl: i64 },
 }
 
 impl CacheStatus {
@@ -58,13 +72,7 @@ impl CacheStatus {
                 stored,
                 collapsed,
             } => {
-                let forward = match forward {
-                    Forward::Miss => "miss",
-                    Forward::Stale => "stale",
-                    Forward::Request => "request",
-                    Forward::Bypass => "bypass",
-                };
-                let mut value = format!("socialgate; fwd={forward}");
+                let mut value = format!("socialgate; fwd={}", forward.token());
                 if let Some(ttl) = stored {
                     value.push_str(&format!("; stored; ttl={ttl}"));
                 }
@@ -73,7 +81,9 @@ impl CacheStatus {
                 }
                 value
             }
-            CacheStatus::StaleIfError { ttl } => format!("socialgate; fwd=stale; ttl={ttl}"),
+            CacheStatus::StoodIn { forward, ttl } => {
+                format!("socialgate; fwd={}; ttl={ttl}", forward.token())
+            }
         };
         HeaderValue::try_from(text).expect("visible ASCII")
     }
@@ -92,7 +102,11 @@ impl CacheStatus {
                 collapsed: true, ..
             } => "collapsed",
             CacheStatus::Fetched { .. } => "miss",
-            CacheStatus::StaleIfError { .. } => "stale",
+            CacheStatus::StoodIn {
+                forward: Forward::Stale,
+                ..
+            } => "stale",
+            CacheStatus::StoodIn { .. } => "stood_in",
         }
     }
 }
@@ -128,8 +142,20 @@ mod tests {
             "socialgate; fwd=bypass"
         );
         assert_eq!(
-            CacheStatus::StaleIfError { ttl: -45 }.header_value(),
+            CacheStatus::StoodIn {
+                forward: Forward::Stale,
+                ttl: -45
+            }
+            .header_value(),
             "socialgate; fwd=stale; ttl=-45"
+        );
+        assert_eq!(
+            CacheStatus::StoodIn {
+                forward: Forward::Request,
+                ttl: 296
+            }
+            .header_value(),
+            "socialgate; fwd=request; ttl=296"
         );
         assert_eq!(
             seconds_left(Duration::from_secs(300), Duration::from_millis(3500)),

@@ -200,16 +200,26 @@ async fn find_cached<H: Send + 'static>(
                     )
             }) {
                 Some(entry) => {
-                    let expired_secs = -seconds_left(entry.ttl(), entry.age());
-                    tracing::warn!(
-                        expired_secs,
-                        "the providers could not answer; serving a stored answer past its time to live"
-                    );
-                    metrics::cache(endpoint, "stale");
+                    let ttl = seconds_left(entry.ttl(), entry.age());
+                    // Stored and still fresh, yet fetched: the request
+                    // asked for a fresher answer than the one it gets.
+                    let forward = if forward == Forward::Request && ttl >= 0 {
+                        tracing::warn!(
+                            ttl,
+                            "the providers could not answer; serving the stored answer the request asked to refresh"
+                        );
+                        Forward::Request
+                    } else {
+                        tracing::warn!(
+                            expired_secs = -ttl,
+                            "the providers could not answer; serving a stored answer past its time to live"
+                        );
+                        Forward::Stale
+                    };
+                    let status = CacheStatus::StoodIn { forward, ttl };
+                    metrics::cache(endpoint, status.log_value());
                     Ok(Found {
-                        status: CacheStatus::StaleIfError {
-                            ttl: seconds_left(entry.ttl(), entry.age()),
-                        },
+                        status,
                         entry,
                         cached: true,
                     })

@@ -747,7 +747,12 @@ fn set_cache_headers(response: &mut Response<Body>, status: &CacheStatus, age: O
                 ..
             } => None,
             CacheStatus::Fetched { stored, .. } => Some(stored.unwrap_or(0)),
-            CacheStatus::StaleIfError { .. } => Some(0),
+            // Expired: to be revalidated at once.
+            CacheStatus::StoodIn {
+                forward: Forward::Stale,
+                ..
+            } => Some(0),
+            CacheStatus::StoodIn { ttl, .. } => Some(ttl.max(0) as u64 + age.unwrap_or(0)),
         };
         let value = match fresh_for {
             Some(secs) => HeaderValue::try_from(format!("private, max-age={secs}")),

@@ -4,7 +4,9 @@
 //! expands to.
 
 use std::any::Any;
+use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Once;
 
 use abi_stable::library::{CheckTypeLayout, RootModuleResult};
 use abi_stable::prefix_type::PrefixTypeTrait;
@@ -25,13 +27,49 @@ use crate::{
     UpstreamResponse,
 };
 
+thread_local! {
+    /// Whether the author's code is running under [`caught`] on this thread.
+    static CATCHING: Cell<bool> = const { Cell::new(false) };
+    /// Where the last panic caught on this thread happened.
+    static PANICKED_AT: Cell<Option<String>> = const { Cell::new(None) };
+}
+
+/// Runs the author's `f`, catching a panic. Such a panic becomes an error
+/// the host logs (with where it happened), so the panic hook keeps quiet
+/// about it: std's own would write its message, and a backtrace, to the
+/// host's standard error, past the host's log (one JSON object a line).
+/// A panic anywhere else goes to the hook that was there before.
+fn caught<T>(f: impl FnOnce() -> T) -> Result<T, Box<dyn Any + Send>> {
+    static QUIET_HOOK: Once = Once::new();
+    QUIET_HOOK.call_once(|| {
+        let before = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if CATCHING.get() {
+                let at = info
+                    .location()
+                    .map(|l| format!("{}:{}", l.file(), l.line()));
+                PANICKED_AT.set(at);
+            } else {
+                before(info);
+            }
+        }));
+    });
+    let was = CATCHING.replace(true);
+    let outcome = catch_unwind(AssertUnwindSafe(f));
+    CATCHING.set(was);
+    outcome
+}
+
 fn panic_message(payload: &(dyn Any + Send)) -> String {
     let text = payload
         .downcast_ref::<&str>()
         .copied()
         .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
         .unwrap_or("a non-string payload");
-    format!("plugin panicked: {text}")
+    match PANICKED_AT.take() {
+        Some(at) => format!("plugin panicked: {text} (at {at})"),
+        None => format!("plugin panicked: {text}"),
+    }
 }
 
 fn panicked(payload: Box<dyn Any + Send>) -> ProviderError {
@@ -45,21 +83,21 @@ struct ProviderAdapter<P>(Option<P>);
 impl<P> Drop for ProviderAdapter<P> {
     fn drop(&mut self) {
         let provider = self.0.take();
-        let _ = catch_unwind(AssertUnwindSafe(move || drop(provider)));
+        let _ = caught(move || drop(provider));
     }
 }
 
 impl<P: Provider> FfiProvider for ProviderAdapter<P> {
     fn begin(&self, call: RStr<'_>) -> FfiAttemptBox {
-        let started = catch_unwind(AssertUnwindSafe(|| {
-            match (serde_json::from_str::<Call>(call.as_str()), &self.0) {
+        let started = caught(
+            || match (serde_json::from_str::<Call>(call.as_str()), &self.0) {
                 (Ok(call), Some(provider)) => provider.begin(call),
                 (Ok(_), None) => attempt::fail(ProviderError::bad_response("provider is gone")),
                 (Err(e), _) => attempt::fail(ProviderError::bad_response(format!(
                     "host sent an unreadable call: {e}"
                 ))),
-            }
-        }));
+            },
+        );
         let inner = started.unwrap_or_else(|payload| attempt::fail(panicked(payload)));
         FfiAttempt_TO::from_value(AttemptAdapter { inner: Some(inner) }, TD_Opaque)
     }
@@ -74,7 +112,7 @@ struct AttemptAdapter {
 impl Drop for AttemptAdapter {
     fn drop(&mut self) {
         let inner = self.inner.take();
-        let _ = catch_unwind(AssertUnwindSafe(move || drop(inner)));
+        let _ = caught(move || drop(inner));
     }
 }
 
@@ -87,12 +125,12 @@ impl FfiAttempt for AttemptAdapter {
         // The answer is usually smaller than what the upstream sent: writing
         // it into that much room (within reason) spares most reallocations.
         let room = response.as_ref().map_or(0, |r| r.body.len().min(MAX_ROOM));
-        let outcome = catch_unwind(AssertUnwindSafe(|| {
+        let outcome = caught(|| {
             let response = response
                 .as_ref()
                 .map(|r| UpstreamResponse::lent(r.status, &r.headers, r.body.as_slice()));
             inner.step(response)
-        }));
+        });
         match outcome {
             Ok(Ok(Next::Fetch(request))) => FfiStep::Fetch {
                 method: request.method.into(),
@@ -134,7 +172,7 @@ fn written(output: &Output, room: usize) -> Result<String, String> {
 
 extern "C" fn manifest_json<P: Provider>() -> RString {
     // An empty string is an unreadable manifest, which fails the load.
-    catch_unwind(|| serde_json::to_string(&P::manifest()).unwrap_or_default())
+    caught(|| serde_json::to_string(&P::manifest()).unwrap_or_default())
         .unwrap_or_default()
         .into()
 }
@@ -144,11 +182,11 @@ extern "C" fn instantiate<P: Provider>(
     host: HostServices,
 ) -> RResult<FfiProviderBox, RString> {
     crate::log::install(host);
-    let created = catch_unwind(AssertUnwindSafe(|| {
+    let created = caught(|| {
         let config: ProviderConfig = serde_json::from_str(config.as_str())
             .map_err(|e| format!("unreadable provider config: {e}"))?;
         P::new(config)
-    }));
+    });
     match created {
         Ok(Ok(provider)) => ROk(FfiProvider_TO::from_value(
             ProviderAdapter(Some(provider)),
