@@ -27,7 +27,7 @@ pub enum ApiError {
     MethodNotAllowed,
     #[error("the requested user or post does not exist")]
     ResourceNotFound,
-    #[error("this key has no credits left")]
+    #[error("this key has fewer credits left than this request costs")]
     InsufficientCredits,
     /// Every provider failed, or none may be asked now (then the caller is
     /// told when to retry).

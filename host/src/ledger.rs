@@ -122,6 +122,15 @@ pub enum LedgerError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error(
+        "{path}: another socialgate process serves from this usage ledger; each needs its own (or share credits through `[state] backend = \"redis\"`)"
+    )]
+    InUse { path: PathBuf },
+    #[error("{path}: cannot lock the usage ledger for serving: {source}")]
+    Lock {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("bad date `{0}`: expected a day as YYYY-MM-DD")]
     BadDate(String),
 }
@@ -272,6 +281,57 @@ pub struct Ledger {
     shared: Arc<Shared>,
     /// Taken by [`Ledger::close`].
     writer: Mutex<Option<JoinHandle<()>>>,
+    _serving: ServingLock,
+}
+
+/// An exclusive lock on `<ledger>.lock`, held while a process serves from
+/// the ledger. Each serving process checks credits against its own running
+/// balance and writes its counts only every second, so two serving from one
+/// file would each let a key spend its whole balance. The CLI's commands
+/// (grants, reports) take no such lock: they work beside a running server.
+struct ServingLock {
+    #[cfg(unix)]
+    _file: std::fs::File,
+}
+
+impl ServingLock {
+    fn take(ledger: &Path) -> Result<ServingLock, LedgerError> {
+        #[cfg(unix)]
+        {
+            use std::os::fd::AsRawFd;
+            use std::os::unix::fs::OpenOptionsExt;
+            let mut name = ledger.as_os_str().to_owned();
+            name.push(".lock");
+            let failed = |source| LedgerError::Lock {
+                path: ledger.to_owned(),
+                source,
+            };
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .mode(0o600)
+                .open(PathBuf::from(name))
+                .map_err(failed)?;
+            // SAFETY: flock on a descriptor this function owns; it changes
+            // no memory, and the lock goes with the file when it closes.
+            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+                let error = std::io::Error::last_os_error();
+                return Err(match error.raw_os_error() {
+                    Some(libc::EWOULDBLOCK) => LedgerError::InUse {
+                        path: ledger.to_owned(),
+                    },
+                    _ => failed(error),
+                });
+            }
+            Ok(ServingLock { _file: file })
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = ledger;
+            Ok(ServingLock {})
+        }
+    }
 }
 
 impl Ledger {
@@ -283,6 +343,7 @@ impl Ledger {
     /// call it at start-up, not on a request.
     pub fn open(path: &Path, flush_every: Duration) -> Result<Ledger, LedgerError> {
         let conn = open_for_writing(path)?;
+        let serving = ServingLock::take(path)?;
         let shared = Arc::new(Shared {
             path: path.to_owned(),
             pending: Mutex::new(FastMap::default()),
@@ -307,6 +368,7 @@ impl Ledger {
         Ok(Ledger {
             shared,
             writer: Mutex::new(Some(writer)),
+            _serving: serving,
         })
     }
 
@@ -1093,6 +1155,19 @@ mod tests {
             usage(&dir.db(), None).unwrap(),
             [row("alice", "2026-01-01", 2, 5)]
         );
+    }
+
+    #[test]
+    fn one_process_serves_from_a_ledger_at_a_time() {
+        let dir = TempDir::new("serving");
+        let serving = Ledger::open(&dir.db(), HOUR).unwrap();
+        let second = Ledger::open(&dir.db(), HOUR).err().expect("refused");
+        assert!(matches!(second, LedgerError::InUse { .. }), "{second}");
+        assert!(second.to_string().contains("usage.sqlite"), "{second}");
+        // The CLI's commands work beside it.
+        grant(&dir.db(), "alice", 2, None).unwrap();
+        drop(serving);
+        drop(Ledger::open(&dir.db(), HOUR).unwrap());
     }
 
     #[test]

@@ -70,6 +70,13 @@ pub struct RouteLabels<'a> {
 }
 
 impl<'a> RouteLabels<'a> {
+    /// A key's own account (`GET /v1/account`): of no platform, and
+    /// counted apart from paths that are no route at all.
+    pub const ACCOUNT: RouteLabels<'static> = RouteLabels {
+        platform: "-",
+        endpoint: "account",
+    };
+
     pub fn of(snapshot: &Snapshot, path: &'a str) -> RouteLabels<'a> {
         let mut segments = path.strip_prefix("/v1/").unwrap_or("").splitn(2, '/');
         let platform = segments

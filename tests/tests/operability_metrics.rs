@@ -61,6 +61,7 @@ async fn a_failover_is_counted_with_the_failed_provider_and_no_secret_is_exporte
         .get("/v1/shortvideo/posts?username=lunabakes&count=999")
         .await
         .assert_invalid("count");
+    assert_eq!(stack.get("/v1/account").await.status, 200);
 
     let m = scrape(admin).await;
     let profile = [("platform", "shortvideo"), ("endpoint", "profile")];
@@ -98,6 +99,17 @@ async fn a_failover_is_counted_with_the_failed_provider_and_no_secret_is_exporte
             ("platform", "shortvideo"),
             ("endpoint", "posts"),
             ("status", "400"),
+        ],
+        1.0,
+    );
+    // A key's account is of no platform, and not an unknown path.
+    at_least(
+        &m,
+        "socialgate_requests_total",
+        &[
+            ("platform", "-"),
+            ("endpoint", "account"),
+            ("status", "200"),
         ],
         1.0,
     );

@@ -127,14 +127,27 @@ fn urls_are_redacted_for_logs() {
         "https://api.example:8443/v1/x?…"
     );
     assert_eq!(redacted_url("http://127.0.0.1:9"), "http://127.0.0.1:9");
-    let c = parse(&GOOD.replace(
-        "https://example.test/api/",
-        "https://u:topsecret@example.test/",
-    ))
-    .unwrap();
-    assert!(!format!("{c:?}").contains("topsecret"));
+    let c = parse(GOOD).unwrap();
+    assert!(format!("{c:?}").contains("api_key: <redacted>"), "{c:?}");
+    assert!(!format!("{c:?}").contains("secret-"), "{c:?}");
     let bad = GOOD.replace("https://example.test/api/", "ftp://u:topsecret@x");
     assert!(!parse(&bad).unwrap_err().to_string().contains("topsecret"));
+}
+
+#[test]
+fn a_base_url_takes_no_credentials_query_or_fragment() {
+    for (base_url, part) in [
+        ("https://u:topsecret@example.test/", "a user or password"),
+        ("https://u@example.test/", "a user or password"),
+        ("https://example.test/api?key=topsecret", "a query"),
+        ("https://example.test/api#topsecret", "a fragment"),
+    ] {
+        let bad = GOOD.replace("https://example.test/api/", base_url);
+        let message = parse(&bad).unwrap_err().to_string();
+        assert!(message.contains("base_url: has "), "{message}");
+        assert!(message.contains(part), "{message}");
+        assert!(!message.contains("topsecret"), "{message}");
+    }
 }
 
 #[test]

@@ -116,7 +116,10 @@ pub async fn handle(app: &App, request: Request<Incoming>) -> Response<Body> {
     let elapsed = started.elapsed();
     let status = response.status().as_u16();
     if !is_public(path) {
-        let labels = RouteLabels::of(&snapshot, path);
+        let labels = match path {
+            ACCOUNT_PATH => RouteLabels::ACCOUNT,
+            _ => RouteLabels::of(&snapshot, path),
+        };
         metrics::request(&labels, status, elapsed);
         for attempt in &report.journal.attempts {
             metrics::attempt(&attempt.provider, attempt.outcome, attempt.elapsed);

@@ -171,6 +171,15 @@ impl ProviderConfig {
         let Some(origin) = Origin::of(&raw.base_url) else {
             return Err(cx.invalid(&at("base_url"), "not an http:// or https:// URL"));
         };
+        if let Some(part) = unusable_part(&raw.base_url) {
+            return Err(cx.invalid(
+                &at("base_url"),
+                format!(
+                    "has {part}; a base URL is scheme://host[:port][/path], \
+                     which plugins append their paths and queries to"
+                ),
+            ));
+        }
         let api_key = cx.secret(&at("api_key_env"), &raw.api_key_env)?;
         let timeout = cx.millis(&at("timeout_ms"), raw.timeout_ms, DEFAULT_TIMEOUT)?;
         let settings = match raw.settings {
@@ -203,6 +212,22 @@ impl ProviderConfig {
                 crate::resilience::concurrency::DEFAULT_MAX_IN_FLIGHT,
             )?,
         })
+    }
+}
+
+/// A part of `base_url` no request can be built on: userinfo (requests
+/// would go out without it, and the origin check refuses them), a query or
+/// a fragment (a plugin's path lands after them, and goes nowhere).
+fn unusable_part(base_url: &str) -> Option<&'static str> {
+    let url = url::Url::parse(base_url).ok()?;
+    if !url.username().is_empty() || url.password().is_some() {
+        Some("a user or password")
+    } else if url.query().is_some() {
+        Some("a query")
+    } else if url.fragment().is_some() {
+        Some("a fragment")
+    } else {
+        None
     }
 }
 
