@@ -156,6 +156,7 @@ pub fn reload(app: &App, listening: SocketAddr) -> Result<(), ReloadError> {
     };
     crate::files::warn_if_loose(&config.path, &config.serving);
     warn_about_restart_only_changes(app, &config, listening);
+    let settings = current.serving.changed_settings(&config.serving);
     // Shared keys are followed by their own task, never read from a file.
     let shared_keys = app.shared.as_ref().map(|_| current.keys.clone());
     let next = match Snapshot::build(
@@ -173,7 +174,15 @@ pub fn reload(app: &App, listening: SocketAddr) -> Result<(), ReloadError> {
     };
     log_keys_fault(&next);
     let changes = next.routes.changes_since(&current.routes);
-    tracing::info!(keys = next.keys.len(), "reload applied: {changes}");
+    if settings.is_empty() {
+        tracing::info!(keys = next.keys.len(), "reload applied: {changes}");
+    } else {
+        let settings = settings.join(", ");
+        tracing::info!(
+            keys = next.keys.len(),
+            "reload applied: {changes}; settings changed: {settings}"
+        );
+    }
     app.replace(next);
     Ok(())
 }

@@ -129,6 +129,10 @@ async fn reordering_providers_changes_which_upstream_is_asked_first() {
     assert_eq!(stack.fallback.request_count().await, fallback_before + 3);
     let line = wait_for_log(&stack.server, APPLIED, applied + 1).await;
     assert!(line.contains("no provider or library changed"), "{line}");
+    assert!(
+        line.contains("settings changed: [platforms.shortvideo]"),
+        "{line}"
+    );
     let stderr = stack.server.stderr();
     for secret in [PRIMARY_KEY, FALLBACK_KEY, stack.key.as_str()] {
         assert!(!stderr.contains(secret), "no secret in the log");
@@ -429,6 +433,7 @@ async fn sighup_reloads() {
         signal(&stack.server, "HUP");
         let line = wait_for_log(&stack.server, APPLIED, applied + n).await;
         assert!(line.contains("no provider or library changed"), "{line}");
+        assert!(!line.contains("settings changed"), "nothing did: {line}");
         assert_profile(&stack.get(PROFILE).await);
     }
     assert!(stack.server.is_running());
@@ -518,6 +523,10 @@ async fn a_breaker_survives_an_unrelated_reload() {
     replace_file(config.path(), text);
     let line = wait_for_log(&server, APPLIED, applied + 1).await;
     assert!(line.contains("no provider or library changed"), "{line}");
+    assert!(
+        line.contains(&format!("settings changed: [providers.{FALLBACK}]")),
+        "{line}"
+    );
     for _ in 0..3 {
         assert_profile(&api.get(PROFILE).await);
     }

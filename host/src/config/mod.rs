@@ -139,6 +139,65 @@ pub struct ServingConfig {
     pub cors: CorsConfig,
 }
 
+impl ServingConfig {
+    /// The sections (as written in the file) whose values differ in `new`,
+    /// for the reload log: applied at once, yet otherwise unsaid when no
+    /// provider is set up anew. Platforms and providers are named one by
+    /// one; those added or removed are the routing table's to say.
+    ///
+    /// The destructuring below has no `..`: a field added to this struct does
+    /// not compile until it is compared here too.
+    pub fn changed_settings(&self, new: &ServingConfig) -> Vec<String> {
+        let ServingConfig {
+            keys_file,
+            request_timeout,
+            platforms,
+            providers,
+            rate_limit,
+            billing,
+            cache,
+            cors,
+        } = self;
+        let mut changed: Vec<String> = [
+            ("[server] keys_file", *keys_file != new.keys_file),
+            (
+                "[server] request_timeout_ms",
+                *request_timeout != new.request_timeout,
+            ),
+        ]
+        .into_iter()
+        .filter(|(_, c)| *c)
+        .map(|(key, _)| key.to_owned())
+        .collect();
+        let differs = |then: Option<bool>| then.unwrap_or(false);
+        changed.extend(
+            platforms
+                .iter()
+                .filter(|(name, was)| differs(new.platforms.get(*name).map(|now| now != *was)))
+                .map(|(name, _)| format!("[platforms.{name}]")),
+        );
+        changed.extend(
+            providers
+                .iter()
+                .filter(|(name, was)| differs(new.providers.get(*name).map(|now| now != *was)))
+                .map(|(name, _)| format!("[providers.{name}]")),
+        );
+        let sections = [
+            ("[rate_limit]", *rate_limit != new.rate_limit),
+            ("[billing]", *billing != new.billing),
+            ("[cache]", *cache != new.cache),
+            ("[server.cors]", *cors != new.cors),
+        ];
+        changed.extend(
+            sections
+                .into_iter()
+                .filter(|(_, c)| *c)
+                .map(|(key, _)| key.to_owned()),
+        );
+        changed
+    }
+}
+
 impl ProcessConfig {
     /// The settings (as written in the file) whose values differ in `new`.
     ///
