@@ -9,6 +9,13 @@
 //! a `keys revoke` run as root must not leave a file the server's user
 //! cannot read. A request's key is hashed and looked up by its hash: the
 //! same cost with ten keys or a hundred thousand, and with a made-up key.
+//!
+//! A file is taken whole or not at all: one record that `keys issue` could
+//! not have written (a name outside the rule, a hash that is not 64 hex
+//! digits, a date that is not one, a name or a hash twice) makes the whole
+//! file unusable, as a syntax error does, so a hand edit's mistake turns
+//! the instance not ready instead of serving a key under the wrong account,
+//! one that can never match, or a name that prints as a line of its own.
 
 use std::fs::File;
 use std::io::Write;
@@ -41,16 +48,51 @@ pub enum KeysError {
     },
     #[error("{path}: not a keys file: {message}")]
     Format { path: PathBuf, message: String },
-    #[error("a key named `{0}` already exists")]
+    #[error("a key named `{}` already exists", .0.escape_debug())]
     Duplicate(String),
-    #[error("no key named `{0}`")]
+    #[error("no key named `{}`", .0.escape_debug())]
     Unknown(String),
-    #[error("a key name is 1-64 of A-Z, a-z, 0-9, `.`, `_` and `-`; got `{0}`")]
+    /// A record that `keys issue` could not have written. The name is
+    /// escaped (a file may hold a newline in it, which would fake a log or
+    /// terminal line); the hash is never shown.
+    #[error("{path}: line {line}: key `{}`: {problem}", .name.escape_debug())]
+    Record {
+        path: PathBuf,
+        line: usize,
+        name: String,
+        problem: RecordError,
+    },
+    #[error("a key name is 1-64 of A-Z, a-z, 0-9, `.`, `_` and `-`; got `{}`", .0.escape_debug())]
     BadName(String),
+    /// `keys import` found the key of a record already in the shared store
+    /// under another name.
+    #[error("key `{}` is the key of `{}`, already in the shared store", .name.escape_debug(), .owner.escape_debug())]
+    SameKeyShared { name: String, owner: String },
+    /// Why `keys import` wrote nothing: it imports a file whole or not at
+    /// all, so an operator never has to work out which half went in.
+    #[error("keys import: nothing imported: {0}")]
+    NothingImported(Box<KeysError>),
     #[error("no randomness available: {0}")]
     Random(String),
     #[error(transparent)]
     Shared(#[from] crate::shared::StateError),
+}
+
+/// What is wrong with one record of a keys file.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("a key name is 1-64 of A-Z, a-z, 0-9, `.`, `_` and `-`")]
+    BadName,
+    #[error("the same name as the key at line {0}")]
+    NameTwice(usize),
+    #[error("sha256 is not 64 hex digits")]
+    BadSha256,
+    /// Two names for one key: whichever came last would answer for it,
+    /// with that account's credits.
+    #[error("the same sha256 as key `{}` at line {line}: one key cannot be two accounts", .name.escape_debug())]
+    SameKey { name: String, line: usize },
+    #[error("created is not a time as YYYY-MM-DDTHH:MM:SSZ")]
+    BadCreated,
 }
 
 /// One issued key, as stored.
@@ -64,11 +106,110 @@ pub struct KeyRecord {
     pub created: String,
 }
 
-#[derive(Debug, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// The keys file as written.
+#[derive(Serialize)]
 struct KeysFile {
-    #[serde(default, rename = "key")]
+    #[serde(rename = "key")]
     keys: Vec<KeyRecord>,
+}
+
+/// The keys file as read: each name with where it stands, so a mistake is
+/// reported by its line.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReadKeysFile {
+    #[serde(default)]
+    key: Vec<ReadRecord>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReadRecord {
+    name: toml::Spanned<String>,
+    sha256: String,
+    created: String,
+}
+
+/// A record at fault: its line, its name and what is wrong.
+struct BadRecord {
+    line: usize,
+    name: String,
+    problem: RecordError,
+}
+
+/// The records of a file read from `text`, each checked as `keys issue`
+/// would have written it (hashes in lower case); the first at fault
+/// otherwise.
+fn checked_records(text: &str, read: Vec<ReadRecord>) -> Result<Vec<KeyRecord>, BadRecord> {
+    let mut lines = LineCounter::new(text);
+    let mut names: FastMap<String, usize> = FastMap::default();
+    let mut hashes: FastMap<[u8; 32], (String, usize)> = FastMap::default();
+    let mut records = Vec::with_capacity(read.len());
+    for record in read {
+        let line = lines.line_at(record.name.span().start);
+        let name = record.name.into_inner();
+        let fault = |problem| BadRecord {
+            line,
+            name: name.clone(),
+            problem,
+        };
+        if KeyRecord::check_name(&name).is_err() {
+            return Err(fault(RecordError::BadName));
+        }
+        if let Some(&first) = names.get(&name) {
+            return Err(fault(RecordError::NameTwice(first)));
+        }
+        let hash = unhex(&record.sha256).ok_or_else(|| fault(RecordError::BadSha256))?;
+        if let Some((other, at)) = hashes.get(&hash) {
+            return Err(fault(RecordError::SameKey {
+                name: other.clone(),
+                line: *at,
+            }));
+        }
+        if plugin_api::Timestamp::parse(&record.created).is_none() {
+            return Err(fault(RecordError::BadCreated));
+        }
+        names.insert(name.clone(), line);
+        hashes.insert(hash, (name.clone(), line));
+        records.push(KeyRecord {
+            name,
+            sha256: hex(&hash),
+            created: record.created,
+        });
+    }
+    Ok(records)
+}
+
+/// Line numbers of byte offsets met in increasing order, counted once: a
+/// file of a hundred thousand keys is not rescanned per key.
+struct LineCounter<'a> {
+    text: &'a str,
+    offset: usize,
+    line: usize,
+}
+
+impl<'a> LineCounter<'a> {
+    fn new(text: &'a str) -> Self {
+        LineCounter {
+            text,
+            offset: 0,
+            line: 1,
+        }
+    }
+
+    /// The 1-based line of byte `offset`.
+    fn line_at(&mut self, offset: usize) -> usize {
+        let offset = offset.min(self.text.len());
+        if offset < self.offset {
+            // Not in order (the parser's spans are): count from the start.
+            self.offset = 0;
+            self.line = 1;
+        }
+        let between = self.text.as_bytes().get(self.offset..offset).unwrap_or(&[]);
+        self.line += between.iter().filter(|&&b| b == b'\n').count();
+        self.offset = offset;
+        self.line
+    }
 }
 
 impl KeyRecord {
@@ -102,7 +243,8 @@ impl KeyRecord {
 pub struct KeysFileAt<'a>(pub &'a Path);
 
 impl KeysFileAt<'_> {
-    /// Every record; a missing file holds none.
+    /// Every record; a missing file holds none. A record `keys issue` could
+    /// not have written fails the whole file (see the module's doc).
     pub fn records(&self) -> Result<Vec<KeyRecord>, KeysError> {
         let path = self.0;
         let text = match std::fs::read_to_string(path) {
@@ -115,11 +257,16 @@ impl KeysFileAt<'_> {
                 })
             }
         };
-        let file: KeysFile = toml::from_str(&text).map_err(|e| KeysError::Format {
+        let file: ReadKeysFile = toml::from_str(&text).map_err(|e| KeysError::Format {
             path: path.to_owned(),
             message: e.message().trim().replace('\n', " "),
         })?;
-        Ok(file.keys)
+        checked_records(&text, file.key).map_err(|bad| KeysError::Record {
+            path: path.to_owned(),
+            line: bad.line,
+            name: bad.name,
+            problem: bad.problem,
+        })
     }
 
     /// Issues a key named `name`; returns the key, which is shown only now.
@@ -253,20 +400,28 @@ pub struct KeyStore {
 impl KeyStore {
     /// Loads the file; a missing file means no key is valid.
     pub fn load(path: &Path) -> Result<KeyStore, KeysError> {
+        // `records` has checked every hash already; this cannot fail.
         KeyStore::from_records(KeysFileAt(path).records()?).map_err(|name| KeysError::Format {
             path: path.to_owned(),
-            message: format!("key `{name}` has a malformed sha256"),
+            message: format!(
+                "key `{}` has a malformed or repeated sha256",
+                name.escape_debug()
+            ),
         })
     }
 
-    /// The keys of `records`; the name of the first with a malformed hash
-    /// if one has.
+    /// The keys of `records`; the name of the first whose hash is malformed
+    /// or an earlier record's, if one is: a key with two names must not
+    /// answer as whichever came last.
     pub fn from_records(records: Vec<KeyRecord>) -> Result<KeyStore, String> {
         let mut by_hash = FastMap::default();
         for record in records {
             let Some(hash) = unhex(&record.sha256) else {
                 return Err(record.name);
             };
+            if by_hash.contains_key(&hash) {
+                return Err(record.name);
+            }
             by_hash.insert(hash, record.name);
         }
         Ok(KeyStore { by_hash })
@@ -310,13 +465,17 @@ fn hex(bytes: &[u8]) -> String {
     text
 }
 
+/// 64 hex digits (either case) as 32 bytes; anything else (a sign, which
+/// `from_str_radix` would take, a space, a 63rd digit) is `None`.
 fn unhex(text: &str) -> Option<[u8; 32]> {
-    if text.len() != 64 {
+    let digits = text.as_bytes();
+    if digits.len() != 64 {
         return None;
     }
+    let digit = |b: u8| char::from(b).to_digit(16);
     let mut out = [0u8; 32];
-    for (i, byte) in out.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
+    for (byte, pair) in out.iter_mut().zip(digits.chunks_exact(2)) {
+        *byte = u8::try_from((digit(pair[0])? << 4) | digit(pair[1])?).ok()?;
     }
     Some(out)
 }
@@ -376,5 +535,203 @@ mod tests {
         assert_eq!(store.verify(alice.as_bytes()), None);
         assert_eq!(store.verify(bob.as_bytes()), Some("bob"));
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// A record as `keys issue` writes it, with `sha256` and `created` as
+    /// given; its name is on the third line of its text.
+    fn record(name: &str, sha256: &str, created: &str) -> String {
+        let quoted = |text: &str| toml::Value::String(text.to_owned()).to_string();
+        format!(
+            "\n[[key]]\nname = {}\nsha256 = {}\ncreated = {}\n",
+            quoted(name),
+            quoted(sha256),
+            quoted(created)
+        )
+    }
+
+    const WHEN: &str = "2026-01-02T03:04:05Z";
+
+    /// Loads `text` as a keys file in a folder of its own.
+    fn load_text(test: &str, text: &str) -> Result<KeyStore, KeysError> {
+        let dir = std::env::temp_dir().join(format!("sg-keys-{test}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("keys.toml");
+        std::fs::write(&path, text).unwrap();
+        let loaded = KeyStore::load(&path);
+        std::fs::remove_dir_all(dir).unwrap();
+        loaded
+    }
+
+    /// The line, name and problem of a refused file; its message is one
+    /// line that never holds a hash of the file.
+    fn refusal(test: &str, text: &str, hashes: &[&str]) -> (usize, String, RecordError) {
+        let Err(e) = load_text(test, text) else {
+            panic!("{test}: the file must be refused");
+        };
+        let message = e.to_string();
+        assert!(!message.contains('\n'), "{test}: one line: {message:?}");
+        for hash in hashes.iter().filter(|h| !h.is_empty()) {
+            assert!(!message.contains(hash), "{test}: no hash: {message}");
+        }
+        match e {
+            KeysError::Record {
+                line,
+                name,
+                problem,
+                ..
+            } => (line, name, problem),
+            other => panic!("{test}: not a record's fault: {other}"),
+        }
+    }
+
+    fn sha(key: &str) -> String {
+        hex(&Sha256::digest(key.as_bytes()))
+    }
+
+    #[test]
+    fn one_key_under_two_names_refuses_the_file() {
+        let (a, b) = (sha("sg_a"), sha("sg_b"));
+        let text = [
+            record("alice", &a, WHEN),
+            record("bob", &b, WHEN),
+            record("alice2", &a, WHEN),
+        ]
+        .concat();
+        let (line, name, problem) = refusal("same-key", &text, &[&a, &b]);
+        assert_eq!((line, name.as_str()), (13, "alice2"));
+        assert!(
+            matches!(&problem, RecordError::SameKey { name, line: 3 } if name == "alice"),
+            "{problem:?}"
+        );
+        // Upper case is the same key.
+        let text = [
+            record("alice", &a, WHEN),
+            record("alice2", &a.to_uppercase(), WHEN),
+        ]
+        .concat();
+        let (_, name, problem) = refusal("same-key-case", &text, &[&a, &a.to_uppercase()]);
+        assert_eq!(name, "alice2");
+        assert!(
+            matches!(problem, RecordError::SameKey { .. }),
+            "{problem:?}"
+        );
+    }
+
+    #[test]
+    fn a_hash_that_is_not_64_hex_digits_refuses_the_file() {
+        let good = sha("sg_a");
+        let bad = [
+            format!("XYZ{}", &good[3..]),
+            "+f".repeat(32),
+            good[1..].to_owned(),
+            format!("{good}0"),
+            format!(" {}", &good[1..]),
+            String::new(),
+        ];
+        for (i, hash) in bad.iter().enumerate() {
+            let text = [record("alice", &good, WHEN), record("bob", hash, WHEN)].concat();
+            let (line, name, problem) = refusal(&format!("bad-hash-{i}"), &text, &[&good, hash]);
+            assert_eq!((line, name.as_str()), (8, "bob"), "{hash:?}");
+            assert!(matches!(problem, RecordError::BadSha256), "{hash:?}");
+        }
+        // Upper case is hex too, and the key still matches.
+        let store = load_text("upper", &record("alice", &good.to_uppercase(), WHEN)).unwrap();
+        assert_eq!(store.verify(b"sg_a"), Some("alice"));
+    }
+
+    #[test]
+    fn a_name_outside_the_rule_or_twice_refuses_the_file() {
+        let (a, b) = (sha("sg_a"), sha("sg_b"));
+        let faked = "evil\n2026-01-01T00:00:00Z ERROR keys file fine";
+        for (i, name) in ["bob smith", faked, "", &"x".repeat(65), "caf\u{e9}"]
+            .into_iter()
+            .enumerate()
+        {
+            let text = [record("alice", &a, WHEN), record(name, &b, WHEN)].concat();
+            let (line, got, problem) = refusal(&format!("bad-name-{i}"), &text, &[&a, &b]);
+            assert_eq!((line, got.as_str()), (8, name));
+            assert!(matches!(problem, RecordError::BadName), "{name:?}");
+        }
+        let Err(e) = load_text("fake-line", &record(faked, &a, WHEN)) else {
+            panic!("refused");
+        };
+        assert!(
+            e.to_string().contains("evil\\n2026"),
+            "the name is escaped: {e}"
+        );
+
+        let text = [record("alice", &a, WHEN), record("alice", &b, WHEN)].concat();
+        let (line, name, problem) = refusal("name-twice", &text, &[&a, &b]);
+        assert_eq!((line, name.as_str()), (8, "alice"));
+        assert!(matches!(problem, RecordError::NameTwice(3)), "{problem:?}");
+    }
+
+    #[test]
+    fn a_created_that_is_not_a_time_refuses_the_file() {
+        let a = sha("sg_a");
+        for (i, created) in ["2026-01-02", "2026-13-02T03:04:05Z", "x\ny"]
+            .iter()
+            .enumerate()
+        {
+            let (line, _, problem) = refusal(
+                &format!("created-{i}"),
+                &record("alice", &a, created),
+                &[&a],
+            );
+            assert_eq!(line, 3);
+            assert!(matches!(problem, RecordError::BadCreated), "{created:?}");
+        }
+    }
+
+    #[test]
+    fn a_good_file_loads_whole_and_lines_count_from_one() {
+        let text = format!(
+            "# a comment\nkey = [{{ name = \"a\", sha256 = \"{}\", created = \"{WHEN}\" }}]\n",
+            sha("sg_a")
+        );
+        assert_eq!(load_text("inline", &text).unwrap().len(), 1);
+        let text = format!("{}\n\n{}", text, record("a", &sha("sg_b"), WHEN));
+        // An inline array and a table array are one TOML error, not ours.
+        assert!(load_text("mixed", &text).is_err());
+
+        let mut lines = LineCounter::new("a\nb\nc");
+        assert_eq!(lines.line_at(0), 1);
+        assert_eq!(lines.line_at(2), 2);
+        assert_eq!(lines.line_at(4), 3);
+        assert_eq!(lines.line_at(1), 1, "back in the text: counted afresh");
+        assert_eq!(lines.line_at(99), 3);
+    }
+
+    #[test]
+    fn the_shared_store_refuses_one_key_under_two_names_too() {
+        let a = sha("sg_a");
+        let records = |second: &str| {
+            vec![
+                KeyRecord {
+                    name: "alice".into(),
+                    sha256: a.clone(),
+                    created: WHEN.into(),
+                },
+                KeyRecord {
+                    name: "alice2".into(),
+                    sha256: second.to_owned(),
+                    created: WHEN.into(),
+                },
+            ]
+        };
+        assert_eq!(
+            KeyStore::from_records(records(&a)).err().as_deref(),
+            Some("alice2")
+        );
+        assert_eq!(
+            KeyStore::from_records(records(&"+f".repeat(32)))
+                .err()
+                .as_deref(),
+            Some("alice2")
+        );
+        assert_eq!(
+            KeyStore::from_records(records(&sha("sg_b"))).unwrap().len(),
+            2
+        );
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! Every failure ends as one line on stderr naming the file and the reason,
 //! and a non-zero exit: 2 for a command used wrongly (clap's usage errors,
-//! a bad `AMOUNT`), 1 for anything else.
+//! a bad `AMOUNT` or `--note`, a bad `--since` day), 1 for anything else.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -231,6 +231,9 @@ fn on_one_thread<T>(
 }
 
 fn keys(config_path: &Path, command: KeysCommand) -> Result<(), RunError> {
+    if let KeysCommand::Usage { since, .. } = &command {
+        check_since(since.as_deref())?;
+    }
     // Key commands need only the files' locations, not secrets or plugins:
     // they must work where the server's environment is absent.
     let files = KeyFiles::load(config_path)?;
@@ -286,25 +289,40 @@ async fn shared_keys(redis: &RedisConfig, command: KeysCommand) -> Result<(), Ru
         }
         KeysCommand::Revoke { name } => keys.revoke(&name).await?,
         KeysCommand::Import { from } => {
-            let records = KeysFileAt(&from).records()?;
-            let total = records.len();
-            let skipped = keys.import(records).await?;
-            for name in &skipped {
-                writeln!(
-                    stdout,
-                    "skipped {name}: a key of that name is there already"
-                )?;
+            // The whole file is checked, then written in one step: a bad
+            // record or a key already there under another name imports
+            // nothing, so the file can be fixed and the command run again.
+            let records = KeysFileAt(&from)
+                .records()
+                .map_err(|e| KeysError::NothingImported(Box::new(e)))?;
+            let skipped = keys.import(&records).await.map_err(|e| match e {
+                // Sent, maybe not answered: whole or nothing, unknown which.
+                KeysError::Shared(_) => e,
+                e => KeysError::NothingImported(Box::new(e)),
+            })?;
+            for record in &records {
+                let name = record.name.as_str();
+                if skipped.iter().any(|s| s == name) {
+                    writeln!(
+                        stdout,
+                        "skipped {name}: a key of that name is there already"
+                    )?;
+                } else {
+                    writeln!(stdout, "imported {name}")?;
+                }
             }
-            writeln!(stdout, "imported {} of {total} keys", total - skipped.len())?;
+            writeln!(
+                stdout,
+                "imported {} of {} keys",
+                records.len() - skipped.len(),
+                records.len()
+            )?;
         }
         KeysCommand::List { json } => {
             let records = keys.records().await.map_err(KeysError::from)?;
             print_keys(&mut stdout, &records, json)?;
         }
         KeysCommand::Usage { since, by, json } => {
-            if let Some(day) = &since {
-                crate::ledger::check_day(day)?;
-            }
             let credits = Credits::new(shared.clone());
             let since = since.as_deref();
             if by == UsageBy::Endpoint {
@@ -323,6 +341,24 @@ async fn shared_keys(redis: &RedisConfig, command: KeysCommand) -> Result<(), Ru
     Ok(())
 }
 
+/// `keys usage --since`: a bad day is the command used wrongly (exit 2, as
+/// clap's own refusals), found before the config, the ledger or the store
+/// is read.
+fn check_since(since: Option<&str>) -> Result<(), RunError> {
+    let Some(day) = since else {
+        return Ok(());
+    };
+    crate::ledger::check_day(day).map_err(|_| {
+        RunError::Usage(format!(
+            "keys usage: --since must be a day as YYYY-MM-DD; got `{}`",
+            day.escape_debug()
+        ))
+    })
+}
+
+/// Names and dates, one key a line. Both are escaped: a record the shared
+/// store holds was not necessarily checked (written there by hand), and a
+/// newline in it would print a line of its own.
 fn print_keys(out: &mut impl Write, records: &[KeyRecord], json: bool) -> std::io::Result<()> {
     if json {
         let list: Vec<_> = records
@@ -332,7 +368,12 @@ fn print_keys(out: &mut impl Write, records: &[KeyRecord], json: bool) -> std::i
         writeln!(out, "{}", serde_json::Value::Array(list))
     } else {
         for r in records {
-            writeln!(out, "{}\t{}", r.name, r.created)?;
+            writeln!(
+                out,
+                "{}\t{}",
+                r.name.escape_debug(),
+                r.created.escape_debug()
+            )?;
         }
         Ok(())
     }

@@ -1,6 +1,10 @@
 //! The command line: `keys issue/list/revoke` (concurrent runs lose no
 //! update; the keys file keeps its owner, group and mode; its temporary
-//! file is never written through a planted link); `check`, which touches
+//! file is never written through a planted link); a keys file with a
+//! record `keys issue` could not have written refused whole, by `serve`,
+//! `check`, `keys list` and a running server alike; `keys import` checking
+//! the whole file and importing all or nothing; `keys usage` refusing a bad
+//! `--since` as a usage error (exit 2); `check`, which touches
 //! nothing a running server owns (no ledger, no pruning of plugin copies);
 //! `serve` refusing a bad config, a failing plugin or a busy port with
 //! one stderr line that says which file and why; and `demo` runs, each in
@@ -14,9 +18,13 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use socialgate_tests::config::{
-    standard_env, ConfigBuilder, FALLBACK, FALLBACK_KEY, PRIMARY, PRIMARY_KEY, PRIMARY_KEY_ENV,
+    standard_env, toml_str, ConfigBuilder, FALLBACK, FALLBACK_KEY, PRIMARY, PRIMARY_KEY,
+    PRIMARY_KEY_ENV,
 };
+use socialgate_tests::operator::{admin_addr, scrape, send};
 use socialgate_tests::process::PROCESS_TIMEOUT;
+use socialgate_tests::redis::{RedisServer, REDIS_URL_ENV};
+use socialgate_tests::reload::{await_watching, replace_file, wait_for_log, wait_until};
 use socialgate_tests::{
     eventually, issue_key, paths, run_cli, run_cli_after, Api, CliOutput, Config, Server,
 };
@@ -139,6 +147,279 @@ async fn without_a_keys_file_no_key_is_valid() {
     assert_key_refused(&server, "sg_anything").await;
     let a = Api::new(&server.base_url(), None).get(AUTH_PROBE).await;
     a.assert_error(401, "MISSING_API_KEY");
+}
+
+/// A `[[key]]` record with `sha256` as given, appended to a keys file that
+/// ends in a newline: its name is on the file's line count + 3.
+fn key_record(name: &str, sha256: &str) -> String {
+    format!(
+        "\n[[key]]\nname = {}\nsha256 = {}\ncreated = \"2026-01-02T03:04:05Z\"\n",
+        toml_str(name),
+        toml_str(sha256)
+    )
+}
+
+/// The `sha256` of the key named `name` in a keys file's `text`.
+fn stored_sha256(text: &str, name: &str) -> String {
+    let mut lines = text.lines();
+    let wanted = format!("name = {}", toml_str(name));
+    lines
+        .by_ref()
+        .find(|l| l.trim() == wanted)
+        .unwrap_or_else(|| panic!("no key {name} in:\n{text}"));
+    let line = lines.next().expect("the sha256 line follows the name");
+    line.trim()
+        .strip_prefix("sha256 = \"")
+        .and_then(|l| l.strip_suffix('"'))
+        .unwrap_or_else(|| panic!("not a sha256 line: {line}"))
+        .to_owned()
+}
+
+/// A name built to fake a log line of its own if printed raw.
+const FAKED: &str = "evil\n2026-01-01T00:00:00Z ERROR socialgate: all is well";
+
+/// Operator review, defect 1: a hand-edited keys file with a record that
+/// `keys issue` could not have written (one key under two names, a hash
+/// that can never match, a name outside the rule) was taken silently. It
+/// is refused whole, as a syntax error is: `serve` and `check` do not
+/// start on it, `keys list` says which line and why, and a running server
+/// turns not ready (and its gauge 0) while the last good keys answer, each
+/// under its own name. No message shows a hash or prints a name's newline.
+#[tokio::test]
+async fn a_keys_file_with_a_record_keys_issue_could_not_write_is_refused_whole() {
+    let config = plain().write();
+    let alice = issue_key(&config, "alice");
+    let keys_file = config.keys_file();
+    let good = std::fs::read_to_string(&keys_file).expect("keys_file was written");
+    assert!(good.ends_with('\n'), "{good:?}");
+    let alice_sha = stored_sha256(&good, "alice");
+    let other = "ab".repeat(32);
+    let at = format!("line {}", good.lines().count() + 3);
+    let broken = [
+        (
+            "one key under two names",
+            key_record("alice2", &alice_sha),
+            "`alice2`",
+        ),
+        (
+            "a sha256 that is not 64 hex digits",
+            key_record("bob", &format!("XYZ{}", &other[3..])),
+            "`bob`",
+        ),
+        (
+            "a name with a space",
+            key_record("bob smith", &other),
+            "`bob smith`",
+        ),
+        (
+            "a name with a newline",
+            key_record(FAKED, &other),
+            "`evil\\n2026-01-01T00:00:00Z ERROR",
+        ),
+    ];
+    for (what, record, shown) in &broken {
+        replace_file(&keys_file, format!("{good}{record}"));
+        let list = keys(&config, &["list"]);
+        let line = list.refusal_line(what);
+        list.assert_one_stderr_line(what);
+        for word in ["keys.toml", &at, shown] {
+            assert!(line.contains(word), "{what}: names {word:?}: {line}");
+        }
+        assert!(!list.stderr.contains(&alice_sha), "{what}: shows no hash");
+        assert!(list.stdout.is_empty(), "{what}: lists nothing: {list:?}");
+    }
+    // The last one (a newline) fails a start, one line naming where.
+    assert_refused(&config, &standard_env(), "keys.toml", &[&at, "evil\\n2026"]);
+
+    replace_file(&keys_file, &good);
+    let server = Server::start(&config);
+    await_watching(&server, &config).await;
+    let admin = admin_addr(&server);
+    let base = server.base_url();
+    let state = || async {
+        let ready = send(&base, "GET", "/readyz", &[]).await.status;
+        let usable = scrape(admin).await.sum("socialgate_keys_file_usable", &[]);
+        (ready, usable)
+    };
+    assert_eq!(state().await, (200, Some(1.0)));
+    let account = Api::new(&base, Some(&alice));
+    for (i, (what, record, _)) in broken.iter().enumerate() {
+        replace_file(&keys_file, format!("{good}{record}"));
+        wait_until(&format!("not ready with {what}"), || async {
+            state().await == (503, Some(0.0))
+        })
+        .await;
+        let logged = wait_for_log(&server, "keys file unusable", i + 1).await;
+        assert!(
+            logged.contains("ERROR") && logged.contains(&at),
+            "{what}: an error naming the line: {logged}"
+        );
+        let me = account.get("/v1/account").await;
+        assert_eq!(me.status, 200, "{what}: the last good keys answer: {me:?}");
+        assert_eq!(me.data()["name"], "alice", "{what}: under their own name");
+        replace_file(&keys_file, &good);
+        wait_until(&format!("ready once {what} is mended"), || async {
+            state().await == (200, Some(1.0))
+        })
+        .await;
+    }
+    let log = server.stderr();
+    assert!(
+        !log.lines()
+            .any(|l| l.starts_with("2026-01-01T00:00:00Z ERROR socialgate: all is well")),
+        "a name's newline never makes a log line:\n{log}"
+    );
+    assert!(!log.contains(&alice_sha), "no hash in the log");
+}
+
+/// Operator review, defect 3: a bad `--since` day is the command used
+/// wrongly, as a bad `AMOUNT` is: exit 2 and one line saying what a day
+/// is, whatever else the command is asked.
+#[test]
+fn keys_usage_refuses_a_bad_day_as_a_usage_error() {
+    let config = plain().write();
+    for bad in ["2026-13-45", "2025-02-30", "yesterday", "2025-1-1", ""] {
+        for extra in [&[][..], &["--json"], &["--by", "endpoint"]] {
+            let mut args = vec!["usage", "--since", bad];
+            args.extend_from_slice(extra);
+            let what = format!("keys {}", args.join(" "));
+            let out = keys(&config, &args);
+            let line = out.refusal_line(&what);
+            out.assert_one_stderr_line(&what);
+            assert_eq!(out.status.code(), Some(2), "{what}: {out:?}");
+            assert!(line.contains("YYYY-MM-DD"), "{what}: {line}");
+            assert!(out.stdout.is_empty(), "{what}: {out:?}");
+        }
+    }
+    let out = keys(&config, &["usage", "--since", "2026-01-31"]);
+    assert!(out.success(), "a good day: {out:?}");
+}
+
+/// The variable the shared-store config below reads its cursor key from.
+const CURSOR_KEY_ENV: &str = "SG_TEST_IMPORT_CURSOR_KEY";
+
+/// Operator review, defect 2: `keys import` copied the records before a
+/// bad one and stopped there, without saying what it had copied. It checks
+/// the whole file first (every rule the server's loader has), and a key
+/// already in the store under another name, then writes all or nothing,
+/// naming each key imported or skipped. Also: `keys list` on the store
+/// escapes what no command wrote, and a bad `--since` there is exit 2 too.
+#[test]
+fn keys_import_checks_the_whole_file_and_imports_all_or_nothing() {
+    let redis = RedisServer::start();
+    let mut env = standard_env();
+    env.push((REDIS_URL_ENV.into(), redis.url()));
+    env.push((
+        CURSOR_KEY_ENV.into(),
+        "an-import-test-cursor-key-0123456789".into(),
+    ));
+    let config = plain()
+        .server_line(&format!("cursor_key_env = \"{CURSOR_KEY_ENV}\""))
+        .raw(&format!(
+            "[state]\nbackend = \"redis\"\nurl_env = \"{REDIS_URL_ENV}\""
+        ))
+        .write();
+    let shared = |args: &[&str]| {
+        let mut all = vec!["keys"];
+        all.extend_from_slice(args);
+        run_cli(&config, &env, &all)
+    };
+    let listed = || {
+        let out = shared(&["list", "--json"]);
+        assert!(out.success(), "{out:?}");
+        let json: serde_json::Value = serde_json::from_str(&out.stdout).expect("JSON");
+        let mut names: Vec<String> = json
+            .as_array()
+            .expect("a list")
+            .iter()
+            .map(|k| k["name"].as_str().expect("a name").to_owned())
+            .collect();
+        names.sort();
+        names
+    };
+
+    let local = plain().write();
+    for name in ["alice", ".dot", "-dash"] {
+        let out = keys(&local, &["issue", &format!("--name={name}")]);
+        assert!(out.success(), "{out:?}");
+    }
+    let from = local.keys_file();
+    let from_arg = from.to_str().expect("a UTF-8 path");
+    let good = std::fs::read_to_string(&from).expect("keys_file was written");
+    let alice_sha = stored_sha256(&good, "alice");
+    let other = "ab".repeat(32);
+
+    // One bad name after three good ones: nothing imported, and why.
+    replace_file(&from, format!("{good}{}", key_record("bob smith", &other)));
+    let out = shared(&["import", "--from", from_arg]);
+    let line = out.refusal_line("a bad name");
+    out.assert_one_stderr_line("a bad name");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let at = format!("line {}", good.lines().count() + 3);
+    for word in ["nothing imported", "`bob smith`", &at] {
+        assert!(line.contains(word), "names {word:?}: {line}");
+    }
+    assert!(out.stdout.is_empty(), "{out:?}");
+    assert_eq!(listed(), Vec::<String>::new(), "nothing was copied");
+
+    // The good file: every key, each named.
+    replace_file(&from, &good);
+    let out = shared(&["import", "--from", from_arg]);
+    assert!(out.success(), "{out:?}");
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "imported alice",
+            "imported .dot",
+            "imported -dash",
+            "imported 3 of 3 keys"
+        ],
+        "{out:?}"
+    );
+    assert_eq!(listed(), ["-dash", ".dot", "alice"]);
+
+    // A new name for a key the store has: nothing imported, carol neither.
+    replace_file(
+        &from,
+        format!(
+            "{good}{}{}",
+            key_record("carol", &other),
+            key_record("alice2", &alice_sha)
+        ),
+    );
+    let out = shared(&["import", "--from", from_arg]);
+    let line = out.refusal_line("a known key under a new name");
+    out.assert_one_stderr_line("a known key under a new name");
+    for word in ["nothing imported", "`alice2`", "`alice`"] {
+        assert!(line.contains(word), "names {word:?}: {line}");
+    }
+    assert!(!line.contains(&alice_sha), "shows no hash: {line}");
+    assert_eq!(listed(), ["-dash", ".dot", "alice"]);
+
+    // Again: every name is there, so every one is skipped.
+    replace_file(&from, &good);
+    let out = shared(&["import", "--from", from_arg]);
+    assert!(out.success(), "{out:?}");
+    assert!(
+        out.stdout.contains("skipped alice: ") && out.stdout.contains("imported 0 of 3 keys"),
+        "{out:?}"
+    );
+
+    // A record no command wrote, put in the store by hand: listed escaped.
+    redis.command(&[
+        "HSET",
+        "socialgate:keys",
+        FAKED,
+        &format!("{other} 2026-01-01T00:00:00Z"),
+    ]);
+    let out = shared(&["list"]);
+    assert!(out.success(), "{out:?}");
+    assert_eq!(out.stdout.lines().count(), 4, "one line a key: {out:?}");
+    assert!(out.stdout.contains("evil\\n2026"), "{out:?}");
+
+    let out = shared(&["usage", "--since", "2026-13-45"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
 }
 
 /// The names in the keys file, sorted.

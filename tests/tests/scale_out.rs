@@ -1,7 +1,7 @@
 //! Scale-out: three real `socialgate serve` replicas sharing one real
 //! `redis-server` (AOF, `appendfsync always`), asked round-robin as a load
-//! balancer would. Two set-ups, each shared by the assertions it serves
-//! (three processes per set-up keep this suite lean):
+//! balancer would. Three set-ups, each shared by the assertions it serves
+//! (at most three processes per set-up keep this suite lean):
 //!
 //! - counting, not enforcing: the global rate limit, keys issued and
 //!   revoked everywhere, the shared cache, usage summed across replicas,
@@ -13,9 +13,13 @@
 //!   answers, then Redis killed: credits fail closed with 503
 //!   `SERVICE_UNAVAILABLE`, the last known keys still recognised, `/readyz`
 //!   200 `degraded`; once it is back, a replica stopped while a hung-up
-//!   caller's fetch runs gives that fetch's credit back before it exits.
+//!   caller's fetch runs gives that fetch's credit back before it exits;
+//! - billing enforced on one replica, Redis paused (SIGSTOP) while
+//!   requests are refused for it: the reservations Redis applies once it
+//!   resumes, whose answers came too late, are released at once.
 
 use std::collections::BTreeMap;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -569,4 +573,93 @@ async fn enforced_credits_are_exact_across_replicas_and_fail_closed_without_redi
     });
     assert!(exited.is_some_and(|s| s.success()), "{exited:?}");
     assert_eq!(reserved(), "$1\r\n0\r\n", "given back before it exited");
+}
+
+/// `kill -SIGNAL pid`.
+fn kill(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .stdin(Stdio::null())
+        .status()
+        .expect("can run kill");
+    assert!(status.success(), "kill -{signal} {pid} failed");
+}
+
+/// A `redis-server` stopped with SIGSTOP, resumed (SIGCONT) when dropped:
+/// a failing assertion leaves no Redis stopped behind it.
+struct Paused(u32);
+
+impl Paused {
+    fn pause(pid: u32) -> Paused {
+        kill(pid, "STOP");
+        Paused(pid)
+    }
+}
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        kill(self.0, "CONT");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_stall_leaves_no_credit_held() {
+    let replicas = Replicas::start(1, "\n[billing]\nenforce = true\nfree_credits = 5\n").await;
+    replicas
+        .primary
+        .respond_all(json_response(&fixtures::primary_user_profile()))
+        .await;
+    let key = replicas.issue_everywhere("dave").await;
+    let api = replicas.api(0, &key);
+    let profile = |name: &str| format!("/v1/shortvideo/profile?username={name}");
+    let reserved = || {
+        replicas
+            .redis
+            .command(&["HGET", "socialgate:acct:dave", "reserved"])
+    };
+    let none_held = || async { reserved() == "$1\r\n0\r\n" };
+    let a = api.get(&profile("before")).await;
+    assert_eq!(a.status, 200, "{a:?}");
+    assert!(
+        eventually(Duration::from_secs(2), none_held).await,
+        "settled: {:?}",
+        reserved()
+    );
+
+    // Redis stops answering (a long GC-like pause, a stuck disk): each
+    // reservation is sent, its answer does not come within 500 ms, the
+    // request is refused 503. Redis runs them all once it resumes.
+    let info = replicas.redis.command(&["INFO", "server"]);
+    let pid: u32 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .and_then(|pid| pid.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no process_id in INFO: {info:?}"));
+    let paused = Paused::pause(pid);
+    for n in 0..3 {
+        let started = Instant::now();
+        let a = api.get(&profile(&format!("stalled{n}"))).await;
+        a.assert_error(503, "SERVICE_UNAVAILABLE");
+        assert!(started.elapsed() < Duration::from_secs(2), "{a:?}");
+    }
+    drop(paused);
+
+    // Nobody got those reservations: each is released once Redis has run
+    // it, well before any lease could expire.
+    let released = eventually(Duration::from_secs(3), none_held);
+    assert!(released.await, "still held: {:?}", reserved());
+    let show = replicas.cli(&["credits", "show", "dave", "--json"]);
+    assert!(show.success(), "credits show: {}", show.stderr);
+    let book: serde_json::Value = serde_json::from_str(show.stdout.trim()).unwrap();
+    assert_eq!(book["balance"], 4, "{book}");
+    assert_eq!(account(&api).await["credits_remaining"], 4);
+    // All four can be spent, and no more.
+    for n in 0..4 {
+        let a = api.get(&profile(&format!("after{n}"))).await;
+        assert_eq!(a.status, 200, "{a:?}");
+    }
+    api.get(&profile("over"))
+        .await
+        .assert_error(402, "INSUFFICIENT_CREDITS");
 }

@@ -18,10 +18,25 @@
 //! The batches belong to one task, not to a request: a request that stops
 //! waiting (its client hung up, or [`OP_TIMEOUT`] passed) leaves what it
 //! asked to the task, which gives a held reservation back.
+//!
+//! A batch whose own answer does not come back (Redis paused past
+//! [`OP_TIMEOUT`], a connection that broke) may still run: its script was
+//! sent, and a paused Redis runs it when it resumes. Its requests were
+//! refused (503), so what it held must not stay held until the holder's
+//! lease runs out. So each batch is numbered, and the script keeps, in the
+//! replica's record (`{prefix}undo:REPLICA`), what the last batch it ran
+//! held. The numbers of the batches whose answer was lost go with the
+//! next script this task sends (the next batch, or one sent for that
+//! alone, at once and then every [`RELEASE_RETRY`] until one lands), which
+//! first releases what the record says, if it is of one of them, and marks
+//! them void: one of them that reaches Redis only later holds nothing. So
+//! a lost batch is given back exactly once whether it ran before, after or
+//! never, and a release never takes what a lost batch did not hold.
 
 use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use redis::ScriptInvocation;
 use tokio::sync::{mpsc, oneshot};
 
 use super::credits::{Credits, Refusal};
@@ -52,12 +67,30 @@ const _: () = assert!(RENAME_EVERY.as_secs() < HOLD_FOR.as_secs());
 /// dead holder's credits come back a moment later, and the request path
 /// is spared a sorted-set scan each time.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
+/// How long the task waits before asking again, alone, for the release of
+/// lost batches whose release did not land either (Redis still away): a
+/// paused Redis is not sent a script every few milliseconds to run once it
+/// resumes, and the release is sent again soon after it answers.
+const RELEASE_RETRY: Duration = Duration::from_millis(200);
 
-/// After [`PRELUDE`]: `ARGV[1]` the hold (ms), `ARGV[2]` the sweep period
-/// (ms), then one group per key: its bucket, account, leases and legacy
-/// reservations as `KEYS[4g-3..4g]`, and in `ARGV` its rate a second (0: no
-/// limit), burst, free credits (-1: tokens only, no account), holder
+/// After [`PRELUDE`]: `KEYS[1]` this replica's record ([`undo_key`]),
+/// `ARGV[1]` the hold (ms), `ARGV[2]` the sweep period (ms), `ARGV[3]`
+/// this batch's number (0: a release alone, no group), `ARGV[4..5]` the
+/// first and last number of the batches whose answer was lost (0 0: none),
+/// then one group per key: its bucket, account, leases and legacy
+/// reservations as `KEYS[4g-2..4g+1]`, and in `ARGV` its rate a second (0:
+/// no limit), burst, free credits (-1: tokens only, no account), holder
 /// ([`holder`]) and number of requests, then each request's amount.
+///
+/// The record is one string, `VOID LAST` then `ACCOUNT LEASES HOLDER
+/// AMOUNT` for each account batch `LAST` held on (names hold no spaces),
+/// kept for a lease ([`HOLD_FOR`]). First, when lost batches are named:
+/// if `LAST` is one of them, what it held is released (no more than its
+/// holder still holds, as in settling) and the record forgets it; and
+/// `VOID` becomes the last of them. A batch numbered `VOID` or less (a lost
+/// one reaching Redis after its release) then does nothing and answers
+/// nothing: nobody waits for it. Otherwise the batch runs as follows and,
+/// when it held credits, the record becomes its own.
 ///
 /// What a holder holds on an account is one sum, the account's field
 /// `h:HOLDER`, under a lease (the holder's score in the sorted set of
@@ -72,7 +105,8 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 /// `spent + reserved + amount` would pass the free credits plus the
 /// account's grants.
 ///
-/// Answers one entry per request, in order: `{0, balance, tokens, reset}`
+/// Answers one entry per request, in order (none for a void batch): `{0,
+/// balance, tokens, reset}`
 /// (admitted, the amount held; `balance` is free + grants - spent - held
 /// before this request, so back-to-back requests see each other's charges,
 /// 0 for tokens only; `tokens` and `reset` (ms) where the bucket stands,
@@ -81,9 +115,40 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 /// (rate limited: nothing held).
 const BATCH: &str = r"
 local hold, sweep_every = tonumber(ARGV[1]), tonumber(ARGV[2])
-local out, arg = {}, 3
-for g = 1, #KEYS / 4 do
-  local bucket, account, leases, legacy = KEYS[4 * g - 3], KEYS[4 * g - 2], KEYS[4 * g - 1], KEYS[4 * g]
+local seq, lost_from, lost_to = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local undo = KEYS[1]
+local void, rest = string.match(redis.call('GET', undo) or '', '^(%d+) (.*)$')
+void, rest = tonumber(void) or 0, rest or '0'
+local last = tonumber(string.match(rest, '^%d+')) or 0
+local changed = false
+if lost_to > void then void, changed = lost_to, true end
+if last > 0 and last >= lost_from and last <= lost_to then
+  local f = {}
+  for word in string.gmatch(rest, '%S+') do f[#f + 1] = word end
+  for i = 2, #f - 3, 4 do
+    local account, leases, holder = f[i], f[i + 1], f[i + 2]
+    local mine = 'h:' .. holder
+    local held = tonumber(redis.call('HGET', account, mine)) or 0
+    local amount = math.min(held, tonumber(f[i + 3]) or 0)
+    if amount > 0 then
+      if amount == held then
+        redis.call('HDEL', account, mine)
+        redis.call('ZREM', leases, holder)
+      else
+        redis.call('HINCRBY', account, mine, -amount)
+      end
+      redis.call('HINCRBY', account, 'reserved', -amount)
+    end
+  end
+  rest, changed = '0', true
+end
+if seq <= void then
+  if changed then redis.call('SET', undo, void .. ' ' .. rest, 'PX', hold) end
+  return {}
+end
+local out, arg, kept = {}, 6, {}
+for g = 1, (#KEYS - 1) / 4 do
+  local bucket, account, leases, legacy = KEYS[4 * g - 2], KEYS[4 * g - 1], KEYS[4 * g], KEYS[4 * g + 1]
   local rate, burst = tonumber(ARGV[arg]) / 1000, tonumber(ARGV[arg + 1])
   local free, holder, n = tonumber(ARGV[arg + 2]), ARGV[arg + 3], tonumber(ARGV[arg + 4])
   arg = arg + 5
@@ -138,7 +203,13 @@ for g = 1, #KEYS / 4 do
     redis.call('HINCRBY', account, 'reserved', added)
     redis.call('HINCRBY', account, 'h:' .. holder, added)
     redis.call('ZADD', leases, now + hold, holder)
+    kept[#kept + 1] = account .. ' ' .. leases .. ' ' .. holder .. ' ' .. added
   end
+end
+if #kept > 0 then
+  redis.call('SET', undo, void .. ' ' .. seq .. ' ' .. table.concat(kept, ' '), 'PX', hold)
+elseif changed then
+  redis.call('SET', undo, void .. ' ' .. rest, 'PX', hold)
 end
 return out
 ";
@@ -146,6 +217,12 @@ return out
 /// The batch script, hashed once.
 pub fn script() -> redis::Script {
     redis::Script::new(&format!("{PRELUDE}{BATCH}"))
+}
+
+/// This replica's record of what its last batch held, and which of its
+/// batches are void ([`BATCH`]).
+fn undo_key(shared: &Shared) -> String {
+    shared.named("undo:", shared.replica())
 }
 
 /// The name this replica's reservations of `generation` are held under:
@@ -187,13 +264,50 @@ pub struct CreditAsk {
 
 /// Sends what is asked through `asked` to Redis, a batch at a time, until
 /// every sender is gone (its [`Shared`] dropped).
+///
+/// While the release of lost batches is owed ([`Numbers`]), the next batch
+/// carries it; when no ask is waiting it goes alone, at once, then every
+/// [`RELEASE_RETRY`] until it lands. Sent at once, it follows the lost
+/// batch on the connection (a timeout does not replace the connection), so
+/// a paused Redis runs the release right after the batch when it resumes.
 pub async fn send_batches(shared: Weak<Shared>, mut asked: mpsc::UnboundedReceiver<Asked>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
-    while asked.recv_many(&mut batch, MAX_BATCH).await > 0 {
+    let mut numbers = Numbers::default();
+    // How long to wait for asks, while a release is owed, before sending it
+    // alone.
+    let mut patience = Duration::ZERO;
+    loop {
+        let received = if numbers.owes_release() {
+            let more = asked.recv_many(&mut batch, MAX_BATCH);
+            match tokio::time::timeout(patience, more).await {
+                Ok(received) => received,
+                Err(_) => {
+                    let Some(shared) = shared.upgrade() else {
+                        return;
+                    };
+                    let release = invocation(&shared, 0, numbers.lost());
+                    let landed = run(&shared, "release", &release).await.is_ok();
+                    numbers.after(&shared, 0, false, landed);
+                    patience = RELEASE_RETRY;
+                    continue;
+                }
+            }
+        } else {
+            asked.recv_many(&mut batch, MAX_BATCH).await
+        };
+        if received == 0 {
+            return;
+        }
         let Some(shared) = shared.upgrade() else {
             return;
         };
-        let answers = send(&shared, &batch).await;
+        let seq = numbers.next();
+        let (answers, landed) = send(&shared, &batch, seq, numbers.lost()).await;
+        let reserved = batch.iter().any(|asked| asked.credits.is_some());
+        numbers.after(&shared, seq, reserved, landed);
+        if !landed {
+            patience = Duration::ZERO;
+        }
         let n = batch.len();
         for (asked, answer) in batch.drain(..).zip(answers) {
             let held = answer.is_ok();
@@ -245,8 +359,100 @@ pub async fn ask(
     }
 }
 
-/// One script for `batch`; its answers in the batch's order.
-async fn send(shared: &Shared, batch: &[Asked]) -> Vec<Result<Granted, Refusal>> {
+/// The numbers of this task's batches, and which of them were lost: sent
+/// (or perhaps sent) without their answer coming back, so Redis may have
+/// run them, or may yet. I/O-free: the task asks it what to send and tells
+/// it how each script went.
+#[derive(Debug, Default, PartialEq)]
+struct Numbers {
+    /// The last batch's number (the first is 1; 0 names a release alone).
+    last: u64,
+    /// The lost batches not known to be released, `first..=last` of them:
+    /// every script names them all, and one that lands has released them
+    /// all, so they are always one run.
+    lost: Option<(u64, u64)>,
+}
+
+impl Numbers {
+    /// The next batch's number.
+    fn next(&mut self) -> u64 {
+        self.last += 1;
+        self.last
+    }
+
+    /// The first and last lost batch, for the script: (0, 0) when none.
+    fn lost(&self) -> (u64, u64) {
+        self.lost.unwrap_or((0, 0))
+    }
+
+    fn owes_release(&self) -> bool {
+        self.lost.is_some()
+    }
+
+    /// How the script numbered `seq` (0: a release alone), which asked for
+    /// credits or not (`reserved`), went: a script that `landed` released
+    /// every lost batch it named; a batch of credits that did not is lost
+    /// itself.
+    fn went(&mut self, seq: u64, reserved: bool, landed: bool) {
+        if landed {
+            self.lost = None;
+        } else if reserved && seq > 0 {
+            self.lost = Some((self.lost.map_or(seq, |(first, _)| first), seq));
+        }
+    }
+
+    /// [`Numbers::went`], and a release owed counted as work under way
+    /// while it is ([`Shared::asks_answered`] waits for it at shutdown).
+    fn after(&mut self, shared: &Shared, seq: u64, reserved: bool, landed: bool) {
+        let owed = self.owes_release();
+        self.went(seq, reserved, landed);
+        match (owed, self.owes_release()) {
+            (false, true) => shared.unanswered.add(1),
+            (true, false) => {
+                shared.answered(1);
+                tracing::debug!("reservations whose answer was lost released");
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The batch script for the batch numbered `seq` (0: none), naming the
+/// lost batches `lost` (first and last; (0, 0): none), before its groups.
+fn invocation(shared: &Shared, seq: u64, (first, last): (u64, u64)) -> ScriptInvocation<'_> {
+    let mut invocation = shared.batch_script().prepare_invoke();
+    invocation
+        .key(undo_key(shared))
+        .arg(HOLD_FOR.as_millis() as u64)
+        .arg(SWEEP_EVERY.as_millis() as u64)
+        .arg(seq)
+        .arg(first)
+        .arg(last);
+    invocation
+}
+
+/// Runs `invocation` as operation `name` ([`Shared::run`]); its answers.
+async fn run(
+    shared: &Shared,
+    name: &'static str,
+    invocation: &ScriptInvocation<'_>,
+) -> Result<Vec<Vec<i64>>, StateError> {
+    shared
+        .run(name, |mut conn| async move {
+            invocation.invoke_async(&mut conn).await
+        })
+        .await
+}
+
+/// One script for `batch`, numbered `seq`, naming the `lost` batches; its
+/// answers in the batch's order, and whether it landed (when not, Redis
+/// may have run it or may yet).
+async fn send(
+    shared: &Shared,
+    batch: &[Asked],
+    seq: u64,
+    lost: (u64, u64),
+) -> (Vec<Result<Granted, Refusal>>, bool) {
     // The asks of one key (with the same settings, and all for credits or
     // all for tokens only) form one group, in the order they were asked.
     // What a group's asks for credits share: the free credits, and the
@@ -270,10 +476,7 @@ async fn send(shared: &Shared, batch: &[Asked]) -> Vec<Result<Granted, Refusal>>
             None => groups.push(vec![i]),
         }
     }
-    let mut invocation = shared.batch_script().prepare_invoke();
-    invocation
-        .arg(HOLD_FOR.as_millis() as u64)
-        .arg(SWEEP_EVERY.as_millis() as u64);
+    let mut invocation = invocation(shared, seq, lost);
     for group in &groups {
         let first = &batch[group[0]];
         let (rate, burst) = first
@@ -302,20 +505,17 @@ async fn send(shared: &Shared, batch: &[Asked]) -> Vec<Result<Granted, Refusal>>
     } else {
         "reserve"
     };
-    let answers: Result<Vec<Vec<i64>>, StateError> = shared
-        .run(name, |mut conn| async move {
-            invocation.invoke_async(&mut conn).await
-        })
-        .await;
+    let answers = run(shared, name, &invocation).await;
     let mut outcomes: Vec<Result<Granted, Refusal>> =
         batch.iter().map(|_| Err(Refusal::Unavailable)).collect();
+    let landed = answers.is_ok();
     if let Ok(answers) = answers {
         let order = groups.iter().flatten();
         for (&i, answer) in order.zip(answers) {
             outcomes[i] = outcome(&answer, batch[i].rate_limit.is_some());
         }
     }
-    outcomes
+    (outcomes, landed)
 }
 
 /// One request's answer from the script.
@@ -336,5 +536,41 @@ fn outcome(answer: &[i64], limited: bool) -> Result<Granted, Refusal> {
             standing,
         }),
         _ => Ok((count(at(1)), standing)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lost_batches_are_one_run_released_by_the_first_script_that_lands() {
+        // (seq, reserved, landed) -> the lost batches named next.
+        let steps: &[(u64, bool, bool, (u64, u64))] = &[
+            (1, true, true, (0, 0)),
+            // A token-only batch that fails held nothing: nothing to release.
+            (2, false, false, (0, 0)),
+            // A batch of credits without its answer is lost.
+            (3, true, false, (3, 3)),
+            // The release alone that does not land changes nothing.
+            (0, false, false, (3, 3)),
+            // Lost batches stay one run, however their releases fare.
+            (4, true, false, (3, 4)),
+            (5, false, false, (3, 4)),
+            (6, true, false, (3, 6)),
+            // The first script that lands released them all.
+            (7, false, true, (0, 0)),
+            (8, true, false, (8, 8)),
+            (0, false, true, (0, 0)),
+        ];
+        let mut numbers = Numbers::default();
+        for &(seq, reserved, landed, lost) in steps {
+            if seq > 0 {
+                assert_eq!(numbers.next(), seq);
+            }
+            numbers.went(seq, reserved, landed);
+            assert_eq!(numbers.lost(), lost, "{seq} {reserved} {landed}");
+            assert_eq!(numbers.owes_release(), lost != (0, 0));
+        }
     }
 }

@@ -17,7 +17,8 @@
 //!   second of writes: holds lost that way are released from the holds
 //!   that remain, so up to a second's reservations may be spent twice).
 //!   When Redis cannot answer, no credit can be reserved: billing fails
-//!   closed.
+//!   closed, and a reservation Redis made whose answer came too late is
+//!   given back by the replica's next script ([`super::batches`]).
 //! - **Settling** (a delivered answer's credits spent and its usage
 //!   counted, or a failed request's reservation released) is not on the
 //!   request path: it is queued here and written by one task every

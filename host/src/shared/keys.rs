@@ -29,6 +29,39 @@ if added == 1 then redis.call('INCR', KEYS[2]) end
 return added
 ";
 
+/// Adds every record (`ARGV`: name, value, name, value, ...) whose name is
+/// free, or none: `{'clash', NAME, OWNER}` if the key of one to add is
+/// there under another name (two names for one key would answer as
+/// whichever the set read last), else `{'ok', SKIPPED...}`, the names taken
+/// already. One script, so no command runs between the check and the
+/// writes (only Redis failing mid-script, out of memory say, could stop
+/// it part way).
+const IMPORT: &str = r"
+local owners = {}
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  local sha = string.match(all[i + 1], '^%S+')
+  if sha then owners[string.lower(sha)] = all[i] end
+end
+for i = 1, #ARGV, 2 do
+  if redis.call('HEXISTS', KEYS[1], ARGV[i]) == 0 then
+    local owner = owners[string.lower(string.match(ARGV[i + 1], '^%S+') or '')]
+    if owner then return {'clash', ARGV[i], owner} end
+  end
+end
+local answer = {'ok'}
+local added = 0
+for i = 1, #ARGV, 2 do
+  if redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 1]) == 1 then
+    added = added + 1
+  else
+    table.insert(answer, ARGV[i])
+  end
+end
+if added > 0 then redis.call('INCR', KEYS[2]) end
+return answer
+";
+
 /// Removes a record; 1 if there was one.
 const REMOVE: &str = r"
 local removed = redis.call('HDEL', KEYS[1], ARGV[1])
@@ -135,17 +168,43 @@ impl SharedKeys<'_> {
         }
     }
 
-    /// Copies `records` in; returns the names skipped because a key of that
-    /// name is there already (never overwritten: that would swap a key).
-    pub async fn import(&self, records: Vec<KeyRecord>) -> Result<Vec<String>, KeysError> {
-        let mut skipped = Vec::new();
+    /// Copies `records` (a keys file's, checked) in, all or none: returns
+    /// the names skipped because a key of that name is there already (never
+    /// overwritten: that would swap a key). Refused whole, with nothing
+    /// written, if a name breaks the rule or a key to add is there under
+    /// another name.
+    pub async fn import(&self, records: &[KeyRecord]) -> Result<Vec<String>, KeysError> {
         for record in records {
             KeyRecord::check_name(&record.name)?;
-            if !self.add(&record).await? {
-                skipped.push(record.name);
-            }
         }
-        Ok(skipped)
+        if records.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (hash, version) = self.names();
+        let args: Vec<String> = records
+            .iter()
+            .flat_map(|r| [r.name.clone(), format!("{} {}", r.sha256, r.created)])
+            .collect();
+        let answer: Vec<String> = self
+            .0
+            .run("keys", |mut conn| async move {
+                let script = Script::new(IMPORT);
+                let mut invocation = script.key(hash);
+                invocation.key(version);
+                for arg in &args {
+                    invocation.arg(arg);
+                }
+                invocation.invoke_async(&mut conn).await
+            })
+            .await?;
+        match answer.split_first() {
+            Some((ok, skipped)) if ok == "ok" => Ok(skipped.to_vec()),
+            Some((clash, [name, owner])) if clash == "clash" => Err(KeysError::SameKeyShared {
+                name: name.clone(),
+                owner: owner.clone(),
+            }),
+            _ => Err(StateError::Malformed("keys import's answer".into()).into()),
+        }
     }
 }
 

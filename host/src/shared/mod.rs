@@ -147,9 +147,11 @@ pub struct Shared {
     /// Where requests' asks wait for their batch; the task that sends them
     /// starts with the first ([`batches`]).
     batches: OnceLock<mpsc::UnboundedSender<batches::Asked>>,
-    /// Asks queued or at Redis, not yet answered: at shutdown the last
-    /// settling batch waits for them, since an ask whose requester left
-    /// gives back what it was granted only once its answer comes.
+    /// Asks queued or at Redis, not yet answered, and the release of
+    /// batches whose answer was lost, while one is owed ([`batches`]): at
+    /// shutdown the last settling batch waits for them, since an ask whose
+    /// requester left gives back what it was granted only once its answer
+    /// comes, and a lost batch only once its release lands.
     unanswered: crate::sync::Outstanding,
     batch_script: Script,
     /// This process's name in the store: what it holds on accounts
@@ -219,8 +221,9 @@ impl Shared {
     }
 
     /// Waits until every ask queued so far has its answer, and what those
-    /// nobody waited for held is queued to be given back: at most as long
-    /// as the batch at Redis and the one queued behind it may take.
+    /// nobody waited for held is queued to be given back (and what batches
+    /// whose answer was lost held is released): at most as long as the
+    /// batch at Redis and the one queued behind it may take.
     pub async fn asks_answered(&self) {
         let within = 2 * OP_TIMEOUT + Duration::from_millis(100);
         self.unanswered.none_within(within).await;
