@@ -39,7 +39,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use redis::ScriptInvocation;
 use tokio::sync::{mpsc, oneshot};
 
-use super::credits::{Credits, Refusal};
+use super::credits::{Credits, Refusal, GIVE_BACK};
 use super::limits::PRELUDE;
 use super::{Shared, StateError, OP_TIMEOUT};
 use crate::resilience::rate_limit::{retry_after_secs, RateLimitConfig, Standing};
@@ -126,19 +126,7 @@ if last > 0 and last >= lost_from and last <= lost_to then
   local f = {}
   for word in string.gmatch(rest, '%S+') do f[#f + 1] = word end
   for i = 2, #f - 3, 4 do
-    local account, leases, holder = f[i], f[i + 1], f[i + 2]
-    local mine = 'h:' .. holder
-    local held = tonumber(redis.call('HGET', account, mine)) or 0
-    local amount = math.min(held, tonumber(f[i + 3]) or 0)
-    if amount > 0 then
-      if amount == held then
-        redis.call('HDEL', account, mine)
-        redis.call('ZREM', leases, holder)
-      else
-        redis.call('HINCRBY', account, mine, -amount)
-      end
-      redis.call('HINCRBY', account, 'reserved', -amount)
-    end
+    give_back(f[i], f[i + 1], f[i + 2], tonumber(f[i + 3]))
   end
   rest, changed = '0', true
 end
@@ -216,7 +204,7 @@ return out
 
 /// The batch script, hashed once.
 pub fn script() -> redis::Script {
-    redis::Script::new(&format!("{PRELUDE}{BATCH}"))
+    redis::Script::new(&format!("{PRELUDE}{GIVE_BACK}{BATCH}"))
 }
 
 /// This replica's record of what its last batch held, and which of its

@@ -90,22 +90,31 @@ for i = 3, #ARGV, 6 do
     redis.call('SADD', p .. 'usage:index', day .. ' ' .. name)
     redis.call('HINCRBY', p .. 'acct:' .. name, 'spent', credits)
   else
-    local account, holder = p .. 'acct:' .. name, ARGV[i + 2]
-    local mine = 'h:' .. holder
-    local held = tonumber(redis.call('HGET', account, mine)) or 0
-    local amount = math.min(held, tonumber(ARGV[i + 3]))
-    if amount > 0 then
-      if amount == held then
-        redis.call('HDEL', account, mine)
-        redis.call('ZREM', p .. 'leases:' .. name, holder)
-      else
-        redis.call('HINCRBY', account, mine, -amount)
-      end
-      redis.call('HINCRBY', account, 'reserved', -amount)
-    end
+    give_back(p .. 'acct:' .. name, p .. 'leases:' .. name, ARGV[i + 2], tonumber(ARGV[i + 3]))
   end
 end
 return 1
+";
+
+/// Lua: gives back up to `amount` of what `holder` holds on `account`,
+/// never more than it holds (a sweep may have freed an expired hold
+/// already), dropping its lease in `leases` once it holds nothing. Shared
+/// by the settling script and the reservation batch's release of lost
+/// batches.
+pub const GIVE_BACK: &str = r"
+local function give_back(account, leases, holder, amount)
+  local mine = 'h:' .. holder
+  local held = tonumber(redis.call('HGET', account, mine)) or 0
+  amount = math.min(held, amount or 0)
+  if amount <= 0 then return end
+  if amount == held then
+    redis.call('HDEL', account, mine)
+    redis.call('ZREM', leases, holder)
+  else
+    redis.call('HINCRBY', account, mine, -amount)
+  end
+  redis.call('HINCRBY', account, 'reserved', -amount)
+end
 ";
 
 /// Credits held in the store.
@@ -163,7 +172,7 @@ impl Credits {
     pub fn new(shared: Arc<Shared>) -> Credits {
         Credits {
             shared,
-            settle: Script::new(SETTLE),
+            settle: Script::new(&format!("{GIVE_BACK}{SETTLE}")),
             pending: Mutex::new(Pending::default()),
         }
     }
