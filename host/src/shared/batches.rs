@@ -27,7 +27,7 @@
 //! replica's record (`{prefix}undo:REPLICA`), what the last batch it ran
 //! held. The numbers of the batches whose answer was lost go with the
 //! next script this task sends (the next batch, or one sent for that
-//! alone, at once and then every [`RELEASE_RETRY`] until one lands), which
+//! alone, at once and then every `RELEASE_RETRY` until one lands), which
 //! first releases what the record says, if it is of one of them, and marks
 //! them void: one of them that reaches Redis only later holds nothing. So
 //! a lost batch is given back exactly once whether it ran before, after or
@@ -253,9 +253,9 @@ pub struct CreditAsk {
 /// Sends what is asked through `asked` to Redis, a batch at a time, until
 /// every sender is gone (its [`Shared`] dropped).
 ///
-/// While the release of lost batches is owed ([`Numbers`]), the next batch
+/// While the release of lost batches is owed (`Numbers`), the next batch
 /// carries it; when no ask is waiting it goes alone, at once, then every
-/// [`RELEASE_RETRY`] until it lands. Sent at once, it follows the lost
+/// `RELEASE_RETRY` until it lands. Sent at once, it follows the lost
 /// batch on the connection (a timeout does not replace the connection), so
 /// a paused Redis runs the release right after the batch when it resumes.
 pub async fn send_batches(shared: Weak<Shared>, mut asked: mpsc::UnboundedReceiver<Asked>) {
