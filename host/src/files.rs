@@ -76,6 +76,23 @@ pub fn open_no_follow(path: &Path) -> io::Result<File> {
 /// file itself is never removed: removing it would let two processes lock
 /// two different files.
 pub fn lock_exclusive(path: &Path) -> io::Result<File> {
+    let file = open_lock_file(path)?;
+    file.lock()?;
+    Ok(file)
+}
+
+/// [`lock_exclusive`] without the wait: `None` at once while another
+/// process (or another open of the file) holds the lock.
+pub fn try_lock_exclusive(path: &Path) -> io::Result<Option<File>> {
+    let file = open_lock_file(path)?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+        Err(std::fs::TryLockError::Error(e)) => Err(e),
+    }
+}
+
+fn open_lock_file(path: &Path) -> io::Result<File> {
     let mut options = OpenOptions::new();
     options.write(true).create(true).truncate(false);
     #[cfg(unix)]
@@ -83,9 +100,7 @@ pub fn lock_exclusive(path: &Path) -> io::Result<File> {
         use std::os::unix::fs::OpenOptionsExt;
         options.mode(PRIVATE_FILE).custom_flags(libc::O_NOFOLLOW);
     }
-    let file = options.open(path)?;
-    file.lock()?;
-    Ok(file)
+    options.open(path)
 }
 
 /// Creates `dir` and any missing parent, each with mode 0700.

@@ -290,46 +290,22 @@ pub struct Ledger {
 /// file would each let a key spend its whole balance. The CLI's commands
 /// (grants, reports) take no such lock: they work beside a running server.
 struct ServingLock {
-    #[cfg(unix)]
     _file: std::fs::File,
 }
 
 impl ServingLock {
     fn take(ledger: &Path) -> Result<ServingLock, LedgerError> {
-        #[cfg(unix)]
-        {
-            use std::os::fd::AsRawFd;
-            use std::os::unix::fs::OpenOptionsExt;
-            let mut name = ledger.as_os_str().to_owned();
-            name.push(".lock");
-            let failed = |source| LedgerError::Lock {
+        let mut name = ledger.as_os_str().to_owned();
+        name.push(".lock");
+        match crate::files::try_lock_exclusive(Path::new(&name)) {
+            Ok(Some(file)) => Ok(ServingLock { _file: file }),
+            Ok(None) => Err(LedgerError::InUse {
+                path: ledger.to_owned(),
+            }),
+            Err(source) => Err(LedgerError::Lock {
                 path: ledger.to_owned(),
                 source,
-            };
-            let file = std::fs::OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .mode(0o600)
-                .open(PathBuf::from(name))
-                .map_err(failed)?;
-            // SAFETY: flock on a descriptor this function owns; it changes
-            // no memory, and the lock goes with the file when it closes.
-            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-                let error = std::io::Error::last_os_error();
-                return Err(match error.raw_os_error() {
-                    Some(libc::EWOULDBLOCK) => LedgerError::InUse {
-                        path: ledger.to_owned(),
-                    },
-                    _ => failed(error),
-                });
-            }
-            Ok(ServingLock { _file: file })
-        }
-        #[cfg(not(unix))]
-        {
-            let _ = ledger;
-            Ok(ServingLock {})
+            }),
         }
     }
 }

@@ -324,19 +324,7 @@ fn keys_import_checks_the_whole_file_and_imports_all_or_nothing() {
         all.extend_from_slice(args);
         run_cli(&config, &env, &all)
     };
-    let listed = || {
-        let out = shared(&["list", "--json"]);
-        assert!(out.success(), "{out:?}");
-        let json: serde_json::Value = serde_json::from_str(&out.stdout).expect("JSON");
-        let mut names: Vec<String> = json
-            .as_array()
-            .expect("a list")
-            .iter()
-            .map(|k| k["name"].as_str().expect("a name").to_owned())
-            .collect();
-        names.sort();
-        names
-    };
+    let listed = || listed_names(&shared(&["list", "--json"]));
 
     let local = plain().write();
     for name in ["alice", ".dot", "-dash"] {
@@ -424,7 +412,11 @@ fn keys_import_checks_the_whole_file_and_imports_all_or_nothing() {
 
 /// The names in the keys file, sorted.
 fn key_names(config: &Config) -> Vec<String> {
-    let list = keys(config, &["list", "--json"]);
+    listed_names(&keys(config, &["list", "--json"]))
+}
+
+/// The names a successful `keys list --json` printed, sorted.
+fn listed_names(list: &CliOutput) -> Vec<String> {
     assert!(list.success(), "{list:?}");
     let json: serde_json::Value =
         serde_json::from_str(&list.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {list:?}"));

@@ -184,12 +184,7 @@ fn represent(
             .is_some_and(|t| t.as_bytes().starts_with(b"application/json"));
     if parts.extensions.remove::<NotModified>().is_some() {
         if compressible {
-            encoding::vary_on_encoding(&mut parts.headers);
-            if let Some(coding) =
-                encoding::negotiate(request.headers().get_all(ACCEPT_ENCODING).iter())
-            {
-                encoding::mark_encoded(&mut parts.headers, coding);
-            }
+            encoding::mark_negotiated(request.headers(), &mut parts.headers);
         }
         // No body, and nothing that would describe one.
         parts.status = StatusCode::NOT_MODIFIED;
@@ -207,11 +202,8 @@ fn represent(
     };
     let mut bytes = collected.to_bytes();
     if compressible {
-        encoding::vary_on_encoding(&mut parts.headers);
-        if let Some(coding) = encoding::negotiate(request.headers().get_all(ACCEPT_ENCODING).iter())
-        {
+        if let Some(coding) = encoding::mark_negotiated(request.headers(), &mut parts.headers) {
             bytes = coding.encode(&bytes, true);
-            encoding::mark_encoded(&mut parts.headers, coding);
         }
     }
     if head {
@@ -696,18 +688,22 @@ fn check_head<B>(request: &Request<B>) -> Result<(), ApiError> {
     if !(form_fits && host_fits) {
         return Err(ApiError::MalformedRequest);
     }
-    if target.len() + uri.authority().map_or(0, |a| a.as_str().len()) > MAX_TARGET_BYTES {
+    if target_len(uri) > MAX_TARGET_BYTES {
         return Err(ApiError::UriTooLong);
     }
     Ok(())
 }
 
+/// The bytes of a request's target as sent in HTTP/1.1 (absolute-form
+/// counts its authority).
+fn target_len(uri: &hyper::Uri) -> usize {
+    uri.path_and_query().map_or(0, |pq| pq.as_str().len())
+        + uri.authority().map_or(0, |a| a.as_str().len())
+}
+
 /// About the bytes of a request's head as sent in HTTP/1.1.
 fn head_size<B>(request: &Request<B>) -> usize {
-    let uri = request.uri();
-    let target = uri.path_and_query().map_or(0, |pq| pq.as_str().len())
-        + uri.authority().map_or(0, |a| a.as_str().len());
-    let line = request.method().as_str().len() + target + 12;
+    let line = request.method().as_str().len() + target_len(request.uri()) + 12;
     request
         .headers()
         .iter()
@@ -744,7 +740,6 @@ fn set_cache_headers(response: &mut Response<Body>, status: &CacheStatus, age: O
     let age = age.map(|age| age.as_secs());
     if data {
         let fresh_for = match *status {
-            CacheStatus::Hit { ttl } => Some(ttl.max(0) as u64 + age.unwrap_or(0)),
             CacheStatus::Fetched {
                 forward: Forward::Bypass,
                 ..
@@ -755,7 +750,10 @@ fn set_cache_headers(response: &mut Response<Body>, status: &CacheStatus, age: O
                 forward: Forward::Stale,
                 ..
             } => Some(0),
-            CacheStatus::StoodIn { ttl, .. } => Some(ttl.max(0) as u64 + age.unwrap_or(0)),
+            // Stored and fresh: its time left, counted from the fetch.
+            CacheStatus::Hit { ttl } | CacheStatus::StoodIn { ttl, .. } => {
+                Some(ttl.max(0) as u64 + age.unwrap_or(0))
+            }
         };
         let value = match fresh_for {
             Some(secs) => HeaderValue::try_from(format!("private, max-age={secs}")),

@@ -14,7 +14,9 @@ use std::io::Write;
 use std::sync::OnceLock;
 
 use bytes::Bytes;
-use hyper::header::{HeaderMap, HeaderValue, CONTENT_ENCODING, ETAG, IF_NONE_MATCH, VARY};
+use hyper::header::{
+    HeaderMap, HeaderValue, ACCEPT_ENCODING, CONTENT_ENCODING, ETAG, IF_NONE_MATCH, VARY,
+};
 
 use crate::hex::push_hex;
 
@@ -176,6 +178,16 @@ pub fn mark_encoded(headers: &mut HeaderMap, coding: Coding) {
         let tag = etag_for(tag, coding);
         headers.insert(ETAG, tag);
     }
+}
+
+/// For an answer worth compressing: says it varies with `Accept-Encoding`,
+/// and marks `headers` for the coding the `request` headers ask for, which
+/// comes back for the body to be encoded in.
+pub fn mark_negotiated(request: &HeaderMap, headers: &mut HeaderMap) -> Option<Coding> {
+    vary_on_encoding(headers);
+    let coding = negotiate(request.get_all(ACCEPT_ENCODING).iter())?;
+    mark_encoded(headers, coding);
+    Some(coding)
 }
 
 /// Says a cache must key this answer on `Accept-Encoding`, once.
