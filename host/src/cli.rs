@@ -231,8 +231,10 @@ fn on_one_thread<T>(
 }
 
 fn keys(config_path: &Path, command: KeysCommand) -> Result<(), RunError> {
-    if let KeysCommand::Usage { since, .. } = &command {
-        check_since(since.as_deref())?;
+    match &command {
+        KeysCommand::Usage { since, .. } => check_since(since.as_deref())?,
+        KeysCommand::Issue { name } => check_new_name(name)?,
+        _ => {}
     }
     // Key commands need only the files' locations, not secrets or plugins:
     // they must work where the server's environment is absent.
@@ -354,6 +356,12 @@ fn check_since(since: Option<&str>) -> Result<(), RunError> {
             day.escape_debug()
         ))
     })
+}
+
+/// `keys issue --name`: a name outside the rule is the command used wrongly
+/// (exit 2), found before the keys file or the store is touched.
+fn check_new_name(name: &str) -> Result<(), RunError> {
+    KeyRecord::check_name(name).map_err(|e| RunError::Usage(format!("keys issue: {e}")))
 }
 
 /// Names and dates, one key a line. Both are escaped: a record the shared

@@ -207,7 +207,7 @@ fn reload_keys_only(app: &App, current: &Snapshot) {
 fn log_keys_fault(snapshot: &Snapshot) {
     if let Some(e) = &snapshot.keys_fault {
         tracing::error!(
-            keys = snapshot.keys.len(),
+            last_good_keys = snapshot.keys.len(),
             "keys file unusable, not ready until it is fixed; the last good keys still answer: {e}"
         );
     }

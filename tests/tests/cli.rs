@@ -254,6 +254,10 @@ async fn a_keys_file_with_a_record_keys_issue_could_not_write_is_refused_whole()
             logged.contains("ERROR") && logged.contains(&at),
             "{what}: an error naming the line: {logged}"
         );
+        assert!(
+            logged.contains("last_good_keys="),
+            "{what}: says the count is the last good file's: {logged}"
+        );
         let me = account.get("/v1/account").await;
         assert_eq!(me.status, 200, "{what}: the last good keys answer: {me:?}");
         assert_eq!(me.data()["name"], "alice", "{what}: under their own name");
@@ -270,6 +274,26 @@ async fn a_keys_file_with_a_record_keys_issue_could_not_write_is_refused_whole()
         "a name's newline never makes a log line:\n{log}"
     );
     assert!(!log.contains(&alice_sha), "no hash in the log");
+}
+
+/// A name outside the rule is `keys issue` used wrongly: exit 2, one line
+/// saying what a name is, no key printed and no keys file written.
+#[test]
+fn keys_issue_refuses_a_bad_name_as_a_usage_error() {
+    let config = plain().write();
+    let before = std::fs::read_to_string(config.keys_file()).ok();
+    for bad in ["bad name", "", "a/b", "evil\nline", &"x".repeat(65)] {
+        let out = keys(&config, &["issue", &format!("--name={bad}")]);
+        let what = format!("keys issue --name {bad:?}");
+        let line = out.refusal_line(&what);
+        out.assert_one_stderr_line(&what);
+        assert_eq!(out.status.code(), Some(2), "{what}: {out:?}");
+        assert!(line.contains("1-64 of"), "{what}: {line}");
+        assert!(out.stdout.is_empty(), "{what}: {out:?}");
+    }
+    let after = std::fs::read_to_string(config.keys_file()).ok();
+    assert_eq!(before, after, "no keys file was written");
+    assert!(keys(&config, &["issue", "--name", "good.name-1"]).success());
 }
 
 /// Operator review, defect 3: a bad `--since` day is the command used
