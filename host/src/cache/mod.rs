@@ -268,6 +268,9 @@ impl quick_cache::Weighter<Key, Arc<Entry>> for ByBytes {
 pub struct Landing {
     pub outcome: Result<Arc<Entry>, ChainError>,
     pub journal: Arc<Journal>,
+    /// Whether the answer was kept: not with a ttl of zero, nor when it
+    /// weighs more than the store can hold.
+    pub stored: bool,
 }
 
 /// What a fetch hands the cache before it is stored.
@@ -356,6 +359,7 @@ impl Cache {
                     let (cache, key) = (self.clone(), key.clone());
                     tokio::spawn(async move {
                         let Fetched { outcome, journal } = fetch.await;
+                        let mut stored = false;
                         let outcome = outcome.map(|answer| {
                             let ttl = match answer {
                                 Stored::Data(_) => ttl,
@@ -364,6 +368,9 @@ impl Cache {
                             let entry = Arc::new(Entry::new(&key, answer, ttl));
                             if !ttl.is_zero() {
                                 cache.store.insert(key.clone(), entry.clone());
+                                // The store refuses what is heavier than its
+                                // share of `max_bytes`, without a word.
+                                stored = cache.store.contains_key(&key);
                                 if let Some(shared) = &cache.shared {
                                     shared.put(&key, &entry);
                                 }
@@ -377,6 +384,7 @@ impl Cache {
                         let _ = land.send(Some(Landing {
                             outcome,
                             journal: Arc::new(journal),
+                            stored,
                         }));
                     });
                     (landed, false)
@@ -398,6 +406,7 @@ impl Cache {
                     Some(Landing {
                         outcome: Err(ChainError::DeadlineExceeded),
                         journal: Arc::default(),
+                        stored: false,
                     })
                 }
             };
@@ -407,6 +416,7 @@ impl Cache {
         let landing = landing.unwrap_or_else(|| Landing {
             outcome: Err(ChainError::Exhausted),
             journal: Arc::default(),
+            stored: false,
         });
         (landing, collapsed, held)
     }

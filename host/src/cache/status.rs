@@ -111,11 +111,19 @@ impl CacheStatus {
     }
 }
 
-/// `ttl` minus `age` in whole seconds, rounded down: negative as soon as
-/// the answer has expired.
+/// `ttl` minus the `Age` the answer carries (its age in whole seconds,
+/// rounded down as RFC 9111 asks), so that `Age` plus this is the `ttl`
+/// the answer was stored with, and a client taking `Age` off `max-age`
+/// finds the same time left. Negative once expired (-1 in the second
+/// after, when the whole seconds alone would say 0).
 pub fn seconds_left(ttl: Duration, age: Duration) -> i64 {
-    let millis = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
-    millis(ttl).saturating_sub(millis(age)).div_euclid(1000)
+    let secs = |d: Duration| i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
+    let left = secs(ttl).saturating_sub(secs(age));
+    if age < ttl {
+        left
+    } else {
+        left.min(-1)
+    }
 }
 
 #[cfg(test)]
@@ -159,11 +167,30 @@ mod tests {
         );
         assert_eq!(
             seconds_left(Duration::from_secs(300), Duration::from_millis(3500)),
-            296
+            297,
+            "Age 3 and 297 left: the 300 it was stored with"
         );
         assert_eq!(
-            seconds_left(Duration::from_secs(1), Duration::from_secs(46)),
+            seconds_left(Duration::from_secs(300), Duration::from_millis(999)),
+            300
+        );
+        assert_eq!(
+            seconds_left(Duration::from_secs(1), Duration::from_millis(46_900)),
             -45
+        );
+        assert_eq!(
+            seconds_left(Duration::from_secs(3), Duration::from_millis(4_500)),
+            -1,
+            "Age 4 and a max-age of 3"
+        );
+        assert_eq!(
+            seconds_left(Duration::from_secs(1), Duration::from_millis(1_200)),
+            -1,
+            "expired: never 0"
+        );
+        assert_eq!(
+            seconds_left(Duration::from_secs(300), Duration::from_millis(299_500)),
+            1
         );
     }
 }

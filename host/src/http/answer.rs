@@ -4,6 +4,7 @@
 //! an expired answer stands in when the providers fail.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use plugin_api::Call;
 use tracing::Instrument;
@@ -40,7 +41,13 @@ impl Found {
 pub struct Unanswered {
     pub error: ChainError,
     pub status: Option<CacheStatus>,
+    /// How old the stored "not found" is, when the cache answered with it.
+    pub age: Option<Duration>,
 }
+
+/// Shared fetches a request may join that end by their starter's deadline
+/// before its own (see [`find_cached`]).
+const MAX_JOINS: u32 = 3;
 
 /// What one request needs to find its answer.
 pub struct Ask<'a> {
@@ -91,6 +98,7 @@ pub async fn find<H: Send + 'static>(
             .map_err(|error| Unanswered {
                 status: (error == ChainError::NotFound).then(CacheStatus::bypass),
                 error,
+                age: None,
             });
         return (found, held);
     };
@@ -103,7 +111,7 @@ async fn find_cached<H: Send + 'static>(
     config: &CacheConfig,
     ask: Ask<'_>,
     journal: &mut Journal,
-    ttl: std::time::Duration,
+    ttl: Duration,
     held: H,
 ) -> (Result<Found, Unanswered>, H) {
     let endpoint = ask.call.endpoint();
@@ -127,6 +135,7 @@ async fn find_cached<H: Send + 'static>(
                     Stored::NotFound => Err(Unanswered {
                         error: ChainError::NotFound,
                         status: Some(status),
+                        age: Some(entry.age()),
                     }),
                 };
                 return (hit, held);
@@ -136,7 +145,7 @@ async fn find_cached<H: Send + 'static>(
         },
     };
 
-    let fetch = {
+    let fetch = || {
         let (providers, call, client) = (
             ask.providers.to_vec(),
             ask.call.clone(),
@@ -160,17 +169,40 @@ async fn find_cached<H: Send + 'static>(
         // The fetch's log lines carry the ID of the request that started it.
         .instrument(tracing::Span::current())
     };
-    let (landing, collapsed, held) = app
-        .cache
-        .fetch_shared(key, ttl, config.not_found_ttl, ask.deadline, fetch, held)
-        .await;
+    let mut joined = 0;
+    let mut held = held;
+    let (landing, collapsed, held) = loop {
+        let (landing, collapsed, back) = app
+            .cache
+            .fetch_shared(
+                key.clone(),
+                ttl,
+                config.not_found_ttl,
+                ask.deadline,
+                fetch(),
+                held,
+            )
+            .await;
+        // The fetch this request joined ran out of the time of the request
+        // that started it, not of this one's: with time left, fetch again.
+        // Bounded, though each round ends at a later deadline.
+        let theirs_ran_out = collapsed
+            && matches!(landing.outcome, Err(ChainError::DeadlineExceeded))
+            && !ask.deadline.expired();
+        joined += 1;
+        if theirs_ran_out && joined < MAX_JOINS {
+            held = back;
+            continue;
+        }
+        break (landing, collapsed, back);
+    };
     metrics::cache(endpoint, if collapsed { "collapsed" } else { "miss" });
     if !collapsed {
         journal.attempts = landing.journal.attempts.clone();
     }
-    let fetched = |stored: std::time::Duration| CacheStatus::Fetched {
+    let fetched = |stored: Duration| CacheStatus::Fetched {
         forward,
-        stored: (!stored.is_zero()).then_some(stored.as_secs()),
+        stored: landing.stored.then_some(stored.as_secs()),
         collapsed,
     };
     let result = match landing.outcome {
@@ -183,6 +215,7 @@ async fn find_cached<H: Send + 'static>(
             Stored::NotFound => Err(Unanswered {
                 error: ChainError::NotFound,
                 status: Some(fetched(config.not_found_ttl)),
+                age: None,
             }),
         },
         Err(
@@ -203,7 +236,7 @@ async fn find_cached<H: Send + 'static>(
                     let ttl = seconds_left(entry.ttl(), entry.age());
                     // Stored and still fresh, yet fetched: the request
                     // asked for a fresher answer than the one it gets.
-                    let forward = if forward == Forward::Request && ttl >= 0 {
+                    let forward = if forward == Forward::Request && entry.age() < entry.ttl() {
                         tracing::warn!(
                             ttl,
                             "the providers could not answer; serving the stored answer the request asked to refresh"
@@ -227,12 +260,14 @@ async fn find_cached<H: Send + 'static>(
                 None => Err(Unanswered {
                     error,
                     status: None,
+                    age: None,
                 }),
             }
         }
         Err(error) => Err(Unanswered {
             error,
             status: None,
+            age: None,
         }),
     };
     (result, held)

@@ -380,7 +380,7 @@ async fn route<'s>(
         answer::find(app, snapshot, ask, &mut report.journal, held).await;
     let found = match found {
         Ok(found) => found,
-        Err(Unanswered { error, status }) => {
+        Err(Unanswered { error, status, age }) => {
             report.cache = status;
             let error = match error {
                 ChainError::NotFound => ApiError::ResourceNotFound,
@@ -402,7 +402,7 @@ async fn route<'s>(
             };
             let mut response = response::error(&error, id);
             if let Some(status) = status {
-                set_cache_headers(&mut response, &status, None);
+                set_cache_headers(&mut response, &status, age);
             }
             return Ok(response);
         }

@@ -132,26 +132,30 @@ pub fn etag(parts: &[&[u8]]) -> HeaderValue {
 /// Whether the request's `If-None-Match` matches `etag` (weak comparison,
 /// as RFC 9110 asks of `If-None-Match`; the coding suffix is ignored).
 pub fn not_modified(request: &HeaderMap, etag: &HeaderValue) -> bool {
-    let ours = opaque(etag.as_bytes());
+    let Some(ours) = opaque(etag.as_bytes()) else {
+        return false;
+    };
     request.get_all(IF_NONE_MATCH).iter().any(|value| {
         value.as_bytes().split(|b| *b == b',').any(|tag| {
             let tag = tag.trim_ascii();
-            tag == b"*" || opaque(tag) == ours
+            tag == b"*" || opaque(tag) == Some(ours)
         })
     })
 }
 
-/// An entity tag without `W/`, quotes and coding suffix.
-fn opaque(tag: &[u8]) -> &[u8] {
+/// An entity tag's opaque part, without `W/` and the suffix a coding adds
+/// ([`etag_for`]); `None` for what is not an entity tag (no quotes).
+fn opaque(tag: &[u8]) -> Option<&[u8]> {
     let tag = tag.strip_prefix(b"W/").unwrap_or(tag);
-    let tag = tag
-        .strip_prefix(b"\"")
-        .and_then(|t| t.strip_suffix(b"\""))
-        .unwrap_or(tag);
-    match tag.iter().position(|b| *b == b'-') {
-        Some(at) => &tag[..at],
-        None => tag,
-    }
+    let inner = tag.strip_prefix(b"\"")?.strip_suffix(b"\"")?;
+    let uncoded = [Coding::Brotli, Coding::Gzip]
+        .into_iter()
+        .find_map(|coding| {
+            inner
+                .strip_suffix(coding.token().as_bytes())?
+                .strip_suffix(b"-")
+        });
+    Some(uncoded.unwrap_or(inner))
 }
 
 /// `etag` for the representation in `coding`.
@@ -323,8 +327,18 @@ mod tests {
         ] {
             assert!(not_modified(&request(&matching), &tag), "{matching}");
         }
-        for other in ["\"other\"", "\"\"", &hash[..8]] {
-            assert!(!not_modified(&request(other), &tag), "{other}");
+        for other in [
+            "\"other\"".to_owned(),
+            "\"\"".to_owned(),
+            "\"".to_owned(),
+            hash[..8].to_owned(),
+            // Unquoted, or a suffix no coding adds.
+            hash.clone(),
+            format!("\"{hash}-garbage\""),
+            format!("\"{hash}-\""),
+            format!("\"{hash}-gzip-br\""),
+        ] {
+            assert!(!not_modified(&request(&other), &tag), "{other}");
         }
         assert!(!not_modified(&HeaderMap::new(), &tag));
     }
