@@ -46,8 +46,14 @@ pub enum KeysError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{path}: not a keys file: {message}")]
-    Format { path: PathBuf, message: String },
+    #[error("{path}: line {line}: not a keys file: {message}")]
+    Format {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
+    #[error("{path}: key `{}` has a malformed or repeated sha256", .name.escape_debug())]
+    BadHash { path: PathBuf, name: String },
     #[error("a key named `{}` already exists", .0.escape_debug())]
     Duplicate(String),
     #[error("no key named `{}`", .0.escape_debug())]
@@ -242,26 +248,68 @@ impl KeyRecord {
 /// The keys file at a path.
 pub struct KeysFileAt<'a>(pub &'a Path);
 
+/// The largest keys file read: about a million keys. Anything larger (a
+/// device, a wrong file) is refused before it fills the memory.
+pub const MAX_KEYS_FILE_BYTES: u64 = 256 * 1024 * 1024;
+
 impl KeysFileAt<'_> {
     /// Every record; a missing file holds none. A record `keys issue` could
     /// not have written fails the whole file (see the module's doc).
     pub fn records(&self) -> Result<Vec<KeyRecord>, KeysError> {
+        match self.text()? {
+            Some(text) => self.parse(&text),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// [`records`](Self::records) of a file that must exist (one named to
+    /// be read, not the server's own).
+    pub fn existing_records(&self) -> Result<Vec<KeyRecord>, KeysError> {
+        match self.text()? {
+            Some(text) => self.parse(&text),
+            None => Err(KeysError::Read {
+                path: self.0.to_owned(),
+                source: std::io::ErrorKind::NotFound.into(),
+            }),
+        }
+    }
+
+    /// The file's text, `None` when it does not exist.
+    fn text(&self) -> Result<Option<String>, KeysError> {
+        use std::io::Read;
         let path = self.0;
-        let text = match std::fs::read_to_string(path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(source) => {
-                return Err(KeysError::Read {
-                    path: path.to_owned(),
-                    source,
-                })
-            }
-        };
-        let file: ReadKeysFile = toml::from_str(&text).map_err(|e| KeysError::Format {
+        let failed = |source| KeysError::Read {
             path: path.to_owned(),
+            source,
+        };
+        let file = match File::open(path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(failed(source)),
+        };
+        let mut bytes = Vec::new();
+        file.take(MAX_KEYS_FILE_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(failed)?;
+        if bytes.len() as u64 > MAX_KEYS_FILE_BYTES {
+            return Err(failed(std::io::Error::other(format!(
+                "larger than {} MiB: not a keys file",
+                MAX_KEYS_FILE_BYTES >> 20
+            ))));
+        }
+        String::from_utf8(bytes)
+            .map(Some)
+            .map_err(|_| failed(std::io::ErrorKind::InvalidData.into()))
+    }
+
+    fn parse(&self, text: &str) -> Result<Vec<KeyRecord>, KeysError> {
+        let path = self.0;
+        let file: ReadKeysFile = toml::from_str(text).map_err(|e| KeysError::Format {
+            path: path.to_owned(),
+            line: crate::config::syntax_error_line(text, &e),
             message: e.message().trim().replace('\n', " "),
         })?;
-        checked_records(&text, file.key).map_err(|bad| KeysError::Record {
+        checked_records(text, file.key).map_err(|bad| KeysError::Record {
             path: path.to_owned(),
             line: bad.line,
             name: bad.name,
@@ -401,12 +449,9 @@ impl KeyStore {
     /// Loads the file; a missing file means no key is valid.
     pub fn load(path: &Path) -> Result<KeyStore, KeysError> {
         // `records` has checked every hash already; this cannot fail.
-        KeyStore::from_records(KeysFileAt(path).records()?).map_err(|name| KeysError::Format {
+        KeyStore::from_records(KeysFileAt(path).records()?).map_err(|name| KeysError::BadHash {
             path: path.to_owned(),
-            message: format!(
-                "key `{}` has a malformed or repeated sha256",
-                name.escape_debug()
-            ),
+            name,
         })
     }
 

@@ -281,7 +281,7 @@ fn keys(config_path: &Path, command: KeysCommand) -> Result<(), RunError> {
 
 /// The `keys` commands on the shared store.
 async fn shared_keys(redis: &RedisConfig, command: KeysCommand) -> Result<(), RunError> {
-    let shared = Arc::new(Shared::connect(redis)?);
+    let shared = Arc::new(Shared::connect_for_command(redis)?);
     let keys = SharedKeys(&shared);
     let mut stdout = std::io::stdout().lock();
     match command {
@@ -295,7 +295,7 @@ async fn shared_keys(redis: &RedisConfig, command: KeysCommand) -> Result<(), Ru
             // record or a key already there under another name imports
             // nothing, so the file can be fixed and the command run again.
             let records = KeysFileAt(&from)
-                .records()
+                .existing_records()
                 .map_err(|e| KeysError::NothingImported(Box::new(e)))?;
             let skipped = keys.import(&records).await.map_err(|e| match e {
                 // Sent, maybe not answered: whole or nothing, unknown which.
@@ -503,7 +503,7 @@ async fn shared_credits(
     billing: &crate::billing::BillingConfig,
     command: CreditsCommand,
 ) -> Result<(), RunError> {
-    let shared = Arc::new(Shared::connect(redis)?);
+    let shared = Arc::new(Shared::connect_for_command(redis)?);
     let records = SharedKeys(&shared)
         .records()
         .await

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use metrics::{counter, gauge, histogram, Counter, Histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use metrics_util::MetricKindMask;
 use plugin_api::Endpoint;
 
 use crate::state::Snapshot;
@@ -39,9 +40,16 @@ const BUCKETS: &[f64] = &[
 #[error("cannot install the metrics recorder: {0}")]
 pub struct MetricsError(String);
 
+/// How long a gauge not set again stays on the page. Every gauge is set
+/// as the page is rendered ([`render`]), so only those of what is gone (a
+/// provider a reload removed) age: they leave at the next scrape instead
+/// of showing their last value for ever.
+const GAUGE_IDLE: Duration = Duration::from_secs(1);
+
 /// Installs the process-wide recorder; call once.
 pub fn install() -> Result<PrometheusHandle, MetricsError> {
     PrometheusBuilder::new()
+        .idle_timeout(MetricKindMask::GAUGE, Some(GAUGE_IDLE))
         .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), BUCKETS)
         .and_then(|b| b.install_recorder())
         .map_err(|e| MetricsError(e.to_string()))

@@ -290,10 +290,7 @@ impl FolderWatcher {
             .chain(std::iter::once(serving.keys_file.as_path()))
             .chain(serving.providers.values().map(|p| p.library.as_path()));
         let mut wanted = HashSet::new();
-        for file in files {
-            let Some((folder, name)) = split(file) else {
-                continue;
-            };
+        for (folder, name) in files.flat_map(names_to_watch) {
             wanted.insert((folder.clone(), name));
             if self.folders.contains(&folder) {
                 continue;
@@ -309,6 +306,41 @@ impl FolderWatcher {
         }
         *crate::sync::lock(watched) = wanted;
     }
+}
+
+/// Symbolic links followed from one watched file, at most.
+const MAX_LINKS: usize = 16;
+
+/// The names whose change may change what `file` reads: its own and,
+/// where it is reached through symbolic links, each link's, down to the
+/// file at the end. Kubernetes updates a mounted ConfigMap or Secret that
+/// way: `platforms.toml` links to `..data/platforms.toml`, and a new
+/// version is a new folder that `..data` is renamed to point at, with no
+/// event on `platforms.toml` itself.
+fn names_to_watch(file: &Path) -> Vec<(PathBuf, std::ffi::OsString)> {
+    let is_link = |path: &Path| {
+        path.symlink_metadata()
+            .is_ok_and(|meta| meta.file_type().is_symlink())
+    };
+    let mut names = Vec::new();
+    let mut path = file.to_path_buf();
+    for _ in 0..MAX_LINKS {
+        names.extend(split(&path));
+        // A link among its folders: `..data` in `..data/platforms.toml`.
+        for folder in path.ancestors().skip(1).filter(|f| is_link(f)) {
+            names.extend(split(folder));
+        }
+        let Ok(target) = std::fs::read_link(&path) else {
+            break;
+        };
+        // A relative target is relative to the link's folder (an absolute
+        // one replaces it in `join`).
+        path = match path.parent() {
+            Some(folder) => folder.join(target),
+            None => target,
+        };
+    }
+    names
 }
 
 /// A file as its canonical folder and its name.

@@ -212,6 +212,12 @@ async fn a_keys_file_with_a_record_keys_issue_could_not_write_is_refused_whole()
             "`bob smith`",
         ),
         (
+            // Operator review, defect 7: a syntax error names its line too.
+            "a syntax error",
+            "\n[[key]]\nname = \"bob\" oops\n".to_owned(),
+            "not a keys file",
+        ),
+        (
             "a name with a newline",
             key_record(FAKED, &other),
             "`evil\\n2026-01-01T00:00:00Z ERROR",
@@ -432,6 +438,38 @@ fn keys_import_checks_the_whole_file_and_imports_all_or_nothing() {
 
     let out = shared(&["usage", "--since", "2026-13-45"]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
+
+    // Operator review, defect 4: a file that is not there imports nothing
+    // and says so.
+    let out = shared(&["import", "--from", "/nonexistent/keys.toml"]);
+    let line = out.refusal_line("import of a missing file");
+    out.assert_one_stderr_line("import of a missing file");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(line.contains("/nonexistent/keys.toml"), "{line}");
+
+    // Operator review, defect 6: with the store away, one line, the
+    // command's own (no log line of the store's health beside it).
+    let mut away = env.clone();
+    away.retain(|(name, _)| name != REDIS_URL_ENV);
+    away.push((REDIS_URL_ENV.into(), "redis://127.0.0.1:9".into()));
+    for args in [&["list"][..], &["issue", "--name", "zed"], &["usage"]] {
+        let mut all = vec!["keys"];
+        all.extend_from_slice(args);
+        let out = run_cli(&config, &away, &all);
+        out.assert_one_stderr_line(&format!("keys {args:?} with the store away"));
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+    }
+
+    // Operator review, defect 3: nothing to show is not a store failure.
+    for args in [
+        &["usage"][..],
+        &["usage", "--json"],
+        &["usage", "--since", "2099-01-01", "--by", "endpoint"],
+    ] {
+        let out = shared(args);
+        assert!(out.success(), "keys {args:?}: {out:?}");
+        assert!(out.stderr.is_empty(), "keys {args:?}: {out:?}");
+    }
 }
 
 /// The names in the keys file, sorted.

@@ -16,7 +16,7 @@ use serde_json::json;
 use socialgate_tests::config::{
     standard_env, ConfigBuilder, FALLBACK, FALLBACK_KEY, FALLBACK_KEY_ENV, PRIMARY, PRIMARY_KEY,
 };
-use socialgate_tests::operator::signal;
+use socialgate_tests::operator::{admin_addr, scrape, signal};
 use socialgate_tests::process::ADMIN_LISTENING_PREFIX;
 use socialgate_tests::raw_upstream::closed_port;
 use socialgate_tests::reload::{
@@ -179,6 +179,48 @@ async fn a_revoked_key_is_refused_and_a_new_key_accepted_within_a_second() {
     );
 }
 
+/// Operator review, defect 2: a keys file reached through a symbolic link
+/// whose target folder is swapped by a rename, the way Kubernetes updates
+/// a mounted Secret (`keys.toml -> ..data/keys.toml`, `..data -> ..v1`),
+/// is followed: the swap alone applies, with no event on `keys.toml`.
+#[tokio::test]
+async fn a_keys_file_behind_a_swapped_symbolic_link_is_followed() {
+    use std::os::unix::fs::symlink;
+    let stack = Stack::start().await;
+    let applied = await_watching(&stack.server, &stack.config).await;
+    let api = |key: &str| Api::new(&stack.server.base_url(), Some(key));
+    let dir = stack.config.dir();
+    let keys = stack.config.keys_file();
+    let version = |name: &str, text: &str| {
+        std::fs::create_dir(dir.join(name)).unwrap();
+        std::fs::write(dir.join(name).join("keys.toml"), text).unwrap();
+    };
+    let swap_data_to = |name: &str| {
+        symlink(name, dir.join("..data_tmp")).unwrap();
+        std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
+    };
+    // The same keys, now behind the links.
+    version("..v1", &std::fs::read_to_string(&keys).unwrap());
+    swap_data_to("..v1");
+    symlink("..data/keys.toml", dir.join("keys.toml.tmp")).unwrap();
+    std::fs::rename(dir.join("keys.toml.tmp"), &keys).unwrap();
+    wait_for_log(&stack.server, APPLIED, applied + 1).await;
+    api(&stack.key)
+        .get(AUTH_PROBE)
+        .await
+        .assert_invalid("username");
+
+    // A new version without the key: only `..data` changes.
+    version("..v2", "");
+    swap_data_to("..v2");
+    let took = wait_until("the key refused after the swap", || async {
+        api(&stack.key).get(AUTH_PROBE).await.status == 401
+    })
+    .await;
+    eprintln!("swap applied after {took:?}");
+    assert!(took < KEY_CHANGE_BOUND, "took {took:?}");
+}
+
 #[tokio::test]
 async fn a_broken_config_is_rejected_while_the_old_table_answers() {
     let (stack, applied) = serving_stack(Stack::builder().providers(&[FALLBACK])).await;
@@ -253,7 +295,7 @@ async fn an_incompatible_library_is_rejected_while_the_old_table_answers() {
     socialgate_tests::paths::require_plugin("incompatible_plugin");
     let scratch = socialgate_tests::paths::scratch_dir();
     let library = scratch.path().join("libs/libshortvideo_fallback.so");
-    let (stack, applied) = owned_library_stack(&library).await;
+    let (mut stack, applied) = owned_library_stack(&library).await;
     let good_config = stack.config.text();
 
     // The configured library file replaced by an incompatible one.
@@ -271,6 +313,33 @@ async fn an_incompatible_library_is_rejected_while_the_old_table_answers() {
     wait_for_log(&stack.server, APPLIED, applied + 1).await;
     assert_profile(&stack.get(PROFILE).await);
 
+    // Operator review, defect 1: a library cut short (a copy of an
+    // unfinished file renamed into place) used to kill the server with
+    // SIGBUS as the loader mapped it. It is refused like any unusable one.
+    let whole = std::fs::read(&library).unwrap();
+    for (round, keep) in [100_000, whole.len() / 2, whole.len() - 1]
+        .into_iter()
+        .enumerate()
+    {
+        replace_file(&library, &whole[..keep]);
+        let line = assert_rejected(
+            &stack.server,
+            2 + round,
+            "libshortvideo_fallback",
+            &["incomplete library file"],
+        )
+        .await;
+        assert!(stack.server.is_running(), "cut to {keep} bytes: {line}");
+        assert_profile(&stack.get(PROFILE).await);
+    }
+    let out = run_cli(&stack.config, &standard_env(), &["check"]);
+    out.assert_one_stderr_line("check of a cut-short library");
+    assert!(out.stderr.contains("incomplete library file"), "{out:?}");
+    library_copy("shortvideo_fallback", &library, b"");
+    wait_for_log(&stack.server, APPLIED, applied + 2).await;
+    assert_profile(&stack.get(PROFILE).await);
+    let rejected = 5;
+
     // The config pointing at the incompatible library by name.
     let text = good_config.replace(
         &socialgate_tests::config::toml_str(&library.display().to_string()),
@@ -278,7 +347,13 @@ async fn an_incompatible_library_is_rejected_while_the_old_table_answers() {
     );
     assert_ne!(text, good_config);
     replace_file(stack.config.path(), text);
-    let line = assert_rejected(&stack.server, 2, "libincompatible_plugin", &["plugin"]).await;
+    let line = assert_rejected(
+        &stack.server,
+        rejected,
+        "libincompatible_plugin",
+        &["plugin"],
+    )
+    .await;
     eprintln!("configured library: {line}");
     for _ in 0..3 {
         assert_profile(&stack.get(PROFILE).await);
@@ -534,6 +609,33 @@ async fn a_breaker_survives_an_unrelated_reload() {
         primary.request_count().await,
         1,
         "the primary's breaker is still open after the reload"
+    );
+
+    // Operator review, defect 5: the primary removed, its breaker's gauge
+    // leaves the metrics page (it showed 1, its last value, for ever).
+    let admin = admin_addr(&server);
+    let open = |m: &socialgate_tests::operator::Metrics| {
+        m.sum("socialgate_breaker_open", &[("provider", PRIMARY)])
+    };
+    assert_eq!(open(&scrape(admin).await), Some(1.0));
+    let text = ConfigBuilder::new()
+        .platform("shortvideo", "live", &[FALLBACK])
+        .fallback(&fallback.base_url())
+        .to_toml();
+    assert!(!text.contains(PRIMARY), "{text}");
+    replace_file(config.path(), text);
+    let line = wait_for_log(&server, APPLIED, applied + 2).await;
+    assert!(line.contains("removed"), "{line}");
+    wait_until("the removed provider's gauge gone", || async {
+        open(&scrape(admin).await).is_none()
+    })
+    .await;
+    let m = scrape(admin).await;
+    assert_eq!(
+        m.sum("socialgate_breaker_open", &[("provider", FALLBACK)]),
+        Some(0.0),
+        "the provider still there keeps its gauge:\n{}",
+        m.text
     );
 }
 

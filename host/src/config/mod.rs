@@ -389,13 +389,21 @@ impl RawConfig {
     pub fn parse(path: &Path, text: &str) -> Result<RawConfig, ConfigError> {
         toml::from_str(text).map_err(|e| ConfigError::Syntax {
             path: path.to_owned(),
-            line: e
-                .span()
-                .map(|s| text[..s.start.min(text.len())].lines().count().max(1))
-                .unwrap_or(1),
+            line: syntax_error_line(text, &e),
             message: e.message().trim().replace('\n', " "),
         })
     }
+}
+
+/// The 1-based line a TOML error in `text` points at (the first without a
+/// place).
+pub fn syntax_error_line(text: &str, error: &toml::de::Error) -> usize {
+    let start = error.span().map_or(0, |s| s.start.min(text.len()));
+    text.as_bytes()[..start]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
 }
 
 /// Reads the file at `path`.

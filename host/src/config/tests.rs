@@ -325,3 +325,24 @@ fn a_redis_backend_needs_a_shared_cursor_key() {
     let e = parse(&text).unwrap_err().to_string();
     assert!(e.contains("cursor_key_env"), "{e}");
 }
+
+/// A syntax error names the line it is on, the first line of a table's
+/// key included (operator review: `bogus` on line 2 was called line 1).
+#[test]
+fn a_syntax_error_names_its_own_line() {
+    for (text, line) in [
+        ("[server]\nbogus = 1\n", 2),
+        ("bogus = 1\n", 1),
+        (
+            "[server]\nlisten = \"127.0.0.1:0\"\n\n[cache]\nbogus = 1\n",
+            5,
+        ),
+        ("[server]\nlisten = 1 2\n", 2),
+    ] {
+        match RawConfig::parse(Path::new("p.toml"), text) {
+            Err(ConfigError::Syntax { line: at, .. }) => assert_eq!(at, line, "{text:?}"),
+            Err(other) => panic!("{text:?}: {other}"),
+            Ok(_) => panic!("{text:?} parsed"),
+        }
+    }
+}

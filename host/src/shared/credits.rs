@@ -406,6 +406,10 @@ impl Credits {
             .map(|(day, key)| (key.to_owned(), day.to_owned()))
             .collect();
         wanted.sort();
+        // redis refuses an empty pipeline ("empty command").
+        if wanted.is_empty() {
+            return Ok(Vec::new());
+        }
         let mut pipe = redis::pipe();
         for (key, day) in &wanted {
             pipe.cmd("HGETALL")

@@ -144,6 +144,9 @@ pub struct Shared {
     /// Whether the last operation succeeded; `/readyz` says `degraded`
     /// while it did not.
     healthy: AtomicBool,
+    /// Whether a change of health is logged: a server's operators follow
+    /// it; a one-shot command reports its own failure, once.
+    logs_health: bool,
     /// Where requests' asks wait for their batch; the task that sends them
     /// starts with the first ([`batches`]).
     batches: OnceLock<mpsc::UnboundedSender<batches::Asked>>,
@@ -182,6 +185,7 @@ impl Shared {
             control: tokio::runtime::Handle::current(),
             prefix: config.prefix.clone(),
             healthy: AtomicBool::new(true),
+            logs_health: true,
             batches: OnceLock::new(),
             unanswered: crate::sync::Outstanding::new(),
             batch_script: batches::script(),
@@ -284,8 +288,23 @@ impl Shared {
         result
     }
 
+    /// [`Shared::connect`] for a command that ends with its one operation:
+    /// its failure is the command's error, not also a log line.
+    pub fn connect_for_command(config: &RedisConfig) -> Result<Shared, StateError> {
+        Ok(Shared {
+            logs_health: false,
+            ..Shared::connect(config)?
+        })
+    }
+
     /// Records how an operation named `name` went.
     pub fn note(&self, name: &'static str, error: Option<&StateError>) {
+        if !self.logs_health {
+            if error.is_some() {
+                crate::metrics::state_error(name);
+            }
+            return;
+        }
         match error {
             None => {
                 if !self.healthy.swap(true, Ordering::Relaxed) {

@@ -23,6 +23,11 @@ pub enum LoadError {
     Library(LibraryError),
     /// Its manifest is unreadable.
     Manifest(String),
+    /// An ELF file cut short, which the dynamic loader would map and crash
+    /// on ([`elf`](super::elf)).
+    Incomplete(super::elf::Incomplete),
+    /// It cannot be opened to be checked.
+    Unreadable(std::io::Error),
 }
 
 impl std::fmt::Display for LoadError {
@@ -30,6 +35,12 @@ impl std::fmt::Display for LoadError {
         match self {
             LoadError::Library(e) => describe(e, f),
             LoadError::Manifest(why) => write!(f, "unreadable manifest: {why}"),
+            LoadError::Incomplete(why) => write!(
+                f,
+                "an incomplete library file ({why}): one still being written, or cut short; \
+                 replace libraries by renaming a finished file into place"
+            ),
+            LoadError::Unreadable(e) => write!(f, "cannot be read: {e}"),
         }
     }
 }
@@ -95,6 +106,15 @@ impl Library {
     /// Each path is loaded once per process by the dynamic loader: load
     /// distinct files (private copies) for distinct libraries.
     pub fn load(path: &std::path::Path) -> Result<Library, LoadError> {
+        // A bare file name would send the loader searching its library
+        // path instead of opening the file named.
+        let path = match path.parent() {
+            Some(parent) if parent.as_os_str().is_empty() => &std::path::Path::new(".").join(path),
+            _ => path,
+        };
+        let mut file = std::fs::File::open(path).map_err(LoadError::Unreadable)?;
+        let len = file.metadata().map_err(LoadError::Unreadable)?.len();
+        super::elf::check(&mut file, len).map_err(LoadError::Incomplete)?;
         let header = lib_header_from_path(path).map_err(LoadError::Library)?;
         let plugin_api = header.version_strings().version.to_string();
         let module = header

@@ -19,6 +19,7 @@
 // the `non_local_definitions` lint flags. They are sound; allow it here only.
 #![allow(non_local_definitions)]
 
+pub mod elf;
 pub mod host;
 pub mod plugin;
 
