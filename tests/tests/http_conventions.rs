@@ -351,6 +351,90 @@ async fn http2_with_prior_knowledge_is_answered() {
     assert_eq!((status, &body[..]), (200, &br#"{"status":"ok"}"#[..]));
 }
 
+/// Hardening review, defect 1: an HTTP/2 connection that sends the
+/// preface and nothing more (or half a head) is closed at
+/// `header_timeout_ms`, as an idle HTTP/1 connection is; it used to hold
+/// its slot for ever. One that is served stays open while it is used.
+#[tokio::test]
+async fn an_idle_http2_connection_is_closed_at_the_header_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let stack = Stack::builder()
+        .server_line("header_timeout_ms = 1000")
+        .start()
+        .await;
+    let mut tcp = TcpStream::connect(stack.server.addr())
+        .await
+        .expect("connects");
+    // The preface and an empty SETTINGS frame, then silence.
+    tcp.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .await
+        .expect("sent");
+    let started = Instant::now();
+    let mut buf = [0u8; 1024];
+    let closed = tokio::time::timeout(Duration::from_secs(5), async {
+        // The server's SETTINGS (and its ACK) come first; then the end.
+        while tcp.read(&mut buf).await.is_ok_and(|n| n > 0) {}
+    })
+    .await;
+    assert!(closed.is_ok(), "still open after 5 s");
+    let took = started.elapsed();
+    assert!(
+        (Duration::from_millis(900)..Duration::from_millis(3000)).contains(&took),
+        "closed after {took:?}"
+    );
+
+    // In use, it outlives the timeout.
+    let tcp = TcpStream::connect(stack.server.addr())
+        .await
+        .expect("connects");
+    let mut h2 = h2_connect(tcp).await;
+    for _ in 0..3 {
+        let (status, _, _) = h2_request(&mut h2, "/healthz", &[]).await;
+        assert_eq!(status, 200);
+        tokio::time::sleep(Duration::from_millis(600)).await;
+    }
+}
+
+/// Hardening review, defect 2: an HTTP/2 client that opens no window for
+/// its answers kept them in memory for ever (no write ever waited, so the
+/// write timeout never started). An answer the connection cannot take is
+/// given `write_timeout_ms`, then the connection is closed, with the
+/// answers it held. (One taken and never sent leaves the connection
+/// without a byte moving: idle, closed at `header_timeout_ms`.)
+#[tokio::test]
+async fn an_http2_answer_never_taken_closes_its_connection() {
+    let stack = Stack::builder()
+        .server_line("write_timeout_ms = 1000")
+        .start()
+        .await;
+    let tcp = TcpStream::connect(stack.server.addr())
+        .await
+        .expect("connects");
+    let (mut sender, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .initial_stream_window_size(0)
+        .handshake(TokioIo::new(tcp))
+        .await
+        .expect("an HTTP/2 handshake");
+    let driven = tokio::spawn(connection);
+    let request = hyper::Request::get("http://localhost/v1/openapi.json")
+        .body(Empty::<Bytes>::new())
+        .expect("a request");
+    let started = Instant::now();
+    let response = sender.send_request(request).await.expect("its head");
+    assert_eq!(response.status(), 200);
+    let ended = tokio::time::timeout(Duration::from_secs(5), driven).await;
+    assert!(
+        ended.is_ok(),
+        "the connection still open after 5 s:\n{}",
+        stack.server.stderr()
+    );
+    let took = started.elapsed();
+    assert!(
+        (Duration::from_millis(900)..Duration::from_millis(3000)).contains(&took),
+        "closed after {took:?}"
+    );
+}
+
 /// Over HTTP/2 an oversized head gets what it gets over HTTP/1: 431
 /// `HEADERS_TOO_LARGE` in the JSON envelope, with a request ID. Only that
 /// request's stream ends: the connection goes on serving. A head past twice

@@ -583,6 +583,32 @@ async fn a_head_rfc_9112_refuses_is_400_and_a_long_target_414() {
             "MALFORMED_REQUEST",
         ),
         ("GET * HTTP/1.1\r\nHost: a\r\n", 400, "MALFORMED_REQUEST"),
+        // Hardening review, defect 4: a `Host` that is no host and port.
+        (
+            "GET /healthz HTTP/1.1\r\nHost: a b\r\n",
+            400,
+            "MALFORMED_REQUEST",
+        ),
+        (
+            "GET /healthz HTTP/1.1\r\nHost: x@y\r\n",
+            400,
+            "MALFORMED_REQUEST",
+        ),
+        (
+            "GET /healthz HTTP/1.1\r\nHost: x/y\r\n",
+            400,
+            "MALFORMED_REQUEST",
+        ),
+        (
+            "GET /healthz HTTP/1.1\r\nHost: [::1\r\n",
+            400,
+            "MALFORMED_REQUEST",
+        ),
+        (
+            "GET /healthz HTTP/1.1\r\nHost: a:8x\r\n",
+            400,
+            "MALFORMED_REQUEST",
+        ),
     ] {
         let a = exchange_raw(addr, &format!("{head}{key}Connection: close\r\n\r\n")).await;
         assert_eq!(a.status, status, "{head:?}: {a:?}");
@@ -592,9 +618,42 @@ async fn a_head_rfc_9112_refuses_is_400_and_a_long_target_414() {
         ("GET /healthz HTTP/1.0\r\n", 200),
         ("GET http://a/healthz HTTP/1.1\r\nHost: a\r\n", 200),
         ("OPTIONS * HTTP/1.1\r\nHost: a\r\n", 204),
+        ("GET /healthz HTTP/1.1\r\nHost: [::1]:8080\r\n", 200),
+        (
+            "GET /healthz HTTP/1.1\r\nHost: api.example.com:443\r\n",
+            200,
+        ),
+        ("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n", 200),
+        ("GET /healthz HTTP/1.1\r\nHost: \r\n", 200),
     ] {
         let a = exchange_raw(addr, &format!("{head}Connection: close\r\n\r\n")).await;
         assert_eq!(a.status, status, "{head:?}: {a:?}");
+    }
+    // Hardening review, defect 5: a body framed twice, or in a coding no
+    // request here has, is refused, and nothing after it on the
+    // connection is read as a request.
+    for coding in ["chunked, chunked", "gzip, chunked"] {
+        let smuggled = format!(
+            "GET /healthz HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: {coding}\r\n\r\n0\r\n\r\n\
+             GET /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
+        );
+        let mut stream = TcpStream::connect(addr).await.expect("can connect");
+        stream.write_all(smuggled.as_bytes()).await.expect("sent");
+        let mut all = Vec::new();
+        let read = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            tokio::io::AsyncReadExt::read_to_end(&mut stream, &mut all),
+        )
+        .await;
+        assert!(read.is_ok(), "{coding}: the connection was not closed");
+        let text = String::from_utf8_lossy(&all);
+        assert!(text.starts_with("HTTP/1.1 400"), "{coding}: {text}");
+        assert!(text.contains("MALFORMED_REQUEST"), "{coding}: {text}");
+        assert_eq!(
+            text.matches("HTTP/1.1 ").count(),
+            1,
+            "{coding}: one answer, the second request never read: {text}"
+        );
     }
     // A target past 8 KiB, in a head within `max_header_bytes`.
     let long = format!("/v1/shortvideo/search?query=luna&x={}", "a".repeat(8192));

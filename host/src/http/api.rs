@@ -29,8 +29,8 @@ use futures_util::FutureExt;
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Body as _, Incoming};
 use hyper::header::{
-    HeaderMap, HeaderName, HeaderValue, ACCEPT_ENCODING, AGE, CACHE_CONTROL, CONTENT_ENCODING,
-    CONTENT_LENGTH, CONTENT_TYPE, ETAG, HOST,
+    HeaderMap, HeaderName, HeaderValue, ACCEPT_ENCODING, AGE, CACHE_CONTROL, CONNECTION,
+    CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, ETAG, HOST, TRANSFER_ENCODING,
 };
 use hyper::{Method, Request, Response, StatusCode, Version};
 use plugin_api::{Call, Endpoint};
@@ -106,6 +106,11 @@ pub async fn handle(app: &App, request: Request<Incoming>) -> Response<Body> {
     };
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(request_id::HEADER, value);
+    }
+    if response.status() == StatusCode::BAD_REQUEST && has_odd_transfer_coding(request.headers()) {
+        response
+            .headers_mut()
+            .insert(CONNECTION, HeaderValue::from_static("close"));
     }
     if let Some(key) = report.key {
         set_standing_headers(app, &snapshot, key, &report, &mut response);
@@ -677,21 +682,68 @@ fn check_head<B>(request: &Request<B>) -> Result<(), ApiError> {
         // Authority-form: refused for its method further on.
         Method::CONNECT => true,
         Method::OPTIONS if target == "*" => true,
-        // Origin-form, or absolute-form (as a proxy would send it).
-        _ => target.starts_with('/') || uri.scheme().is_some(),
+        // Origin-form, or absolute-form (as a proxy would send it; every
+        // HTTP/2 request has a scheme, and `*` as its `:path`).
+        _ => target != "*" && (target.starts_with('/') || uri.scheme().is_some()),
     };
-    let hosts = request.headers().get_all(HOST).iter().count();
-    let host_fits = match request.version() {
-        Version::HTTP_11 => hosts == 1,
-        _ => hosts <= 1,
+    let mut hosts = request.headers().get_all(HOST).iter();
+    let host_fits = match (hosts.next(), hosts.next(), request.version()) {
+        (Some(host), None, _) => is_host(host.as_bytes()),
+        (None, None, version) => version != Version::HTTP_11,
+        (Some(_), Some(_), _) | (None, Some(_), _) => false,
     };
-    if !(form_fits && host_fits) {
+    if !(form_fits && host_fits) || has_odd_transfer_coding(request.headers()) {
         return Err(ApiError::MalformedRequest);
     }
     if target_len(uri) > MAX_TARGET_BYTES {
         return Err(ApiError::UriTooLong);
     }
     Ok(())
+}
+
+/// Whether `value` is a `Host` as RFC 9110 (7.2) writes one: a host name
+/// (RFC 3986's reg-name, possibly empty) or an IP literal in brackets, and
+/// a port of digits. RFC 9112 (3.2) wants any other refused with 400.
+fn is_host(value: &[u8]) -> bool {
+    let (host, port) = match value.strip_prefix(b"[") {
+        Some(rest) => match rest.iter().position(|&b| b == b']') {
+            Some(end)
+                if rest[..end]
+                    .iter()
+                    .all(|b| b.is_ascii_alphanumeric() || b":.".contains(b)) =>
+            {
+                (&rest[..0], &rest[end + 1..])
+            }
+            _ => return false,
+        },
+        None => match value.iter().rposition(|&b| b == b':') {
+            Some(colon) => (&value[..colon], &value[colon..]),
+            None => (value, &value[..0]),
+        },
+    };
+    let port_fits =
+        port.is_empty() || (port[0] == b':' && port[1..].iter().all(u8::is_ascii_digit));
+    port_fits
+        && host
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=%".contains(b))
+}
+
+/// A `Transfer-Encoding` other than one `chunked`: no request here has a
+/// body, and one framed in a way a proxy in front may read otherwise
+/// (`chunked, chunked`, `gzip, chunked`) is refused, its connection
+/// closed ([`handle`]), so nothing after it on the connection is read as a
+/// request.
+fn has_odd_transfer_coding(headers: &HeaderMap) -> bool {
+    let mut codings = headers.get_all(TRANSFER_ENCODING).iter();
+    match (codings.next(), codings.next()) {
+        (None, _) => false,
+        (Some(only), None) => !only
+            .as_bytes()
+            .trim_ascii()
+            .eq_ignore_ascii_case(b"chunked"),
+        (Some(_), Some(_)) => true,
+    }
 }
 
 /// The bytes of a request's target as sent in HTTP/1.1 (absolute-form
@@ -851,4 +903,62 @@ fn authenticate<'s>(
         .keys
         .verify(presented.as_bytes())
         .ok_or(ApiError::InvalidApiKey)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(version: Version, method: Method, uri: hyper::Uri, host: Option<&str>) -> Request<()> {
+        let mut request = Request::builder().version(version).method(method).uri(uri);
+        if let Some(host) = host {
+            request = request.header(HOST, host);
+        }
+        request.body(()).expect("a request")
+    }
+
+    /// Hardening review, defect 3: every HTTP/2 request has a scheme, so
+    /// the scheme alone must not let `*` through for a `GET`.
+    #[test]
+    fn an_asterisk_target_is_only_for_options_over_http2_too() {
+        let star = || {
+            hyper::Uri::builder()
+                .scheme("http")
+                .authority("a")
+                .path_and_query("*")
+                .build()
+                .expect("a URI")
+        };
+        let get = head(Version::HTTP_2, Method::GET, star(), None);
+        assert_eq!(check_head(&get), Err(ApiError::MalformedRequest));
+        let options = head(Version::HTTP_2, Method::OPTIONS, star(), None);
+        assert_eq!(check_head(&options), Ok(()));
+        let path = hyper::Uri::from_static("http://a/healthz");
+        assert_eq!(
+            check_head(&head(Version::HTTP_2, Method::GET, path, None)),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn a_host_is_a_name_or_an_ip_literal_and_a_port() {
+        for good in [
+            "a",
+            "api.example.com",
+            "a:80",
+            "a:",
+            "127.0.0.1:8080",
+            "[::1]",
+            "[::1]:80",
+            "",
+            "xn--bcher-kva.de",
+        ] {
+            assert!(is_host(good.as_bytes()), "{good:?}");
+        }
+        for bad in [
+            "a b", "x@y", "x/y", "[::1", "::1", "a:8x", "[::1]x", "a\tb", "x, y",
+        ] {
+            assert!(!is_host(bad.as_bytes()), "{bad:?}");
+        }
+    }
 }

@@ -1,6 +1,7 @@
 //! The HTTP surfaces. Public: the threads that serve it ([`serving`]), the
-//! listener ([`server`], with [`tls`] and [`refusal`] of heads hyper
-//! cannot read), the checks every request passes
+//! listener ([`server`], with [`tls`], [`refusal`] of heads hyper
+//! cannot read and the time limits of HTTP/2 connections, [`h2_limits`]),
+//! the checks every request passes
 //! in order ([`api`]), request IDs ([`request_id`]), the JSON envelopes
 //! ([`response`]), and how an answer is represented ([`encoding`]: codings
 //! and entity tags; [`cors`]: browsers). Operators': the [`admin`]
@@ -11,6 +12,7 @@ pub mod answer;
 pub mod api;
 pub mod cors;
 pub mod encoding;
+pub mod h2_limits;
 pub mod refusal;
 pub mod request_id;
 pub mod response;

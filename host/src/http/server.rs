@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use hyper::body::Incoming;
 use hyper::server::conn::{http1, http2};
-use hyper::service::service_fn;
+use hyper::service::{service_fn, Service};
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
@@ -44,6 +44,7 @@ use tokio::time::{Instant, Sleep};
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
+use super::h2_limits::{self, Activity, WatchedIo};
 use super::refusal::Refusals;
 use super::response::Body;
 use super::tls::TlsFiles;
@@ -508,6 +509,7 @@ where
             watcher: self.graceful.watcher(),
             deadline,
             shutdown: self.shutdown.clone(),
+            hardening,
         };
         let tls = self.listening.tls.clone();
         tokio::spawn(async move {
@@ -568,6 +570,8 @@ struct Opening {
     /// When the first bytes must have arrived.
     deadline: Instant,
     shutdown: CancellationToken,
+    /// What bounds an HTTP/2 connection ([`h2_limits`]).
+    hardening: Hardening,
 }
 
 impl Opening {
@@ -577,7 +581,7 @@ impl Opening {
     async fn serve<I, S>(self, mut io: I, service: S) -> Result<(), BoxError>
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-        S: hyper::service::HttpService<Incoming, ResBody = Body> + Clone + Send + 'static,
+        S: Service<Request<Incoming>, Response = Response<Body>> + Clone + Send + 'static,
         S::Future: Send + 'static,
         S::Error: Into<BoxError>,
     {
@@ -597,10 +601,19 @@ impl Opening {
         // Each protocol's connection is boxed, so a connection holds only
         // the one it speaks, not room for the larger of the two.
         if io.first == H2_PREFACE {
+            let activity = Activity::new();
+            let io = WatchedIo::new(io, activity.clone());
+            let service = h2_limits::Watched::new(service, activity.clone());
             let connection = http2.serve_connection(TokioIo::new(io), service);
-            Box::pin(self.watcher.watch(connection))
-                .await
-                .map_err(Into::into)
+            let (idle, stall) = (self.hardening.header_timeout, self.hardening.write_timeout);
+            tokio::select! {
+                served = Box::pin(self.watcher.watch(connection)) => served.map_err(Into::into),
+                // Dropping the connection closes it, and drops what it holds.
+                limit = activity.limit(idle, stall) => {
+                    tracing::debug!(?limit, "HTTP/2 connection closed");
+                    Ok(())
+                }
+            }
         } else {
             let connection = http1.serve_connection(TokioIo::new(Refusals::new(io)), service);
             Box::pin(self.watcher.watch(connection))

@@ -40,7 +40,7 @@ impl std::fmt::Display for LoadError {
                 "an incomplete library file ({why}): one still being written, or cut short; \
                  replace libraries by renaming a finished file into place"
             ),
-            LoadError::Unreadable(e) => write!(f, "cannot be read: {e}"),
+            LoadError::Unreadable(e) => write!(f, "cannot be loaded: {e}"),
         }
     }
 }
