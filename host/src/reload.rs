@@ -173,6 +173,7 @@ pub fn reload(app: &App, listening: SocketAddr) -> Result<(), ReloadError> {
         }
     };
     log_keys_fault(&next);
+    warn_if_no_keys_left(&current, &next);
     let changes = next.routes.changes_since(&current.routes);
     if settings.is_empty() {
         tracing::info!(keys = next.keys.len(), "reload applied: {changes}");
@@ -193,12 +194,25 @@ fn reload_keys_only(app: &App, current: &Snapshot) {
     }
     let next = current.with_keys_reread();
     log_keys_fault(&next);
+    warn_if_no_keys_left(current, &next);
     let changed = !Arc::ptr_eq(&next.keys, &current.keys) && *next.keys != *current.keys;
     if changed || next.keys_are_current() != current.keys_are_current() {
         if changed {
             tracing::info!(keys = next.keys.len(), "keys reloaded");
         }
         app.replace(next);
+    }
+}
+
+/// A warning when the last key goes: a keys file deleted or emptied by
+/// mistake refuses every caller, and an info line would hide it.
+fn warn_if_no_keys_left(current: &Snapshot, next: &Snapshot) {
+    if next.keys.is_empty() && !current.keys.is_empty() {
+        tracing::warn!(
+            last_keys = current.keys.len(),
+            keys_file = %next.serving.keys_file.display(),
+            "no key is valid now (the keys file is empty or gone): every key is refused"
+        );
     }
 }
 

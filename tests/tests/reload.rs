@@ -179,6 +179,24 @@ async fn a_revoked_key_is_refused_and_a_new_key_accepted_within_a_second() {
     );
 }
 
+/// A keys file deleted on a running server refuses every key, as
+/// documented, and says so as a warning, not in an info line.
+#[tokio::test]
+async fn a_deleted_keys_file_is_warned_about() {
+    let stack = Stack::start().await;
+    await_watching(&stack.server, &stack.config).await;
+    std::fs::remove_file(stack.config.keys_file()).expect("removed");
+    let line = wait_for_log(&stack.server, "no key is valid now", 1).await;
+    assert!(
+        line.contains("WARN") && line.contains("last_keys=1"),
+        "{line}"
+    );
+    wait_until("the key refused", || async {
+        stack.api.get(AUTH_PROBE).await.status == 401
+    })
+    .await;
+}
+
 /// Operator review, defect 2: a keys file reached through a symbolic link
 /// whose target folder is swapped by a rename, the way Kubernetes updates
 /// a mounted Secret (`keys.toml -> ..data/keys.toml`, `..data -> ..v1`),

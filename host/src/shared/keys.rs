@@ -227,7 +227,19 @@ pub async fn follow(app: Arc<App>, shared: Arc<Shared>, shutdown: CancellationTo
             match keys.store().await {
                 Ok(store) => {
                     if store != *applied {
-                        tracing::info!(keys = store.len(), "keys reloaded from the shared store");
+                        if store.is_empty() {
+                            // A Redis restarted without persistence looks
+                            // like this: every key now answers 401.
+                            tracing::warn!(
+                                last_keys = applied.len(),
+                                "the shared store holds no keys now: every key is refused"
+                            );
+                        } else {
+                            tracing::info!(
+                                keys = store.len(),
+                                "keys reloaded from the shared store"
+                            );
+                        }
                     }
                     applied = Arc::new(store);
                     seen = Some(version);
