@@ -249,7 +249,8 @@ impl KeyRecord {
 pub struct KeysFileAt<'a>(pub &'a Path);
 
 /// The largest keys file read: about a million keys. Anything larger (a
-/// device, a wrong file) is refused before it fills the memory.
+/// wrong file) is refused unread, as is what is not a regular file (a
+/// device, a FIFO).
 pub const MAX_KEYS_FILE_BYTES: u64 = 256 * 1024 * 1024;
 
 impl KeysFileAt<'_> {
@@ -282,20 +283,35 @@ impl KeysFileAt<'_> {
             path: path.to_owned(),
             source,
         };
+        // Looked at before it is opened: opening a FIFO would wait for a
+        // writer, and a device may never end.
+        let too_big = || {
+            std::io::Error::other(format!(
+                "larger than {} MiB: not a keys file",
+                MAX_KEYS_FILE_BYTES >> 20
+            ))
+        };
+        match std::fs::metadata(path) {
+            Ok(meta) if !meta.is_file() => {
+                return Err(failed(std::io::Error::other("not a regular file")))
+            }
+            Ok(meta) if meta.len() > MAX_KEYS_FILE_BYTES => return Err(failed(too_big())),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(failed(source)),
+        }
         let file = match File::open(path) {
             Ok(file) => file,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(source) => return Err(failed(source)),
         };
+        // Bounded still: it may have grown since.
         let mut bytes = Vec::new();
         file.take(MAX_KEYS_FILE_BYTES + 1)
             .read_to_end(&mut bytes)
             .map_err(failed)?;
         if bytes.len() as u64 > MAX_KEYS_FILE_BYTES {
-            return Err(failed(std::io::Error::other(format!(
-                "larger than {} MiB: not a keys file",
-                MAX_KEYS_FILE_BYTES >> 20
-            ))));
+            return Err(failed(too_big()));
         }
         String::from_utf8(bytes)
             .map(Some)

@@ -16,7 +16,7 @@ use std::sync::Mutex;
 use std::time::SystemTime;
 
 use abi_stable::std_types::RStr;
-use plugin_api::ffi::{HostServices, Library, LoadError, ProviderHandle};
+use plugin_api::ffi::{elf, HostServices, Library, LoadError, ProviderHandle};
 use plugin_api::log::Level;
 use plugin_api::ProviderConfig as PluginConfig;
 use sha2::{Digest, Sha256};
@@ -174,6 +174,14 @@ impl Loader {
         let library = match loaded.by_hash.get(&hash) {
             Some(library) => library.clone(),
             None => {
+                // Checked before it is copied: a file cut short must leave
+                // no library-sized copy behind. (Loading checks it again.)
+                let incomplete = |e| PluginError::Load {
+                    path: path.to_owned(),
+                    source: LoadError::Incomplete(e),
+                };
+                let len = bytes.len() as u64;
+                elf::check(&mut std::io::Cursor::new(&bytes), len).map_err(incomplete)?;
                 let copy = self.private_copy(path, &bytes, &hash)?;
                 let library = Library::load(&copy).map_err(|source| PluginError::Load {
                     path: path.to_owned(),

@@ -318,6 +318,21 @@ impl FolderWatcher {
                 }
             }
         }
+        // Folders no file is followed in any more (a `..data` swap leaves
+        // the old version's behind, soon deleted) are let go.
+        let gone: Vec<PathBuf> = self
+            .folders
+            .iter()
+            .filter(|folder| !wanted.iter().any(|(f, _)| f == *folder))
+            .cloned()
+            .collect();
+        for folder in gone {
+            if let Some(inner) = self.inner.as_mut() {
+                // Fails for a folder already deleted, whose watch went with it.
+                let _ = inner.unwatch(&folder);
+            }
+            self.folders.remove(&folder);
+        }
         *crate::sync::lock(watched) = wanted;
     }
 }

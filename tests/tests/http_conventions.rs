@@ -383,6 +383,28 @@ async fn an_idle_http2_connection_is_closed_at_the_header_timeout() {
         "closed after {took:?}"
     );
 
+    // A request whose answer takes longer than the timeout to build is
+    // work, not idleness: it is answered (the review found it dropped
+    // about half the time).
+    stack
+        .primary
+        .respond_all(
+            socialgate_tests::upstream::json_response(
+                &socialgate_tests::upstream::fixtures::primary_user_profile(),
+            )
+            .set_delay(Duration::from_millis(1500)),
+        )
+        .await;
+    for _ in 0..4 {
+        let tcp = TcpStream::connect(stack.server.addr())
+            .await
+            .expect("connects");
+        let mut h2 = h2_connect(tcp).await;
+        let key = [("x-api-key", stack.key.as_str())];
+        let (status, _, body) = h2_request(&mut h2, PROFILE, &key).await;
+        assert_eq!(status, 200, "{body:?}");
+    }
+
     // In use, it outlives the timeout.
     let tcp = TcpStream::connect(stack.server.addr())
         .await

@@ -335,6 +335,13 @@ async fn an_incompatible_library_is_rejected_while_the_old_table_answers() {
     // unfinished file renamed into place) used to kill the server with
     // SIGBUS as the loader mapped it. It is refused like any unusable one.
     let whole = std::fs::read(&library).unwrap();
+    let copies = || {
+        std::fs::read_dir(stack.config.dir().join("state/plugins"))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    };
+    let copies_before = copies();
+    assert!(copies_before > 0, "the private copies are where this looks");
     for (round, keep) in [100_000, whole.len() / 2, whole.len() - 1]
         .into_iter()
         .enumerate()
@@ -350,6 +357,7 @@ async fn an_incompatible_library_is_rejected_while_the_old_table_answers() {
         assert!(stack.server.is_running(), "cut to {keep} bytes: {line}");
         assert_profile(&stack.get(PROFILE).await);
     }
+    assert_eq!(copies(), copies_before, "no copy of a cut-short library");
     let out = run_cli(&stack.config, &standard_env(), &["check"]);
     out.assert_one_stderr_line("check of a cut-short library");
     assert!(out.stderr.contains("incomplete library file"), "{out:?}");

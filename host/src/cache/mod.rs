@@ -369,9 +369,14 @@ impl Cache {
                             if !ttl.is_zero() {
                                 cache.store.insert(key.clone(), entry.clone());
                                 // The store refuses what is heavier than its
-                                // share of `max_bytes`, without a word.
-                                stored = cache.store.contains_key(&key);
-                                if let Some(shared) = &cache.shared {
+                                // share of `max_bytes`, without a word; and
+                                // it is shared, so it is asked for this entry.
+                                stored = cache
+                                    .store
+                                    .peek(&key)
+                                    .is_some_and(|kept| Arc::ptr_eq(&kept, &entry));
+                                // The shared level keeps what this one does.
+                                if let (true, Some(shared)) = (stored, &cache.shared) {
                                     shared.put(&key, &entry);
                                 }
                             }

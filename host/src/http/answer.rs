@@ -21,8 +21,9 @@ use crate::state::{App, Snapshot};
 /// An answer with data.
 pub struct Found {
     pub entry: Arc<Entry>,
-    /// Whether it came from the cache (`meta.cached`).
-    pub cached: bool,
+    /// How old the stored answer is, read once, when it came from the
+    /// cache (`meta.cached`): its `Age` and its `ttl` must agree.
+    pub age: Option<Duration>,
     pub status: CacheStatus,
 }
 
@@ -92,7 +93,7 @@ pub async fn find<H: Send + 'static>(
         let found = served
             .map(|served| Found {
                 entry: Arc::new(Entry::unstored(Stored::Data(data_of(served)))),
-                cached: false,
+                age: None,
                 status: CacheStatus::bypass(),
             })
             .map_err(|error| Unanswered {
@@ -118,24 +119,26 @@ async fn find_cached<H: Send + 'static>(
 
     let key = Key::new(ask.platform, ask.call, ask.issuer);
     let stored = app.cache.lookup(&key).await;
+    // Read once: the verdict, `ttl` and `Age` must agree.
+    let age = stored.as_ref().map_or(Duration::ZERO, |entry| entry.age());
     let forward = match &stored {
         None => Forward::Miss,
-        Some(entry) => match freshness::judge(entry.age(), entry.ttl(), ask.directives) {
+        Some(entry) => match freshness::judge(age, entry.ttl(), ask.directives) {
             Verdict::Fresh => {
                 metrics::cache(endpoint, "hit");
                 let status = CacheStatus::Hit {
-                    ttl: seconds_left(entry.ttl(), entry.age()),
+                    ttl: seconds_left(entry.ttl(), age),
                 };
                 let hit = match entry.answer {
                     Stored::Data(_) => Ok(Found {
                         entry: entry.clone(),
-                        cached: true,
+                        age: Some(age),
                         status,
                     }),
                     Stored::NotFound => Err(Unanswered {
                         error: ChainError::NotFound,
                         status: Some(status),
-                        age: Some(entry.age()),
+                        age: Some(age),
                     }),
                 };
                 return (hit, held);
@@ -210,7 +213,7 @@ async fn find_cached<H: Send + 'static>(
             Stored::Data(_) => Ok(Found {
                 status: fetched(ttl),
                 entry,
-                cached: false,
+                age: None,
             }),
             Stored::NotFound => Err(Unanswered {
                 error: ChainError::NotFound,
@@ -224,19 +227,17 @@ async fn find_cached<H: Send + 'static>(
             | ChainError::Unavailable { .. }
             | ChainError::Busy),
         ) => {
-            match stored.filter(|entry| {
+            // Its age now, after the fetch, read once.
+            let standing_in = stored.map(|entry| (entry.age(), entry));
+            match standing_in.filter(|(age, entry)| {
                 matches!(entry.answer, Stored::Data(_))
-                    && freshness::usable_when_failing(
-                        entry.age(),
-                        entry.ttl(),
-                        config.stale_if_error,
-                    )
+                    && freshness::usable_when_failing(*age, entry.ttl(), config.stale_if_error)
             }) {
-                Some(entry) => {
-                    let ttl = seconds_left(entry.ttl(), entry.age());
+                Some((age, entry)) => {
+                    let ttl = seconds_left(entry.ttl(), age);
                     // Stored and still fresh, yet fetched: the request
                     // asked for a fresher answer than the one it gets.
-                    let forward = if forward == Forward::Request && entry.age() < entry.ttl() {
+                    let forward = if forward == Forward::Request && age < entry.ttl() {
                         tracing::warn!(
                             ttl,
                             "the providers could not answer; serving the stored answer the request asked to refresh"
@@ -254,7 +255,7 @@ async fn find_cached<H: Send + 'static>(
                     Ok(Found {
                         status,
                         entry,
-                        cached: true,
+                        age: Some(age),
                     })
                 }
                 None => Err(Unanswered {

@@ -107,7 +107,7 @@ pub async fn handle(app: &App, request: Request<Incoming>) -> Response<Body> {
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(request_id::HEADER, value);
     }
-    if response.status() == StatusCode::BAD_REQUEST && has_odd_transfer_coding(request.headers()) {
+    if response.status().is_client_error() && has_odd_transfer_coding(request.headers()) {
         response
             .headers_mut()
             .insert(CONNECTION, HeaderValue::from_static("close"));
@@ -433,14 +433,14 @@ async fn route<'s>(
         .map(|c| c.as_bytes())
         .unwrap_or_default();
     let etag = encoding::etag(&[platform.as_bytes(), &data.json, position]);
-    let age = found.cached.then(|| found.entry.age());
+    let (age, cached) = (found.age, found.age.is_some());
     let not_modified = encoding::not_modified(request.headers(), &etag);
     let credits_used = if not_modified {
         // Nothing is delivered: the reservation is refunded when dropped.
         drop(credits);
         0
     } else {
-        let charge = credits.commit(found.cached);
+        let charge = credits.commit(cached);
         report.remaining = Some(charge.remaining);
         charge.credits
     };
@@ -449,7 +449,7 @@ async fn route<'s>(
         platform,
         &data.json,
         credits_used,
-        found.cached,
+        cached,
         next_cursor.as_ref().map(|c| c.as_deref()),
         id,
     );
@@ -672,8 +672,10 @@ const MAX_TARGET_BYTES: usize = 8 * 1024;
 
 /// What a head hyper has read may still get wrong (RFC 9112, 3.2 and 3.2.1):
 /// a target in a form its method does not take (`GET healthz`, `GET *`),
-/// or an HTTP/1.1 request without exactly one `Host` (HTTP/2 names the host
-/// in `:authority`; no request may name two). And a target longer than
+/// an HTTP/1.1 request without exactly one `Host` (HTTP/2 names the host
+/// in `:authority`; no request may name two), a `Host` that is no host
+/// and port, a body framed in a way a proxy in front may read otherwise
+/// ([`has_odd_transfer_coding`]). And a target longer than
 /// [`MAX_TARGET_BYTES`].
 fn check_head<B>(request: &Request<B>) -> Result<(), ApiError> {
     let uri = request.uri();
@@ -687,10 +689,10 @@ fn check_head<B>(request: &Request<B>) -> Result<(), ApiError> {
         _ => target != "*" && (target.starts_with('/') || uri.scheme().is_some()),
     };
     let mut hosts = request.headers().get_all(HOST).iter();
-    let host_fits = match (hosts.next(), hosts.next(), request.version()) {
-        (Some(host), None, _) => is_host(host.as_bytes()),
-        (None, None, version) => version != Version::HTTP_11,
-        (Some(_), Some(_), _) | (None, Some(_), _) => false,
+    let host_fits = match (hosts.next(), hosts.next()) {
+        (Some(host), None) => is_host(host.as_bytes()),
+        (None, _) => request.version() != Version::HTTP_11,
+        (Some(_), Some(_)) => false,
     };
     if !(form_fits && host_fits) || has_odd_transfer_coding(request.headers()) {
         return Err(ApiError::MalformedRequest);

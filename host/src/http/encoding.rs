@@ -31,6 +31,9 @@ pub enum Coding {
 }
 
 impl Coding {
+    /// Every coding the service speaks.
+    pub const ALL: [Coding; 2] = [Coding::Brotli, Coding::Gzip];
+
     /// The `Content-Encoding` token.
     pub fn token(self) -> &'static str {
         match self {
@@ -148,13 +151,11 @@ pub fn not_modified(request: &HeaderMap, etag: &HeaderValue) -> bool {
 fn opaque(tag: &[u8]) -> Option<&[u8]> {
     let tag = tag.strip_prefix(b"W/").unwrap_or(tag);
     let inner = tag.strip_prefix(b"\"")?.strip_suffix(b"\"")?;
-    let uncoded = [Coding::Brotli, Coding::Gzip]
-        .into_iter()
-        .find_map(|coding| {
-            inner
-                .strip_suffix(coding.token().as_bytes())?
-                .strip_suffix(b"-")
-        });
+    let uncoded = Coding::ALL.into_iter().find_map(|coding| {
+        inner
+            .strip_suffix(coding.token().as_bytes())?
+            .strip_suffix(b"-")
+    });
     Some(uncoded.unwrap_or(inner))
 }
 

@@ -10,14 +10,19 @@
 //!
 //! - *idle*: no request being worked on, no answer waiting to be taken,
 //!   and not a byte read or written for `header_timeout` (a client that
-//!   sent the preface and nothing more, or half a head);
+//!   sent the preface, or half a head, and then nothing);
 //! - *stalled*: an answer built and not taken by the connection, whole,
-//!   within `write_timeout` (its client opens no window for it).
+//!   within `write_timeout` (its client opens no window for it, or it
+//!   queues that long behind others), as an HTTP/1 answer whose write
+//!   makes no progress that long.
 //!
 //! An answer the connection has taken is sent as the client's window
 //! allows; a slow client that keeps reading is neither idle nor stalled.
+//! A client that keeps sending frames (pings) keeps its connection, as an
+//! HTTP/1 client that keeps sending requests does: `max_connections`
+//! bounds those.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -58,10 +63,12 @@ pub struct Activity {
     answer_built: Notify,
 }
 
+/// Answers by number; numbers and build times both grow, so the first
+/// is the oldest.
 #[derive(Default)]
 struct Waiting {
     next: u64,
-    built: HashMap<u64, Instant>,
+    built: BTreeMap<u64, Instant>,
 }
 
 impl Activity {
@@ -89,7 +96,10 @@ impl Activity {
     pub async fn limit(&self, idle: Duration, stall: Duration) -> Limit {
         loop {
             let now = Instant::now();
-            let oldest = lock(&self.waiting).built.values().min().copied();
+            let oldest = lock(&self.waiting)
+                .built
+                .first_key_value()
+                .map(|(_, at)| *at);
             let due = match oldest {
                 Some(built) if now >= built + stall => return Limit::Stalled,
                 Some(built) => built + stall,
@@ -127,6 +137,9 @@ struct Taken {
 impl Drop for Taken {
     fn drop(&mut self) {
         lock(&self.activity.waiting).built.remove(&self.id);
+        // Handed over: its bytes go out from now, and the time until they
+        // start to must not count as idle.
+        self.activity.touch();
     }
 }
 
@@ -143,6 +156,7 @@ impl Working {
 impl Drop for Working {
     fn drop(&mut self) {
         self.0.working.fetch_sub(1, Ordering::Relaxed);
+        self.0.touch();
     }
 }
 

@@ -542,8 +542,10 @@ where
         let (name, hardening) = (self.listening.name, self.listening.hardening);
         let open = self.graceful.count();
         if open > 0 {
+            // One line per serving thread, each with its own connections.
             tracing::info!(
                 listener = name,
+                thread = std::thread::current().name().unwrap_or("-"),
                 connections = open,
                 "no new connections; finishing requests in flight"
             );
@@ -607,6 +609,9 @@ impl Opening {
             let connection = http2.serve_connection(TokioIo::new(io), service);
             let (idle, stall) = (self.hardening.header_timeout, self.hardening.write_timeout);
             tokio::select! {
+                // The connection first: an answer it is about to write
+                // is activity the limit must see.
+                biased;
                 served = Box::pin(self.watcher.watch(connection)) => served.map_err(Into::into),
                 // Dropping the connection closes it, and drops what it holds.
                 limit = activity.limit(idle, stall) => {

@@ -300,9 +300,6 @@ impl Shared {
     /// Records how an operation named `name` went.
     pub fn note(&self, name: &'static str, error: Option<&StateError>) {
         if !self.logs_health {
-            if error.is_some() {
-                crate::metrics::state_error(name);
-            }
             return;
         }
         match error {
