@@ -212,6 +212,21 @@ impl CursorSealer {
         })
     }
 
+    /// What the entity tag of a page with a next cursor adds, so that a
+    /// `304` never confirms a stored page whose token has expired or no
+    /// longer opens: the sealing key's ID (a restart without
+    /// `cursor_key_env` changes it) and which half of `cursor_ttl_s` it is
+    /// now. A page revalidated in the half its token was issued in has a
+    /// token with at least half its life left; past it, the tag changes
+    /// and the page comes whole, with a new token.
+    pub fn tag_epoch(&self) -> [u8; KEY_ID_LEN + 8] {
+        let half = (self.ttl.as_secs() / 2).max(1);
+        let mut epoch = [0u8; KEY_ID_LEN + 8];
+        epoch[..KEY_ID_LEN].copy_from_slice(&self.current.id);
+        epoch[KEY_ID_LEN..].copy_from_slice(&(unix_now() / half).to_le_bytes());
+        epoch
+    }
+
     pub fn seal(&self, listing: Listing<'_>, position: &Position) -> String {
         self.seal_at(listing, position, unix_now())
     }

@@ -2,7 +2,7 @@
 //! `breaker_failures` consecutive failures, and while open the provider's
 //! upstream receives nothing and the fallback answers; after the cooldown
 //! exactly one probe reaches it, and a successful probe closes it. A 429
-//! opens it at once, for the longer of the cooldown and its `Retry-After`;
+//! opens it at once, for its `Retry-After` (a second without one);
 //! a 401 counts as a failure, "not found" does not. A probe whose caller
 //! hangs up still ends, and counts, as a failed probe. When every provider
 //! of a chain is open, the one whose cooldown ends first is still tried, by
@@ -178,7 +178,7 @@ async fn a_successful_probe_closes_the_breaker() {
 }
 
 #[tokio::test]
-async fn a_429_opens_it_at_once_for_the_longer_of_cooldown_and_retry_after() {
+async fn a_429_opens_it_at_once_for_its_retry_after() {
     // A threshold of 5 and a 300 ms cooldown; the 429 says 3 s, so a busy
     // machine has seconds, not milliseconds, to look between the two.
     let retry_after = Duration::from_secs(3);
@@ -204,7 +204,8 @@ async fn a_429_opens_it_at_once_for_the_longer_of_cooldown_and_retry_after() {
     assert_answered_by(&a, FALLBACK_FOLLOWERS, "open after one 429");
     assert_eq!(primary_p1(&stack).await, 1, "one 429 opened it");
 
-    // Past the cooldown, not past Retry-After: still open.
+    // Past the cooldown, not past Retry-After: still open (a Retry-After
+    // shorter than the cooldown counts as well: the unit tests).
     tokio::time::sleep(Duration::from_millis(800).saturating_sub(limited.elapsed())).await;
     let a = stack.get(PROFILE).await;
     assert!(
@@ -572,6 +573,42 @@ async fn a_rate_limited_provider_is_never_asked_before_its_retry_after() {
         stack.fallback.request_count().await,
         1,
         "nothing reached the rate-limited upstream before its Retry-After"
+    );
+}
+
+/// Paging review, defect 2: the fallback's "1 request/second" limit took
+/// it out for the whole cooldown (30 s by default), and search, which it
+/// serves alone, with it. A rate limit without `Retry-After` keeps the
+/// provider out for a second.
+#[tokio::test]
+async fn a_per_second_rate_limit_keeps_a_provider_out_for_a_second_not_the_cooldown() {
+    let stack = Stack::builder()
+        .breaker(FALLBACK, 5, LONG_COOLDOWN_MS)
+        .start()
+        .await;
+    stack
+        .fallback
+        .answer_all(&socialgate_tests::upstream::fixtures::fallback_rate_limit())
+        .await;
+    stack
+        .get(SEARCH)
+        .await
+        .assert_error(502, "UPSTREAM_UNAVAILABLE");
+    let limited = Instant::now();
+    assert_eq!(stack.fallback.request_count().await, 1, "the limit");
+    stack.fallback.reset().await;
+    stack.fallback.serve_fixtures().await;
+    let a = stack.get(SEARCH).await;
+    if limited.elapsed() < Duration::from_millis(900) {
+        a.assert_error(502, "UPSTREAM_UNAVAILABLE");
+        assert_eq!(stack.fallback.request_count().await, 0, "out for now");
+    }
+    tokio::time::sleep(Duration::from_millis(1200).saturating_sub(limited.elapsed())).await;
+    stack.get(SEARCH).await.assert_success(true);
+    assert_eq!(
+        stack.fallback.request_count().await,
+        1,
+        "back after a second"
     );
 }
 

@@ -323,6 +323,30 @@ impl Cache {
         self.store.get(key)
     }
 
+    /// Forgets the first page of `later`'s listing if `issuer` answered it.
+    /// Its cursor leads only back to `issuer`, which has just failed to give
+    /// a later page: a caller told to start the listing again must not be
+    /// handed that cursor once more (until the page expires) when another
+    /// provider could start it. Here and, with a shared level, for every
+    /// replica.
+    pub fn forget_first_page(&self, platform: &str, later: &Call, issuer: &str) {
+        let key = Key::new(platform, &later.clone().with_cursor(None), None);
+        let by_other = match self.store.peek(&key) {
+            Some(entry) => match &entry.answer {
+                Stored::Data(data) => *data.provider != *issuer,
+                Stored::NotFound => true,
+            },
+            None => false,
+        };
+        if by_other {
+            return;
+        }
+        self.store.remove(&key);
+        if let Some(shared) = &self.shared {
+            shared.forget(&key);
+        }
+    }
+
     /// Bytes the stored entries take, as weighed.
     pub fn bytes(&self) -> u64 {
         self.store.weight()

@@ -227,6 +227,9 @@ async fn find_cached<H: Send + 'static>(
             | ChainError::Unavailable { .. }
             | ChainError::Busy),
         ) => {
+            if let (Some(issuer), false) = (ask.issuer, error == ChainError::Busy) {
+                app.cache.forget_first_page(ask.platform, ask.call, issuer);
+            }
             // Its age now, after the fetch, read once.
             let standing_in = stored.map(|entry| (entry.age(), entry));
             match standing_in.filter(|(age, entry)| {

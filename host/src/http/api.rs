@@ -426,13 +426,14 @@ async fn route<'s>(
         })
     });
     // The tag covers what the answer says (its data, and where its next
-    // page starts), not `meta`'s per-request facts.
-    let position = data
-        .next_cursor
-        .as_ref()
-        .map(|c| c.as_bytes())
-        .unwrap_or_default();
-    let etag = encoding::etag(&[platform.as_bytes(), &data.json, position]);
+    // page starts, while its token lasts), not `meta`'s per-request facts.
+    let etag = match &data.next_cursor {
+        None => encoding::etag(&[platform.as_bytes(), &data.json]),
+        Some(position) => {
+            let epoch = app.cursors.tag_epoch();
+            encoding::etag(&[platform.as_bytes(), &data.json, position.as_bytes(), &epoch])
+        }
+    };
     let (age, cached) = (found.age, found.age.is_some());
     let not_modified = encoding::not_modified(request.headers(), &etag);
     let credits_used = if not_modified {

@@ -3,8 +3,11 @@
 //! one probe decides whether it is back.
 //!
 //! A dead primary would otherwise make every request pay its timeout before
-//! the fallback answers. An upstream's 429 opens the breaker at once, for the
-//! longer of the cooldown and its `Retry-After`. Which [`Outcome`] an
+//! the fallback answers. An upstream's rate limit opens the breaker at once,
+//! for its `Retry-After` ([`RATE_LIMITED_FOR`] when it gives none): it says
+//! when to come back, where the cooldown is for failures whose end no one
+//! knows (a 1-request-a-second limit must not take a provider out for the
+//! whole cooldown). Which [`Outcome`] an
 //! attempt's result is (a "not found" is a success, input refused before
 //! any request is neutral, ...) is the failover verdict's to say:
 //! [`crate::chain::decision`].
@@ -20,6 +23,9 @@ pub const DEFAULT_COOLDOWN: Duration = Duration::from_secs(30);
 /// The longest an upstream's `Retry-After` can keep a breaker open: an
 /// upstream must not be able to switch itself off for good.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+/// How long a rate limit that says no `Retry-After` keeps a provider out:
+/// the contract's limits are per second.
+pub const RATE_LIMITED_FOR: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BreakerConfig {
@@ -236,11 +242,7 @@ impl Breaker {
             },
             (Outcome::Neutral, unchanged) => unchanged,
             (Outcome::RateLimited(after), _) => State::Open {
-                until: now
-                    + after
-                        .unwrap_or_default()
-                        .min(MAX_RETRY_AFTER)
-                        .max(self.config.cooldown),
+                until: now + after.unwrap_or(RATE_LIMITED_FOR).min(MAX_RETRY_AFTER),
                 rate_limited: true,
             },
             (Outcome::Failure, State::Closed { failures })
@@ -324,16 +326,19 @@ mod tests {
     }
 
     #[test]
-    fn rate_limit_opens_at_once_for_the_longer_wait() {
-        let b = breaker();
+    fn rate_limit_opens_at_once_for_its_retry_after() {
         let t = Instant::now();
-        let p = b.try_acquire(t).unwrap();
-        b.record(p, Outcome::RateLimited(Some(Duration::from_secs(60))), t);
-        assert_eq!(b.try_acquire(t).err(), Some(t + Duration::from_secs(60)));
-        let b = breaker();
-        let p = b.try_acquire(t).unwrap();
-        b.record(p, Outcome::RateLimited(Some(Duration::from_secs(1))), t);
-        assert_eq!(b.try_acquire(t).err(), Some(t + Duration::from_secs(10)));
+        for (after, open_for) in [
+            (Some(Duration::from_secs(60)), Duration::from_secs(60)),
+            // Shorter than the cooldown (10 s here): its own time.
+            (Some(Duration::from_secs(2)), Duration::from_secs(2)),
+            (None, RATE_LIMITED_FOR),
+        ] {
+            let b = breaker();
+            let p = b.try_acquire(t).unwrap();
+            b.record(p, Outcome::RateLimited(after), t);
+            assert_eq!(b.try_acquire(t).err(), Some(t + open_for), "{after:?}");
+        }
     }
 
     #[test]

@@ -86,6 +86,20 @@ impl SharedCache {
         ))
     }
 
+    /// Deletes what is stored under `key`, in the background.
+    pub fn forget(self: &Arc<Self>, key: &Key) {
+        let name = self.name(key);
+        let this = self.clone();
+        tokio::spawn(async move {
+            let _ = this
+                .shared
+                .run("cache_forget", |mut conn| async move {
+                    conn.del::<_, ()>(name).await
+                })
+                .await;
+        });
+    }
+
     /// Stores `entry` under `key` for the rest of its time to live, in the
     /// background: no request waits for it.
     pub fn put(self: &Arc<Self>, key: &Key, entry: &Entry) {
