@@ -327,8 +327,9 @@ impl FolderWatcher {
             .cloned()
             .collect();
         for folder in gone {
-            if let Some(inner) = self.inner.as_mut() {
-                // Fails for a folder already deleted, whose watch went with it.
+            // A folder already deleted took its watch with it (and the
+            // watcher would log a warning for asking).
+            if let (Some(inner), true) = (self.inner.as_mut(), folder.exists()) {
                 let _ = inner.unwatch(&folder);
             }
             self.folders.remove(&folder);
