@@ -590,12 +590,12 @@ async fn a_per_second_rate_limit_keeps_a_provider_out_for_a_second_not_the_coold
         .fallback
         .answer_all(&socialgate_tests::upstream::fixtures::fallback_rate_limit())
         .await;
-    stack
-        .get(SEARCH)
-        .await
-        .assert_error(502, "UPSTREAM_UNAVAILABLE");
+    let first = stack.get(SEARCH).await;
+    first.assert_error(502, "UPSTREAM_UNAVAILABLE");
     let limited = Instant::now();
     assert_eq!(stack.fallback.request_count().await, 1, "the limit");
+    // The request that met the limit is told when to come back too.
+    assert_eq!(first.header("retry-after"), Some("1"), "{first:?}");
     stack.fallback.reset().await;
     stack.fallback.serve_fixtures().await;
     let a = stack.get(SEARCH).await;

@@ -181,7 +181,24 @@ pub async fn serve<H: Send + 'static>(
     if deadline.expired() {
         return (Err(ChainError::DeadlineExceeded), held);
     }
-    (Err(ChainError::Exhausted), held)
+    // Every provider failed, and their failures (a rate limit, say) left
+    // none to ask now: say when one may be, as the requests after this
+    // one are told.
+    let now = Instant::now();
+    let soonest = providers
+        .iter()
+        .map(|provider| provider.breaker.next_chance(now))
+        .min()
+        .filter(|soonest| *soonest > now);
+    match soonest {
+        Some(soonest) => (
+            Err(ChainError::Unavailable {
+                retry_after: soonest - now,
+            }),
+            held,
+        ),
+        None => (Err(ChainError::Exhausted), held),
+    }
 }
 
 impl Verdict {
