@@ -157,17 +157,8 @@ pub async fn serve<H: Send + 'static>(
                 return (Err(ChainError::Busy), held);
             }
             // Nobody may be asked: say when someone may.
-            let soonest = open
-                .iter()
-                .map(|(provider, _)| provider.breaker.next_chance(now))
-                .min()
-                .unwrap_or(now);
-            return (
-                Err(ChainError::Unavailable {
-                    retry_after: soonest.saturating_duration_since(now),
-                }),
-                held,
-            );
+            let retry_after = wait_for_any(open.iter().map(|(provider, _)| *provider), now);
+            return (Err(ChainError::Unavailable { retry_after }), held);
         };
         let (verdict, back) = attempt_through(
             provider, permit, slot, call, client, deadline, journal, held,
@@ -184,21 +175,25 @@ pub async fn serve<H: Send + 'static>(
     // Every provider failed, and their failures (a rate limit, say) left
     // none to ask now: say when one may be, as the requests after this
     // one are told.
-    let now = Instant::now();
-    let soonest = providers
-        .iter()
+    match wait_for_any(providers, Instant::now()) {
+        Duration::ZERO => (Err(ChainError::Exhausted), held),
+        retry_after => (Err(ChainError::Unavailable { retry_after }), held),
+    }
+}
+
+/// How long until one of `providers` may be asked again (zero: one may be
+/// now, or there is none).
+fn wait_for_any<'a>(
+    providers: impl IntoIterator<Item = &'a Arc<Provider>>,
+    now: Instant,
+) -> Duration {
+    providers
+        .into_iter()
         .map(|provider| provider.breaker.next_chance(now))
         .min()
-        .filter(|soonest| *soonest > now);
-    match soonest {
-        Some(soonest) => (
-            Err(ChainError::Unavailable {
-                retry_after: soonest - now,
-            }),
-            held,
-        ),
-        None => (Err(ChainError::Exhausted), held),
-    }
+        .map_or(Duration::ZERO, |soonest| {
+            soonest.saturating_duration_since(now)
+        })
 }
 
 impl Verdict {
