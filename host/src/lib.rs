@@ -43,7 +43,8 @@
 //!
 //! Around it: [`config`] reads `platforms.toml` into a process part and a
 //! serving part (each section validated by the module above that uses it),
-//! [`plugins`] loads provider libraries, [`reload`] rebuilds the snapshot
+//! [`plugins`] loads provider libraries ([`redact`] takes the upstream keys
+//! it hands them out of what they say), [`reload`] rebuilds the snapshot
 //! when the config, the keys or a library changes, [`lifecycle`] starts the
 //! process and shuts it down in one documented order, [`logging`] sets up
 //! the log lines, [`runtime`] builds the runtimes (the control one, and
@@ -70,6 +71,7 @@ pub mod lifecycle;
 pub mod logging;
 pub mod metrics;
 pub mod plugins;
+pub mod redact;
 pub mod reload;
 pub mod resilience;
 pub mod routing;

@@ -285,18 +285,20 @@ pub fn instantiate(
         .map_err(|reason| PluginError::Setup {
             path: path.to_owned(),
             provider: name.to_owned(),
-            reason,
+            reason: crate::redact::text(&reason).into_owned(),
         })
 }
 
 /// Where plugins' log lines enter the host's `tracing`.
 extern "C" fn plugin_log(level: u8, target: RStr<'_>, message: RStr<'_>) {
-    let (plugin, message) = (target.as_str(), message.as_str());
     // A panic must not unwind into the plugin's frame.
-    let _ = std::panic::catch_unwind(|| match Level::from_u8(level) {
-        Level::Error => tracing::error!(target: "socialgate::plugin", plugin, "{message}"),
-        Level::Warn => tracing::warn!(target: "socialgate::plugin", plugin, "{message}"),
-        Level::Info => tracing::info!(target: "socialgate::plugin", plugin, "{message}"),
-        Level::Debug => tracing::debug!(target: "socialgate::plugin", plugin, "{message}"),
+    let _ = std::panic::catch_unwind(|| {
+        let (plugin, message) = (target.as_str(), crate::redact::text(message.as_str()));
+        match Level::from_u8(level) {
+            Level::Error => tracing::error!(target: "socialgate::plugin", plugin, "{message}"),
+            Level::Warn => tracing::warn!(target: "socialgate::plugin", plugin, "{message}"),
+            Level::Info => tracing::info!(target: "socialgate::plugin", plugin, "{message}"),
+            Level::Debug => tracing::debug!(target: "socialgate::plugin", plugin, "{message}"),
+        }
     });
 }

@@ -298,6 +298,17 @@ pub fn non_empty(text: Option<String>) -> Option<String> {
     text.filter(|t| !t.is_empty())
 }
 
+/// A user's handle as the schema has it: without the leading `@` some
+/// upstreams write (one only, as a caller's `username` loses one); `None`
+/// when absent or nothing is left.
+pub fn handle(text: Option<String>) -> Option<String> {
+    let mut text = text?;
+    if text.starts_with('@') {
+        text.remove(0);
+    }
+    non_empty(Some(text))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -372,6 +383,18 @@ mod tests {
         assert!(error.message().contains("unexpected shape"), "{error}");
         let error = super::parse::<Wrapper>(b"<html>sk_live_SECRET").unwrap_err();
         assert!(!error.message().contains("SECRET"), "{error}");
+    }
+
+    #[test]
+    fn handles_lose_one_leading_at() {
+        let handle = |text: Option<&str>| handle(text.map(str::to_owned));
+        assert_eq!(handle(Some("@luna")).as_deref(), Some("luna"));
+        assert_eq!(handle(Some("luna")).as_deref(), Some("luna"));
+        assert_eq!(handle(Some("@@luna")).as_deref(), Some("@luna"));
+        assert_eq!(handle(Some("lu@na")).as_deref(), Some("lu@na"));
+        assert_eq!(handle(Some("@")), None);
+        assert_eq!(handle(Some("")), None);
+        assert_eq!(handle(None), None);
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! Values that break naive JSON handling come out exactly: 19- and 20-digit
 //! IDs sent as bare integers (beyond 2^53, and beyond u64), counters sent as
 //! numeric strings, and text with emoji, quotes, backslashes and newlines.
+//! Handles sent with a leading `@` come out without it, as the schema has
+//! them.
 
 use serde_json::json;
 use socialgate_tests::upstream::{bare_int, fixtures, set, LUNA, LUNA_SEC_UID};
@@ -128,6 +130,7 @@ async fn primary_profile_with_a_bare_uid_and_string_counters() {
     stack.fallback.fail_all(500).await;
     let mut body = fixtures::primary_user_profile();
     set(&mut body, "/user/uid", bare_int("18446744073709551615"));
+    set(&mut body, "/user/unique_id", json!("@lunabakes"));
     set(&mut body, "/user/nickname", json!(TRICKY));
     set(&mut body, "/user/signature", json!(TRICKY));
     set(&mut body, "/user/follower_count", json!("5479588"));
@@ -139,6 +142,7 @@ async fn primary_profile_with_a_bare_uid_and_string_counters() {
     let a = stack.get("/v1/shortvideo/profile?username=lunabakes").await;
     a.assert_success(false);
     assert_eq!(a.data()["id"], "18446744073709551615", "{a:?}");
+    assert_eq!(a.data()["username"], "lunabakes");
     assert_eq!(a.data()["display_name"], TRICKY);
     assert_eq!(a.data()["bio"], TRICKY);
     assert_eq!(
@@ -158,6 +162,7 @@ async fn fallback_profile_with_a_bare_id_and_string_stats() {
     stack.primary.fail_all(500).await;
     let mut body = fixtures::fallback_user_info();
     set(&mut body, "/data/user/id", bare_int(TWENTY_NINES));
+    set(&mut body, "/data/user/uniqueId", json!("@lunabakes"));
     set(&mut body, "/data/user/signature", json!(TRICKY));
     set(&mut body, "/data/stats/followerCount", json!("5500000"));
     set(&mut body, "/data/stats/heartCount", json!("99000000"));
@@ -166,6 +171,7 @@ async fn fallback_profile_with_a_bare_id_and_string_stats() {
     let a = stack.get("/v1/shortvideo/profile?username=lunabakes").await;
     a.assert_success(false);
     assert_eq!(a.data()["id"], TWENTY_NINES, "{a:?}");
+    assert_eq!(a.data()["username"], "lunabakes");
     assert_eq!(a.data()["bio"], TRICKY);
     assert_eq!(a.data()["followers"], 5500000);
     assert_eq!(a.data()["likes"], 99000000);
@@ -178,6 +184,11 @@ async fn comments_with_bare_ids_from_both_providers() {
     set(&mut primary, "/comments/0/cid", bare_int(NINETEEN));
     set(&mut primary, "/comments/1/cid", bare_int(TWENTY_NINES));
     set(&mut primary, "/comments/0/text", json!(TRICKY));
+    set(
+        &mut primary,
+        "/comments/0/user/unique_id",
+        json!("@crumbqueen"),
+    );
     set(&mut primary, "/comments/0/digg_count", json!("1022"));
     set(&mut primary, "/comments/0/reply_comment_total", json!("12"));
     stack.primary.comments(ABOVE_U64, 3, 0, &primary).await;
@@ -189,6 +200,7 @@ async fn comments_with_bare_ids_from_both_providers() {
     assert_eq!(a.data()[0]["id"], NINETEEN, "{a:?}");
     assert_eq!(a.data()[1]["id"], TWENTY_NINES);
     assert_eq!(a.data()[0]["text"], TRICKY);
+    assert_eq!(a.data()[0]["author"], "crumbqueen");
     assert_eq!(a.data()[0]["likes"], 1022);
     assert_eq!(a.data()[0]["replies"], 12);
     assert_eq!(stack.fallback.request_count().await, 0);
@@ -196,6 +208,11 @@ async fn comments_with_bare_ids_from_both_providers() {
     let mut fallback = fixtures::fallback_comment_list();
     set(&mut fallback, "/data/comments/0/id", bare_int(TWENTY_NINES));
     set(&mut fallback, "/data/comments/0/text", json!(TRICKY));
+    set(
+        &mut fallback,
+        "/data/comments/0/user/unique_id",
+        json!("@crumbqueen"),
+    );
     set(&mut fallback, "/data/comments/0/digg_count", json!("1022"));
     set(&mut fallback, "/data/comments/0/reply_total", json!("12"));
     stack.fallback.comments(TWENTY_NINES, 3, 0, &fallback).await;
@@ -209,6 +226,7 @@ async fn comments_with_bare_ids_from_both_providers() {
     a.assert_success(true);
     assert_eq!(a.data()[0]["id"], TWENTY_NINES, "{a:?}");
     assert_eq!(a.data()[0]["text"], TRICKY);
+    assert_eq!(a.data()[0]["author"], "crumbqueen");
     assert_eq!(a.data()[0]["likes"], 1022);
     assert_eq!(a.data()[0]["replies"], 12);
 }

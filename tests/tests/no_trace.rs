@@ -1,16 +1,19 @@
 //! The caller never learns which provider answered: no provider name,
 //! upstream address, upstream status or upstream message in any body or
 //! header, in answers and in errors alike. An upstream key that an upstream
-//! echoes back reaches neither the caller nor the log.
+//! echoes back, or a plugin quotes, reaches neither the caller nor the log.
 
 use std::time::Duration;
 
 use socialgate_tests::api::with_cursor;
-use socialgate_tests::config::{FALLBACK_KEY, PRIMARY_KEY};
+use socialgate_tests::config::{ConfigBuilder, FALLBACK_KEY, PRIMARY_KEY};
+use socialgate_tests::operator::log_line_within;
+use socialgate_tests::paths::{self, display};
 use socialgate_tests::reload::log_lines;
 use socialgate_tests::upstream::{fixtures, LUNA, POST_ID};
-use socialgate_tests::{eventually, Answer, Stack};
-use wiremock::{Request, Respond, ResponseTemplate};
+use socialgate_tests::{eventually, issue_key, Answer, Api, Server, Stack};
+use wiremock::matchers::method;
+use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
 const PATHS: [&str; 5] = [
     "/v1/shortvideo/profile?username=lunabakes",
@@ -281,4 +284,44 @@ async fn a_key_echoed_by_an_upstream_never_reaches_the_log() {
             "an upstream key echoed back reached the log: {key}\n{stderr}"
         );
     }
+}
+
+/// A plugin that quotes its own key in an error message (the `leaky` test
+/// plugin does, when its upstream refuses it) gets no further: the host
+/// takes every key it handed out of what plugins say.
+#[tokio::test]
+async fn a_key_a_plugin_quotes_in_its_error_never_reaches_the_log() {
+    const LEAKY_KEY_ENV: &str = "LEAKY_UPSTREAM_KEY";
+    const LEAKY_KEY: &str = "lk-test-quoted-4f1e9a";
+    paths::require_plugin("leaky_plugin");
+    let upstream = MockServer::start().await;
+    Mock::given(method("GET"))
+        .respond_with(ResponseTemplate::new(401))
+        .mount(&upstream)
+        .await;
+    let library = paths::plugin_library("leaky_plugin");
+    let config = ConfigBuilder::new()
+        .platform("leaky", "live", &["leaky"])
+        .provider("leaky", &display(&library), &upstream.uri(), LEAKY_KEY_ENV)
+        .write();
+    let env = vec![(LEAKY_KEY_ENV.to_owned(), LEAKY_KEY.to_owned())];
+    let key = issue_key(&config, "caller");
+    let server = Server::start_with(&config, &env, &[]);
+    let api = Api::new(&server.base_url(), Some(&key));
+
+    let a = api.get("/v1/leaky/profile?username=luna").await;
+    a.assert_error(502, "UPSTREAM_UNAVAILABLE");
+    a.assert_absent_exact(LEAKY_KEY);
+    let line = log_line_within(
+        &server,
+        &["attempt failed", "upstream refused Bearer [redacted]"],
+        Duration::from_secs(5),
+    )
+    .await;
+    assert!(!line.contains(LEAKY_KEY), "{line}");
+    let stderr = server.stderr();
+    assert!(
+        !stderr.contains(LEAKY_KEY),
+        "a key a plugin quoted reached the log:\n{stderr}"
+    );
 }

@@ -282,7 +282,7 @@ fn judge(
                 endpoint = %call.endpoint(),
                 kind = %error.kind(),
                 "attempt failed: {}",
-                error.message()
+                crate::redact::text(error.message())
             )
         };
     }
@@ -302,7 +302,7 @@ fn judge(
         Then::TryNext => Verdict::Failed,
         Then::StopNotFound => Verdict::Stop(ChainError::NotFound),
         Then::StopInvalidInput => Verdict::Stop(ChainError::InvalidInput(
-            plugin_api::ffi::caller_message(error.message()),
+            plugin_api::ffi::caller_message(&crate::redact::text(error.message())),
         )),
         Then::StopDeadline => Verdict::Stop(ChainError::DeadlineExceeded),
     };

@@ -102,21 +102,25 @@ fn is_origin(origin: &str) -> bool {
 /// answer's `headers`: a preflight's (for an `OPTIONS` request) or an
 /// actual request's. `public` answers (the OpenAPI document) allow any
 /// origin. Nothing is added for a request from an origin not allowed.
+///
+/// Where any origin may read the answer (`public`, or `["*"]`), the
+/// headers go on every answer, `Origin` or not: a shared cache that stored
+/// an answer to a request without `Origin` (the document may be cached)
+/// then serves one a browser can read, and nothing needs `Vary: Origin`.
 pub fn decorate(config: &CorsConfig, public: bool, request: &HeaderMap, headers: &mut HeaderMap) {
-    // The answer depends on `Origin` whenever only some origins may read it.
-    if !public && matches!(config, CorsConfig::Origins(_)) {
+    let origin = request.get(ORIGIN);
+    let allowed = if public || *config == CorsConfig::Any {
+        Some(HeaderValue::from_static("*"))
+    } else if let CorsConfig::Origins(_) = config {
+        // The answer depends on `Origin`: only some origins may read it.
         headers.append(VARY, HeaderValue::from_static("origin"));
-    }
-    let Some(origin) = request.get(ORIGIN) else {
-        return;
-    };
-    let allowed = match public {
-        true => Some(HeaderValue::from_static("*")),
-        false => config.allow(origin),
+        origin.and_then(|origin| config.allow(origin))
+    } else {
+        None
     };
     let Some(allowed) = allowed else { return };
     headers.insert(ACCESS_CONTROL_ALLOW_ORIGIN, allowed);
-    if request.contains_key(ACCESS_CONTROL_REQUEST_METHOD) {
+    if origin.is_some() && request.contains_key(ACCESS_CONTROL_REQUEST_METHOD) {
         headers.insert(
             ACCESS_CONTROL_ALLOW_METHODS,
             HeaderValue::from_static(super::response::ALLOWED_METHODS),
@@ -219,5 +223,21 @@ mod tests {
         assert_eq!(pre[ACCESS_CONTROL_ALLOW_METHODS], "GET, HEAD, OPTIONS");
         let doc = answered(&CorsConfig::Off, true, &request(Some("https://x.y"), false));
         assert_eq!(doc[ACCESS_CONTROL_ALLOW_ORIGIN], "*");
+    }
+
+    #[test]
+    fn answers_any_origin_may_read_carry_cors_headers_without_origin() {
+        // A shared cache may store them for the next caller, a browser.
+        for (config, public) in [(CorsConfig::Off, true), (CorsConfig::Any, false)] {
+            let plain = answered(&config, public, &request(None, false));
+            assert_eq!(plain[ACCESS_CONTROL_ALLOW_ORIGIN], "*", "{config:?}");
+            assert!(plain.contains_key(ACCESS_CONTROL_EXPOSE_HEADERS));
+            assert!(!plain.contains_key(VARY), "{config:?}");
+        }
+        let listed = parse(&["https://app.example"]).unwrap();
+        let plain = answered(&listed, false, &request(None, false));
+        assert!(!plain.contains_key(ACCESS_CONTROL_ALLOW_ORIGIN));
+        assert_eq!(plain[VARY], "origin");
+        assert!(answered(&CorsConfig::Off, false, &request(None, false)).is_empty());
     }
 }

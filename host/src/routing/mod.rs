@@ -152,6 +152,7 @@ impl Routes {
         for (name, provider_config) in &config.providers {
             let (library, hash) = loader.load(&provider_config.library)?;
             libraries.insert(provider_config.library.clone(), hash);
+            crate::redact::remember(provider_config.api_key.expose());
             let identity = Identity {
                 library: hash,
                 base_url: provider_config.base_url.clone(),

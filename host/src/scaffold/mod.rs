@@ -69,9 +69,12 @@ fn valid_name(name: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
 }
 
-/// `acme-profiles` as a type name: `AcmeProfiles`.
+/// `acme-profiles` as the provider's type name: `AcmeProfilesProvider`.
+/// The suffix keeps it clear of the names the template itself uses
+/// (`Profile`, `User`, `Settings`, `Kit`, ...) and of keywords (`self`).
 fn type_name(name: &str) -> String {
-    name.split('-')
+    let mut type_name: String = name
+        .split('-')
         .filter(|part| !part.is_empty())
         .map(|part| {
             let mut chars = part.chars();
@@ -80,7 +83,9 @@ fn type_name(name: &str) -> String {
                 .map(|first| first.to_ascii_uppercase().to_string() + chars.as_str())
                 .unwrap_or_default()
         })
-        .collect()
+        .collect();
+    type_name.push_str("Provider");
+    type_name
 }
 
 /// Writes the crate; returns its folder and the files written.
@@ -164,8 +169,9 @@ mod tests {
         for bad in ["", "Acme", "1acme", "acme_x", "a b", &"a".repeat(65)] {
             assert!(!valid_name(bad), "{bad:?}");
         }
-        assert_eq!(type_name("acme-profiles"), "AcmeProfiles");
-        assert_eq!(type_name("x"), "X");
+        assert_eq!(type_name("acme-profiles"), "AcmeProfilesProvider");
+        assert_eq!(type_name("x"), "XProvider");
+        assert_eq!(type_name("self"), "SelfProvider");
     }
 
     #[test]

@@ -28,6 +28,8 @@ pub enum LoadError {
     Incomplete(super::elf::Incomplete),
     /// It cannot be opened to be checked.
     Unreadable(std::io::Error),
+    /// Built to abort on a panic: its first panic would end the host.
+    AbortsOnPanic,
 }
 
 impl std::fmt::Display for LoadError {
@@ -41,6 +43,11 @@ impl std::fmt::Display for LoadError {
                  replace libraries by renaming a finished file into place"
             ),
             LoadError::Unreadable(e) => write!(f, "cannot be loaded: {e}"),
+            LoadError::AbortsOnPanic => f.write_str(
+                "built with panic = \"abort\": its first panic would end the whole server \
+                 instead of failing one attempt; build it with panic = \"unwind\" \
+                 (the [profile.dev] and [profile.release] sections of its Cargo.toml)",
+            ),
         }
     }
 }
@@ -100,6 +107,14 @@ pub struct Library {
     plugin_api: String,
 }
 
+/// What a manifest says of the library's build, beside the [`Manifest`]
+/// (see `manifest_json` on the plugin side).
+#[derive(serde::Deserialize)]
+struct Build {
+    panic_strategy: Option<String>,
+    manifest_panicked: Option<String>,
+}
+
 impl Library {
     /// Loads the library at `path` and checks its interface.
     ///
@@ -130,6 +145,15 @@ impl Library {
         plugin_api: String,
     ) -> Result<Library, LoadError> {
         let json = (module.manifest())();
+        let build: Build =
+            serde_json::from_str(json.as_str()).map_err(|e| LoadError::Manifest(e.to_string()))?;
+        if let Some(why) = build.manifest_panicked {
+            return Err(LoadError::Manifest(format!("`manifest()` failed: {why}")));
+        }
+        // Absent from libraries built against plugin-api 1.3.0 and before.
+        if build.panic_strategy.is_some_and(|s| s != "unwind") {
+            return Err(LoadError::AbortsOnPanic);
+        }
         let manifest: Manifest =
             serde_json::from_str(json.as_str()).map_err(|e| LoadError::Manifest(e.to_string()))?;
         Ok(Library {
@@ -436,7 +460,88 @@ fn lending_headers<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Profile;
+    use crate::{Attempt, Call, Endpoint, Profile, Provider};
+    use abi_stable::prefix_type::PrefixTypeTrait;
+    use abi_stable::std_types::{RResult, RStr};
+
+    /// A provider whose `manifest()` panics unless it is `NAMED`.
+    struct Toy<const NAMED: bool>;
+
+    impl<const NAMED: bool> Provider for Toy<NAMED> {
+        fn manifest() -> Manifest {
+            assert!(NAMED, "no name yet");
+            Manifest {
+                name: "toy".into(),
+                version: "1.0.0".into(),
+                platform: "toy".into(),
+                endpoints: vec![Endpoint::Profile],
+            }
+        }
+        fn new(_: ProviderConfig) -> Result<Self, String> {
+            Ok(Toy)
+        }
+        fn begin(&self, _: Call) -> Box<dyn Attempt> {
+            crate::attempt::fail(ProviderError::bad_response("unused"))
+        }
+    }
+
+    extern "C" fn built_to_abort() -> RString {
+        let manifest = r#"{"name":"a","version":"1.0.0","platform":"a","endpoints":["profile"],
+            "panic_strategy":"abort"}"#;
+        manifest.into()
+    }
+
+    /// What a library built against plugin-api 1.3.0 or before says.
+    extern "C" fn built_before_the_strategy_was_written() -> RString {
+        r#"{"name":"a","version":"1.0.0","platform":"a","endpoints":["profile"]}"#.into()
+    }
+
+    extern "C" fn no_provider(_: RStr<'_>, _: HostServices) -> RResult<FfiProviderBox, RString> {
+        RErr("unused".into())
+    }
+
+    fn library(manifest: extern "C" fn() -> RString) -> Result<Library, LoadError> {
+        let module = super::super::PluginModule {
+            manifest,
+            instantiate: no_provider,
+        }
+        .leak_into_prefix();
+        Library::from_module(module, "1.3.0".into())
+    }
+
+    #[test]
+    fn a_library_built_to_abort_on_a_panic_is_refused() {
+        let refused = library(built_to_abort).err().expect("refused");
+        assert!(matches!(refused, LoadError::AbortsOnPanic));
+        assert!(
+            refused.to_string().contains(r#"panic = "unwind""#),
+            "{refused}"
+        );
+        let older = library(built_before_the_strategy_was_written).expect("loads");
+        assert_eq!(older.manifest().endpoints, [Endpoint::Profile]);
+        // This crate's tests unwind: the real adapter says so.
+        let module = super::super::plugin::root_module::<Toy<true>>();
+        assert_eq!(
+            Library::from_module(module, "1.3.0".into())
+                .unwrap()
+                .manifest()
+                .name,
+            "toy"
+        );
+    }
+
+    #[test]
+    fn a_manifest_that_panics_is_refused_with_its_message() {
+        let module = super::super::plugin::root_module::<Toy<false>>();
+        let refused = Library::from_module(module, "1.3.0".into())
+            .err()
+            .expect("refused");
+        let message = refused.to_string();
+        assert!(
+            message.contains("`manifest()` failed: plugin panicked: no name yet (at "),
+            "{message}"
+        );
+    }
 
     #[test]
     fn an_answer_in_serde_jsons_form_is_passed_on_as_written_and_any_other_rewritten() {

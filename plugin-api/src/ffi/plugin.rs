@@ -171,11 +171,35 @@ fn written(output: &Output, room: usize) -> Result<String, String> {
 }
 
 extern "C" fn manifest_json<P: Provider>() -> RString {
-    // An empty string is an unreadable manifest, which fails the load.
-    caught(|| serde_json::to_string(&P::manifest()).unwrap_or_default())
-        .unwrap_or_default()
-        .into()
+    let manifest = match caught(P::manifest) {
+        Ok(manifest) => serde_json::to_value(manifest),
+        Err(payload) => {
+            let mut why = serde_json::Map::new();
+            why.insert(PANICKED.into(), panic_message(&*payload).into());
+            Ok(serde_json::Value::Object(why))
+        }
+    };
+    let mut manifest = match manifest {
+        // An empty string is an unreadable manifest, which fails the load.
+        Ok(serde_json::Value::Object(fields)) => fields,
+        _ => return RString::new(),
+    };
+    // The manifest's one fact about the build: whether a panic unwinds (to
+    // be caught here) or aborts the process, the host with it.
+    let strategy = if cfg!(panic = "unwind") {
+        "unwind"
+    } else {
+        "abort"
+    };
+    manifest.insert(PANIC_STRATEGY.into(), strategy.into());
+    serde_json::to_string(&manifest).unwrap_or_default().into()
 }
+
+/// The manifest's field for how the library was built to panic, beside
+/// what [`Provider::manifest`] says (read by the host's `Build`).
+const PANIC_STRATEGY: &str = "panic_strategy";
+/// The manifest's field, alone, when [`Provider::manifest`] panicked: why.
+const PANICKED: &str = "manifest_panicked";
 
 extern "C" fn instantiate<P: Provider>(
     config: RStr<'_>,

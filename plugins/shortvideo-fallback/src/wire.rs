@@ -6,7 +6,7 @@
 //! becomes `None`. Unlisted fields are ignored, and `aweme_id` is never
 //! declared, so the opaque media key cannot leak out as a post ID.
 
-use plugin_api::json::{millis, non_empty, unix_time, Count, Field, Flag, Id, Seconds};
+use plugin_api::json::{self, millis, non_empty, unix_time, Count, Field, Flag, Id, Seconds};
 use plugin_api::{Comment, ErrorKind, Post, Profile, ProviderError, UpstreamResponse};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -118,7 +118,7 @@ impl Account {
     pub fn into_profile(self) -> Result<Profile, ProviderError> {
         let (user, stats) = (self.user, self.stats);
         Ok(Profile {
-            username: required(non_empty(user.unique_id), "user.uniqueId")?,
+            username: required(json::handle(user.unique_id), "user.uniqueId")?,
             display_name: required(user.nickname, "user.nickname")?,
             followers: required(stats.follower_count, "stats.followerCount")?.0,
             verified: required(user.verified, "user.verified")?.0,
@@ -190,7 +190,7 @@ struct Author {
 }
 
 fn handle(author: Option<Author>) -> Option<String> {
-    non_empty(author.and_then(|a| a.unique_id))
+    json::handle(author.and_then(|a| a.unique_id))
 }
 
 impl Video {

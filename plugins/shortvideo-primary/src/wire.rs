@@ -102,7 +102,7 @@ pub struct User {
 impl User {
     pub fn into_profile(self) -> Result<Profile, ProviderError> {
         Ok(Profile {
-            username: required(json::non_empty(self.unique_id), "user.unique_id")?,
+            username: required(json::handle(self.unique_id), "user.unique_id")?,
             display_name: required(self.nickname, "user.nickname")?,
             followers: required(self.follower_count, "user.follower_count")?.0,
             // `verification_type` is not a verified flag; these two are.
@@ -134,7 +134,7 @@ struct Handle {
 }
 
 fn handle(embedded: Option<Handle>) -> Option<String> {
-    embedded.and_then(|h| json::non_empty(h.unique_id))
+    embedded.and_then(|h| json::handle(h.unique_id))
 }
 
 /// P2 `/v1/user/posts`.
