@@ -412,6 +412,12 @@ fn plugin(command: PluginCommand) -> Result<(), RunError> {
             platform,
             plugin_api,
         } => {
+            let library = format!(
+                "{}{}{}",
+                std::env::consts::DLL_PREFIX,
+                name.replace('-', "_"),
+                std::env::consts::DLL_SUFFIX
+            );
             let (dir, files) = crate::scaffold::new_plugin(crate::scaffold::NewPlugin {
                 name,
                 platform,
@@ -423,7 +429,8 @@ fn plugin(command: PluginCommand) -> Result<(), RunError> {
             }
             writeln!(
                 stdout,
-                "next: cd {} && cargo test && cargo build; the guide is docs/providers.md",
+                "next: cd {} && cargo test && cargo build && socialgate plugin inspect \
+                 target/debug/{library}; the guide is docs/providers.md",
                 dir.display()
             )?;
         }

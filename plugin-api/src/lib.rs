@@ -67,7 +67,7 @@
 //!         };
 //!         let request = UpstreamRequest::get(&self.config.base_url, "/users")
 //!             .query("handle", &username)
-//!             .header("Authorization", format!("Bearer {}", self.config.api_key));
+//!             .bearer(&self.config.api_key);
 //!         attempt::single(request, |response| {
 //!             let user: User = response.json()?;
 //!             Ok(Done::last(Output::Profile(Profile {

@@ -689,9 +689,18 @@ fn check_head<B>(request: &Request<B>) -> Result<(), ApiError> {
         // HTTP/2 request has a scheme, and `*` as its `:path`).
         _ => target != "*" && (target.starts_with('/') || uri.scheme().is_some()),
     };
+    // HTTP/2 names the host in `:authority` (RFC 9113, 8.3.1): a request
+    // needs it or `Host`, and the two must agree. HTTP/1.1 needs `Host` (an
+    // absolute-form target's authority wins over it: RFC 9112, 3.2.2).
+    let h2 = request.version() == Version::HTTP_2;
+    let authority = uri.authority().map(|a| a.as_str().as_bytes());
     let mut hosts = request.headers().get_all(HOST).iter();
     let host_fits = match (hosts.next(), hosts.next()) {
-        (Some(host), None) => is_host(host.as_bytes()),
+        (Some(host), None) => {
+            is_host(host.as_bytes())
+                && !(h2 && authority.is_some_and(|a| !a.eq_ignore_ascii_case(host.as_bytes())))
+        }
+        (None, _) if h2 => authority.is_some(),
         (None, _) => request.version() != Version::HTTP_11,
         (Some(_), Some(_)) => false,
     };
@@ -705,8 +714,10 @@ fn check_head<B>(request: &Request<B>) -> Result<(), ApiError> {
 }
 
 /// Whether `value` is a `Host` as RFC 9110 (7.2) writes one: a host name
-/// (RFC 3986's reg-name, possibly empty) or an IP literal in brackets, and
-/// a port of digits. RFC 9112 (3.2) wants any other refused with 400.
+/// (RFC 3986's reg-name) or an IP literal in brackets, and a port of
+/// digits. RFC 9112 (3.2) wants any other refused with 400. An empty name
+/// is refused too: an `http` URI with an empty host is invalid (RFC 9110,
+/// 4.2.1).
 fn is_host(value: &[u8]) -> bool {
     let (host, port) = match value.strip_prefix(b"[") {
         Some(rest) => match rest.iter().position(|&b| b == b']') {
@@ -727,6 +738,7 @@ fn is_host(value: &[u8]) -> bool {
     let port_fits =
         port.is_empty() || (port[0] == b':' && port[1..].iter().all(u8::is_ascii_digit));
     port_fits
+        && (value.starts_with(b"[") || !host.is_empty())
         && host
             .iter()
             .all(|b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=%".contains(b))
@@ -942,6 +954,35 @@ mod tests {
         assert_eq!(check_head(&h2_head(Method::GET, path)), Ok(()));
     }
 
+    /// HTTP review, defect 6: an HTTP/2 request names its host in
+    /// `:authority` or `Host`, and a `Host` beside `:authority` agrees.
+    #[test]
+    fn an_http2_request_names_one_host() {
+        let with_host = |uri: &'static str, host: Option<&'static str>| {
+            let mut request = h2_head(Method::GET, hyper::Uri::from_static(uri));
+            if let Some(host) = host {
+                request
+                    .headers_mut()
+                    .insert(HOST, HeaderValue::from_static(host));
+            }
+            check_head(&request)
+        };
+        assert_eq!(with_host("http://a:80/healthz", None), Ok(()));
+        assert_eq!(with_host("http://a:80/healthz", Some("A:80")), Ok(()));
+        assert_eq!(with_host("/healthz", Some("a:80")), Ok(()));
+        for (uri, host) in [
+            ("/healthz", None),
+            ("http://a:80/healthz", Some("b:80")),
+            ("http://a:80/healthz", Some("")),
+        ] {
+            assert_eq!(
+                with_host(uri, host),
+                Err(ApiError::MalformedRequest),
+                "{uri} {host:?}"
+            );
+        }
+    }
+
     #[test]
     fn a_host_is_a_name_or_an_ip_literal_and_a_port() {
         for good in [
@@ -952,13 +993,12 @@ mod tests {
             "127.0.0.1:8080",
             "[::1]",
             "[::1]:80",
-            "",
             "xn--bcher-kva.de",
         ] {
             assert!(is_host(good.as_bytes()), "{good:?}");
         }
         for bad in [
-            "a b", "x@y", "x/y", "[::1", "::1", "a:8x", "[::1]x", "a\tb", "x, y",
+            "a b", "x@y", "x/y", "[::1", "::1", "a:8x", "[::1]x", "a\tb", "x, y", "", ":80",
         ] {
             assert!(!is_host(bad.as_bytes()), "{bad:?}");
         }

@@ -77,8 +77,15 @@ pub fn negotiate<'a>(accept: impl Iterator<Item = &'a HeaderValue>) -> Option<Co
         for item in value.split(',') {
             let mut parts = item.split(';');
             let name = parts.next().unwrap_or("").trim();
+            // `q=`, in either case (RFC 9110, 12.4.2; ABNF strings are
+            // case-insensitive).
             let q = parts
-                .filter_map(|p| p.trim().strip_prefix("q="))
+                .filter_map(|p| {
+                    let p = p.trim();
+                    p.get(..2)
+                        .filter(|name| name.eq_ignore_ascii_case("q="))
+                        .map(|_| &p[2..])
+                })
                 .next()
                 .map_or(Some(1000), parse_q);
             let Some(q) = q else { continue };
@@ -257,7 +264,7 @@ mod tests {
     #[test]
     fn negotiation_picks_the_heavier_acceptable_coding_br_on_a_tie() {
         use Coding::*;
-        let table: [(&[&str], Option<Coding>); 14] = [
+        let table: [(&[&str], Option<Coding>); 16] = [
             (&[], None),
             (&["identity"], None),
             (&["gzip"], Some(Gzip)),
@@ -272,6 +279,8 @@ mod tests {
             (&["GZIP"], Some(Gzip)),
             (&["x-gzip"], Some(Gzip)),
             (&["br;q=2, gzip;q=nonsense"], None),
+            (&["gzip;Q=0"], None),
+            (&["gzip; Q=0, br;Q=0.5"], Some(Brotli)),
         ];
         for (accept, expected) in table {
             assert_eq!(negotiated(accept), expected, "{accept:?}");

@@ -95,11 +95,14 @@ fn replacement(written: &[u8]) -> Option<Vec<u8>> {
     tracing::info!(id = %id, status, code = error.code(), "request head refused");
     let body = response::error_json(&error, &id);
     let status = error.status();
+    // `Date`: an origin server with a clock sends it (RFC 9110, 6.6.1).
     let mut answer = format!(
-        "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\ncache-control: no-store\r\n\
-         x-request-id: {id}\r\nconnection: close\r\ncontent-length: {}\r\n\r\n",
+        "HTTP/1.1 {} {}\r\ndate: {}\r\ncontent-type: application/json\r\n\
+         cache-control: no-store\r\nx-request-id: {id}\r\nconnection: close\r\n\
+         content-length: {}\r\n\r\n",
         status.as_str(),
         status.canonical_reason().unwrap_or(""),
+        httpdate::fmt_http_date(std::time::SystemTime::now()),
         body.len()
     )
     .into_bytes();
@@ -204,6 +207,13 @@ mod tests {
         assert!(answer.starts_with("HTTP/1.1 431 Request Header Fields Too Large\r\n"));
         assert!(answer.contains("\r\ncontent-type: application/json\r\n"));
         assert!(answer.contains("\r\nx-request-id: "));
+        let date = answer
+            .split("\r\ndate: ")
+            .nth(1)
+            .expect("a Date")
+            .split("\r\n");
+        let date = date.into_iter().next().unwrap();
+        assert!(httpdate::parse_http_date(date).is_ok(), "{date}");
         let body = answer.split("\r\n\r\n").nth(1).unwrap();
         let json: serde_json::Value = serde_json::from_str(body).unwrap();
         assert_eq!(json["error"]["code"], "HEADERS_TOO_LARGE");

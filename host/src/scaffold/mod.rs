@@ -15,6 +15,8 @@ use plugin_api::ffi::Library;
 pub enum ScaffoldError {
     #[error("plugin name `{0}`: use 1-64 of a-z, 0-9 and `-`, starting with a letter")]
     BadName(String),
+    #[error("platform name `{0}`: use 1-64 of a-z, 0-9 and `-`, starting with a letter")]
+    BadPlatform(String),
     #[error("{0}: already exists and is not empty; choose another --dir")]
     Exists(PathBuf),
     #[error(
@@ -96,7 +98,7 @@ pub fn new_plugin(request: NewPlugin) -> Result<(PathBuf, Vec<PathBuf>), Scaffol
     }
     let platform = request.platform.unwrap_or_else(|| name.clone());
     if !valid_name(&platform) {
-        return Err(ScaffoldError::BadName(platform));
+        return Err(ScaffoldError::BadPlatform(platform));
     }
     let dir = request.dir.unwrap_or_else(|| PathBuf::from(&name));
     let non_empty = std::fs::read_dir(&dir).is_ok_and(|mut entries| entries.next().is_some());

@@ -214,6 +214,12 @@ pub const MAX_CURSOR_LEN: usize = 1024;
 /// as a bad response, so a plugin that loops is cut off.
 pub const MAX_STEPS: usize = 16;
 
+/// The longest one call into a plugin (`begin` or `step`) may take: a
+/// provider whose call runs longer has its calls moved off the host's
+/// request threads for good (quarantined). Generous: a debug build parsing
+/// a large body can take a few hundred ms; a loop never ends.
+pub const STEP_BUDGET: Duration = Duration::from_secs(1);
+
 /// The most characters of an [`ErrorKind::InvalidInput`] message a caller
 /// is shown; see [`caller_message`].
 pub const MAX_CALLER_MESSAGE: usize = 200;

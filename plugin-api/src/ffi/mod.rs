@@ -25,7 +25,7 @@ pub mod plugin;
 
 pub use host::{
     caller_message, Advance, Answer, AttemptHandle, Library, LoadError, ProviderHandle,
-    MAX_CALLER_MESSAGE, MAX_CURSOR_LEN, MAX_STEPS,
+    MAX_CALLER_MESSAGE, MAX_CURSOR_LEN, MAX_STEPS, STEP_BUDGET,
 };
 #[doc(hidden)]
 pub use plugin::{lib_header, root_module, LibHeader};

@@ -19,7 +19,7 @@
 use std::fmt;
 
 use super::{sample, Kit, Reply, Run, Upstream, MAX_STEPS};
-use crate::ffi::MAX_CALLER_MESSAGE;
+use crate::ffi::{MAX_CALLER_MESSAGE, STEP_BUDGET};
 use crate::{Call, Endpoint, ErrorKind};
 
 /// A rule of the host's that a provider must keep.
@@ -41,7 +41,9 @@ pub enum Rule {
     NoPanic,
     /// A next cursor, given back, starts the next page.
     CursorsRoundTrip,
-    /// No attempt takes more than the host's [`MAX_STEPS`].
+    /// No attempt takes more than the host's [`MAX_STEPS`], and no call
+    /// into the plugin (`begin` or a `step`) runs past its
+    /// [`STEP_BUDGET`](crate::ffi::STEP_BUDGET).
     StepCap,
     /// "Invalid input" and "unsupported" come before the first request
     /// (after it, the host counts them as upstream failures).
@@ -264,6 +266,17 @@ impl Checker<'_> {
             self.violation(
                 Rule::StepCap,
                 format!("{endpoint} ({what}): still fetching after {MAX_STEPS} steps"),
+            );
+        }
+        if run.slowest_call > STEP_BUDGET {
+            self.violation(
+                Rule::StepCap,
+                format!(
+                    "{endpoint} ({what}): a call took {} ms; past {} ms the host moves \
+                     the provider's calls off its request threads",
+                    run.slowest_call.as_millis(),
+                    STEP_BUDGET.as_millis()
+                ),
             );
         }
         if let Err(e) = &run.outcome {

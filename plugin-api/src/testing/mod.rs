@@ -43,6 +43,7 @@ pub mod conformance;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use abi_stable::std_types::RStr;
 
@@ -176,6 +177,10 @@ pub struct Run {
     pub steps: usize,
     /// The attempt was still fetching at the host's [`MAX_STEPS`]th step.
     pub capped: bool,
+    /// The longest one call (`begin` or a `step`) took; past
+    /// [`STEP_BUDGET`](crate::ffi::STEP_BUDGET) the host quarantines the
+    /// provider.
+    pub slowest_call: Duration,
     /// The script had no reply for the last request.
     pub unscripted: bool,
 }
@@ -320,6 +325,7 @@ impl Kit {
     /// from `upstream`: at most [`MAX_STEPS`] steps, each on a fresh thread
     /// (the host may move an attempt between threads between steps).
     pub fn run(&self, call: &Call, upstream: &Upstream) -> Run {
+        let started = Instant::now();
         let mut attempt = self.provider.begin(call);
         let mut run = Run {
             requests: Vec::new(),
@@ -327,11 +333,13 @@ impl Kit {
             steps: 0,
             capped: false,
             unscripted: false,
+            slowest_call: started.elapsed(),
         };
         let mut last: Option<Reply> = None;
         for _ in 0..MAX_STEPS {
             run.steps += 1;
             let reply = last.take();
+            let started = Instant::now();
             let next = std::thread::scope(|scope| {
                 scope
                     .spawn(|| {
@@ -348,6 +356,7 @@ impl Kit {
                     "the boundary let a panic through",
                 ))
             });
+            run.slowest_call = run.slowest_call.max(started.elapsed());
             match next {
                 Ok(Next::Done(done)) => {
                     run.outcome = Ok(done);

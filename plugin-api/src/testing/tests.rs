@@ -19,6 +19,8 @@ enum Flaw {
     InvalidAfterFetch,
     /// Not a flaw: answers with the headers it was lent as the display name.
     EchoHeaders,
+    /// Its first step in this process takes longer than the host allows.
+    SlowOnce,
 }
 
 #[derive(Deserialize, Default)]
@@ -98,6 +100,12 @@ impl Provider for Toy {
                 }
                 if flaw == Flaw::PanicOnOddBody && r.body.is_empty() {
                     panic!("an empty body");
+                }
+                static SLEPT: std::sync::atomic::AtomicBool =
+                    std::sync::atomic::AtomicBool::new(false);
+                if flaw == Flaw::SlowOnce && !SLEPT.swap(true, std::sync::atomic::Ordering::Relaxed)
+                {
+                    std::thread::sleep(crate::ffi::STEP_BUDGET + Duration::from_millis(20));
                 }
                 let user: User = r.not_found_on(404, "user")?.json()?;
                 let output = match flaw {
@@ -250,6 +258,10 @@ fn each_flaw_names_its_rule() {
     );
     assert!(run.capped);
     assert_eq!(run.steps, MAX_STEPS);
+    // Sleeps once per process: this is its only suite.
+    let slow = suite("slow_once");
+    assert!(slow.violates(Rule::StepCap), "{slow}");
+    assert!(slow.to_string().contains("a call took 10"), "{slow}");
     let wrong = kit("wrong_endpoint");
     let e = wrong.run(&sample(Endpoint::Profile), &user()).error();
     assert!(
@@ -274,6 +286,7 @@ fn host_verdicts_follow_the_host_rules() {
         steps: 1,
         capped: false,
         unscripted: false,
+        slowest_call: Duration::ZERO,
     };
     let next = |counts| HostSees::NextProvider {
         counts_against_breaker: counts,
