@@ -170,6 +170,20 @@ pub fn check(config: &Config) -> Result<String, RunError> {
             plugin.library.display()
         ));
     }
+    // An endpoint left out by a reorder answers 404: say so, it may not be
+    // what was meant.
+    let mut platforms: Vec<&str> = snapshot.routes.live_platforms().collect();
+    platforms.sort_unstable();
+    for platform in platforms {
+        let unserved = snapshot.routes.unserved(platform);
+        if !unserved.is_empty() {
+            report.push_str(&format!(
+                "
+platform {platform}: no provider serves {} (answered 404 ENDPOINT_NOT_FOUND)",
+                crate::routing::endpoint_list(&unserved)
+            ));
+        }
+    }
     Ok(report)
 }
 

@@ -247,7 +247,31 @@ async fn check_names_plugin_versions_and_refuses_an_endpoint_not_served() {
         let line = format!("provider {provider}: plugin {provider} 1.0.0 (plugin-api 1.3.0)");
         assert!(out.stdout.contains(&line), "{line}: {}", out.stdout);
     }
+    assert!(!out.stdout.contains("no provider serves"), "{}", out.stdout);
 
+    // Kit review, problem 4: a reorder that leaves an endpoint to no one
+    // is legal, and `check` says what it leaves.
+    let original = stack.config.text();
+    let unserved = stack
+        .config
+        .text()
+        .replace("search = [\"shortvideo-fallback\"]", "")
+        .replace(
+            "providers = [\"shortvideo-primary\", \"shortvideo-fallback\"]",
+            "providers = [\"shortvideo-primary\"]",
+        );
+    stack.config.rewrite(&unserved);
+    let out = run_cli(&stack.config, &standard_env(), &["check"]);
+    assert!(out.success(), "{out:?}");
+    assert!(
+        out.stdout.contains(
+            "platform shortvideo: no provider serves search (answered 404 ENDPOINT_NOT_FOUND)"
+        ),
+        "{}",
+        out.stdout
+    );
+
+    stack.config.rewrite(&original);
     let wrong = stack.config.text().replace(
         "search = [\"shortvideo-fallback\"]",
         "search = [\"shortvideo-primary\", \"shortvideo-fallback\"]",

@@ -271,6 +271,18 @@ impl Routes {
             .map(|(name, _)| name.as_str())
     }
 
+    /// The endpoints of a live platform no provider serves (answered
+    /// `ENDPOINT_NOT_FOUND`), in the schema's order.
+    pub fn unserved(&self, platform: &str) -> Vec<Endpoint> {
+        match self.platforms.get(platform) {
+            Some(Platform::Live(chains)) => Endpoint::ALL
+                .into_iter()
+                .filter(|e| !chains.contains_key(e))
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
     /// Whether a live platform has a provider for at least one endpoint.
     pub fn serves_anything(&self, platform: &str) -> bool {
         matches!(self.platforms.get(platform), Some(Platform::Live(chains)) if !chains.is_empty())
