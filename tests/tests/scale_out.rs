@@ -1,6 +1,6 @@
 //! Scale-out: three real `socialgate serve` replicas sharing one real
 //! `redis-server` (AOF, `appendfsync always`), asked round-robin as a load
-//! balancer would. Three set-ups, each shared by the assertions it serves
+//! balancer would. Four set-ups, each shared by the assertions it serves
 //! (at most three processes per set-up keep this suite lean):
 //!
 //! - counting, not enforcing: the global rate limit, keys issued and
@@ -16,7 +16,9 @@
 //!   caller's fetch runs gives that fetch's credit back before it exits;
 //! - billing enforced on one replica, Redis paused (SIGSTOP) while
 //!   requests are refused for it: the reservations Redis applies once it
-//!   resumes, whose answers came too late, are released at once.
+//!   resumes, whose answers came too late, are released at once;
+//! - one replica stopped while its Redis goes back to an older copy and
+//!   changes again: it follows the keys the store holds once it resumes.
 
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
@@ -662,4 +664,55 @@ async fn a_redis_stall_leaves_no_credit_held() {
     api.get(&profile("over"))
         .await
         .assert_error(402, "INSUFFICIENT_CREDITS");
+}
+
+/// Scale-out review, defect 1: a Redis brought back from an older copy,
+/// then changed, can show a replica the key-set version it saw last, with
+/// other keys. A replica cut off meanwhile (here: stopped) still follows
+/// the set the store holds once it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_restored_from_an_older_copy_is_followed() {
+    let replicas = Replicas::start(1, "").await;
+    let first = replicas.issue_everywhere("first").await;
+    let dropped = replicas.issue_everywhere("dropped").await;
+    let knows = |key: &str| {
+        let api = replicas.api(0, key);
+        async move { api.get("/v1/shortvideo/nothing").await.status }
+    };
+    assert_eq!(
+        knows(&dropped).await,
+        404,
+        "a known key gets past the check"
+    );
+
+    let paused = Paused::pause(replicas.servers[0].pid());
+    // The copy from before `dropped` was issued: its keys, its version, and
+    // whatever marked its last change.
+    let redis = &replicas.redis;
+    assert_eq!(
+        redis.command(&["HDEL", "socialgate:keys", "dropped"]),
+        ":1\r\n"
+    );
+    assert_eq!(
+        redis.command(&["DECR", "socialgate:keys:version"]),
+        ":1\r\n"
+    );
+    assert_eq!(
+        redis.command(&["SET", "socialgate:keys:stamp", "an-older-copy"]),
+        "+OK\r\n"
+    );
+    // Then a change: the version is back at the one the replica saw last.
+    let later = replicas.issue("later");
+    drop(paused);
+
+    let followed = eventually(Duration::from_secs(3), || async {
+        knows(&later).await == 404 && knows(&dropped).await == 401
+    });
+    assert!(
+        followed.await,
+        "later: {}, dropped: {}",
+        knows(&later).await,
+        knows(&dropped).await
+    );
+    assert_eq!(knows(&first).await, 404);
 }

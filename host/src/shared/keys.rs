@@ -2,12 +2,16 @@
 //! `import` with a redis config act here, and every replica follows.
 //!
 //! The keys are one hash (`{prefix}keys`: name -> `SHA256 CREATED`, hashes
-//! only, as in the keys file) and a version (`{prefix}keys:version`) that
-//! every change increments in the same script. A replica reads the version
-//! every [`POLL_EVERY`] and the whole hash only when it moved, so a change
-//! is served everywhere within about half a second, for one small read per
-//! replica and interval. When Redis is away the last set read keeps
-//! answering: refusing every key would turn a Redis outage into a full one.
+//! only, as in the keys file), a version (`{prefix}keys:version`) that
+//! every change increments in the same script, and a stamp
+//! (`{prefix}keys:stamp`) every change sets to a random value. A replica
+//! reads both every [`POLL_EVERY`] and the whole hash only when either
+//! moved, so a change is served everywhere within about half a second, for
+//! one small read per replica and interval. The stamp is what tells a
+//! Redis restored from an older copy and changed since: its version may be
+//! back at a number a replica has seen, with other keys. When Redis is
+//! away the last set read keeps answering: refusing every key would turn a
+//! Redis outage into a full one.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,14 +26,20 @@ use crate::state::App;
 /// How often a replica looks for changed keys.
 pub const POLL_EVERY: Duration = Duration::from_millis(500);
 
-/// Adds a record unless its name is taken; 1 if added.
+/// Adds a record unless its name is taken; 1 if added. Every script here
+/// marks a change the same way: the version up by one, a new stamp
+/// (`ARGV[1]`, random, made by the caller: scripts replicate by effect, but
+/// Lua's own randomness is seeded alike everywhere).
 const ADD: &str = r"
-local added = redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
-if added == 1 then redis.call('INCR', KEYS[2]) end
+local added = redis.call('HSETNX', KEYS[1], ARGV[2], ARGV[3])
+if added == 1 then
+  redis.call('INCR', KEYS[2])
+  redis.call('SET', KEYS[3], ARGV[1])
+end
 return added
 ";
 
-/// Adds every record (`ARGV`: name, value, name, value, ...) whose name is
+/// Adds every record (`ARGV`: the stamp, then name, value, name, value, ...) whose name is
 /// free, or none: `{'clash', NAME, OWNER}` if the key of one to add is
 /// there under another name (two names for one key would answer as
 /// whichever the set read last), else `{'ok', SKIPPED...}`, the names taken
@@ -43,7 +53,7 @@ for i = 1, #all, 2 do
   local sha = string.match(all[i + 1], '^%S+')
   if sha then owners[string.lower(sha)] = all[i] end
 end
-for i = 1, #ARGV, 2 do
+for i = 2, #ARGV, 2 do
   if redis.call('HEXISTS', KEYS[1], ARGV[i]) == 0 then
     local owner = owners[string.lower(string.match(ARGV[i + 1], '^%S+') or '')]
     if owner then return {'clash', ARGV[i], owner} end
@@ -51,35 +61,70 @@ for i = 1, #ARGV, 2 do
 end
 local answer = {'ok'}
 local added = 0
-for i = 1, #ARGV, 2 do
+for i = 2, #ARGV, 2 do
   if redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 1]) == 1 then
     added = added + 1
   else
     table.insert(answer, ARGV[i])
   end
 end
-if added > 0 then redis.call('INCR', KEYS[2]) end
+if added > 0 then
+  redis.call('INCR', KEYS[2])
+  redis.call('SET', KEYS[3], ARGV[1])
+end
 return answer
 ";
 
 /// Removes a record; 1 if there was one.
 const REMOVE: &str = r"
-local removed = redis.call('HDEL', KEYS[1], ARGV[1])
-if removed == 1 then redis.call('INCR', KEYS[2]) end
+local removed = redis.call('HDEL', KEYS[1], ARGV[2])
+if removed == 1 then
+  redis.call('INCR', KEYS[2])
+  redis.call('SET', KEYS[3], ARGV[1])
+end
 return removed
 ";
+
+/// Where the shared keys live, and what marks their changes.
+struct Names {
+    hash: String,
+    version: String,
+    stamp: String,
+}
+
+/// Which change of the key set a replica read last: the version and the
+/// stamp (either moved: read the set again).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Seen {
+    version: Option<u64>,
+    stamp: Option<String>,
+}
+
+/// A fresh stamp for a change: 16 random hex digits.
+fn new_stamp() -> Result<String, StateError> {
+    let mut bytes = [0u8; 8];
+    getrandom::getrandom(&mut bytes)
+        .map_err(|e| StateError::Malformed(format!("no randomness for a keys stamp: {e}")))?;
+    let mut stamp = String::with_capacity(16);
+    crate::hex::push_hex(&mut stamp, &bytes);
+    Ok(stamp)
+}
 
 /// The shared keys.
 pub struct SharedKeys<'a>(pub &'a Shared);
 
 impl SharedKeys<'_> {
-    fn names(&self) -> (String, String) {
-        (self.0.key("keys"), self.0.key("keys:version"))
+    fn names(&self) -> Names {
+        Names {
+            hash: self.0.key("keys"),
+            version: self.0.key("keys:version"),
+            stamp: self.0.key("keys:stamp"),
+        }
     }
 
     /// Every record, by creation then name.
     pub async fn records(&self) -> Result<Vec<KeyRecord>, StateError> {
-        let (hash, _) = self.names();
+        let hash = self.names().hash;
         let all: Vec<(String, String)> = self
             .0
             .run("keys", |mut conn| async move { conn.hgetall(hash).await })
@@ -107,19 +152,30 @@ impl SharedKeys<'_> {
             .map_err(|name| StateError::Malformed(format!("keys {name}")))
     }
 
-    /// The version every change moves.
-    async fn version(&self) -> Result<u64, StateError> {
-        let (_, version) = self.names();
-        let value: Option<u64> = self
+    /// What every change moves: the version and the stamp.
+    async fn seen(&self) -> Result<Seen, StateError> {
+        let Names { version, stamp, .. } = self.names();
+        let (version, stamp): (Option<u64>, Option<String>) = self
             .0
-            .run("keys", |mut conn| async move { conn.get(version).await })
+            .run("keys", |mut conn| async move {
+                redis::pipe()
+                    .get(version)
+                    .get(stamp)
+                    .query_async(&mut conn)
+                    .await
+            })
             .await?;
-        Ok(value.unwrap_or(0))
+        Ok(Seen { version, stamp })
     }
 
     /// Adds `record`; false if its name is taken.
     async fn add(&self, record: &KeyRecord) -> Result<bool, StateError> {
-        let (hash, version) = self.names();
+        let Names {
+            hash,
+            version,
+            stamp,
+        } = self.names();
+        let new_stamp = new_stamp()?;
         let value = format!("{} {}", record.sha256, record.created);
         let name = record.name.clone();
         let added: i64 = self
@@ -128,6 +184,8 @@ impl SharedKeys<'_> {
                 Script::new(ADD)
                     .key(hash)
                     .key(version)
+                    .key(stamp)
+                    .arg(new_stamp)
                     .arg(name)
                     .arg(value)
                     .invoke_async(&mut conn)
@@ -148,7 +206,12 @@ impl SharedKeys<'_> {
 
     /// Revokes the key named `name`.
     pub async fn revoke(&self, name: &str) -> Result<(), KeysError> {
-        let (hash, version) = self.names();
+        let Names {
+            hash,
+            version,
+            stamp,
+        } = self.names();
+        let new_stamp = new_stamp()?;
         let target = name.to_owned();
         let removed: i64 = self
             .0
@@ -156,6 +219,8 @@ impl SharedKeys<'_> {
                 Script::new(REMOVE)
                     .key(hash)
                     .key(version)
+                    .key(stamp)
+                    .arg(new_stamp)
                     .arg(target)
                     .invoke_async(&mut conn)
                     .await
@@ -180,17 +245,24 @@ impl SharedKeys<'_> {
         if records.is_empty() {
             return Ok(Vec::new());
         }
-        let (hash, version) = self.names();
-        let args: Vec<String> = records
-            .iter()
-            .flat_map(|r| [r.name.clone(), format!("{} {}", r.sha256, r.created)])
+        let Names {
+            hash,
+            version,
+            stamp,
+        } = self.names();
+        let args: Vec<String> = std::iter::once(new_stamp()?)
+            .chain(
+                records
+                    .iter()
+                    .flat_map(|r| [r.name.clone(), format!("{} {}", r.sha256, r.created)]),
+            )
             .collect();
         let answer: Vec<String> = self
             .0
             .run("keys", |mut conn| async move {
                 let script = Script::new(IMPORT);
                 let mut invocation = script.key(hash);
-                invocation.key(version);
+                invocation.key(version).key(stamp);
                 for arg in &args {
                     invocation.arg(arg);
                 }
@@ -209,8 +281,8 @@ impl SharedKeys<'_> {
 }
 
 /// Follows the shared keys until `shutdown`: every [`POLL_EVERY`], the
-/// version; when it moved (or a reload swapped in a snapshot with other
-/// keys), the set. Failures keep the last set serving.
+/// version and the stamp; when either moved (or a reload swapped in a
+/// snapshot with other keys), the set. Failures keep the last set serving.
 pub async fn follow(app: Arc<App>, shared: Arc<Shared>, shutdown: CancellationToken) {
     let keys = SharedKeys(&shared);
     let mut seen = None;
@@ -220,10 +292,10 @@ pub async fn follow(app: Arc<App>, shared: Arc<Shared>, shutdown: CancellationTo
             () = tokio::time::sleep(POLL_EVERY) => {}
             () = shutdown.cancelled() => return,
         }
-        let Ok(version) = keys.version().await else {
+        let Ok(now) = keys.seen().await else {
             continue;
         };
-        if seen != Some(version) {
+        if seen.as_ref() != Some(&now) {
             match keys.store().await {
                 Ok(store) => {
                     if store != *applied {
@@ -242,7 +314,7 @@ pub async fn follow(app: Arc<App>, shared: Arc<Shared>, shutdown: CancellationTo
                         }
                     }
                     applied = Arc::new(store);
-                    seen = Some(version);
+                    seen = Some(now);
                 }
                 Err(e) => {
                     tracing::error!("shared keys unreadable, the last set still answers: {e}");
