@@ -381,6 +381,21 @@ impl KeysFileAt<'_> {
         &self,
         change: impl FnOnce(&mut Vec<KeyRecord>) -> Result<(), KeysError>,
     ) -> Result<(), KeysError> {
+        self.locked(|| {
+            let mut records = self.records()?;
+            change(&mut records)?;
+            self.write(records)
+        })
+    }
+
+    /// Makes `records` the whole file, whatever it held (`keys export`
+    /// writes the shared store's keys this way).
+    pub fn replace_all(&self, records: Vec<KeyRecord>) -> Result<(), KeysError> {
+        self.locked(|| self.write(records))
+    }
+
+    /// Runs `work` holding the file's lock (its folder made first).
+    fn locked<T>(&self, work: impl FnOnce() -> Result<T, KeysError>) -> Result<T, KeysError> {
         let failed = |source| KeysError::Write {
             path: self.0.to_owned(),
             source,
@@ -388,9 +403,7 @@ impl KeysFileAt<'_> {
         crate::files::create_private_dir_all(self.dir()).map_err(failed)?;
         let lock = self.dir().join(format!(".{}.lock", self.name()));
         let _held = crate::files::lock_exclusive(&lock).map_err(failed)?;
-        let mut records = self.records()?;
-        change(&mut records)?;
-        self.write(records)
+        work()
     }
 
     /// Replaces the file atomically, keeping its owner, group and mode

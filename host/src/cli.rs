@@ -140,6 +140,13 @@ enum KeysCommand {
         #[arg(long)]
         from: PathBuf,
     },
+    /// Write the shared store's keys (`[state] backend = "redis"`) to a
+    /// keys file: names, SHA-256 hashes and dates, what `keys import` reads
+    /// back. A backup for a Redis that may come back empty.
+    Export {
+        #[arg(long)]
+        to: PathBuf,
+    },
     /// List issued keys (names and dates, never keys).
     List {
         #[arg(long)]
@@ -255,6 +262,11 @@ fn keys(config_path: &Path, command: KeysCommand) -> Result<(), RunError> {
                 "`keys import` copies a keys file into a shared store: it needs [state] backend = \"redis\"".into(),
             ))
         }
+        KeysCommand::Export { .. } => {
+            return Err(RunError::Usage(
+                "`keys export` copies a shared store's keys into a keys file: it needs [state] backend = \"redis\" (without it, the keys file is the record)".into(),
+            ))
+        }
         KeysCommand::List { json } => print_keys(&mut stdout, &file.records()?, json)?,
         KeysCommand::Usage { since, by, json } => {
             let path = &files.ledger.path;
@@ -323,6 +335,12 @@ async fn shared_keys(redis: &RedisConfig, command: KeysCommand) -> Result<(), Ru
         KeysCommand::List { json } => {
             let records = keys.records().await.map_err(KeysError::from)?;
             print_keys(&mut stdout, &records, json)?;
+        }
+        KeysCommand::Export { to } => {
+            let records = keys.records().await.map_err(KeysError::from)?;
+            let count = records.len();
+            KeysFileAt(&to).replace_all(records)?;
+            writeln!(stdout, "exported {count} keys to {}", to.display())?;
         }
         KeysCommand::Usage { since, by, json } => {
             let credits = Credits::new(shared.clone());

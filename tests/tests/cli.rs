@@ -361,6 +361,14 @@ fn keys_import_checks_the_whole_file_and_imports_all_or_nothing() {
         let out = keys(&local, &["issue", &format!("--name={name}")]);
         assert!(out.success(), "{out:?}");
     }
+    // `keys export` is for the shared store: a keys file is its own record.
+    let out = keys(&local, &["export", "--to", "copy.toml"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        out.refusal_line("export without a store")
+            .contains("it needs [state] backend = \"redis\""),
+        "{out:?}"
+    );
     let from = local.keys_file();
     let from_arg = from.to_str().expect("a UTF-8 path");
     let good = std::fs::read_to_string(&from).expect("keys_file was written");

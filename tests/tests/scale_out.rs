@@ -18,7 +18,8 @@
 //!   requests are refused for it: the reservations Redis applies once it
 //!   resumes, whose answers came too late, are released at once;
 //! - one replica stopped while its Redis goes back to an older copy and
-//!   changes again: it follows the keys the store holds once it resumes.
+//!   changes again: it follows the keys the store holds once it resumes;
+//!   the keys exported to a file come back into a store that lost them.
 
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
@@ -715,4 +716,30 @@ async fn a_store_restored_from_an_older_copy_is_followed() {
         knows(&dropped).await
     );
     assert_eq!(knows(&first).await, 404);
+
+    // Scale-out review, defect 2: the keys issued in the store can be kept
+    // in a keys file, and brought back into a store that lost them.
+    let backup = replicas.configs[0].dir().join("keys-backup.toml");
+    let export = replicas.cli(&["keys", "export", "--to", &backup.display().to_string()]);
+    assert!(export.success(), "keys export: {}", export.stderr);
+    assert_eq!(
+        export.stdout.trim(),
+        format!("exported 2 keys to {}", backup.display())
+    );
+    assert_eq!(redis.command(&["DEL", "socialgate:keys"]), ":1\r\n");
+    assert_eq!(
+        redis.command(&["INCR", "socialgate:keys:version"]),
+        ":3\r\n"
+    );
+    let emptied = eventually(Duration::from_secs(3), || async {
+        knows(&first).await == 401
+    });
+    assert!(emptied.await, "an emptied store refuses every key");
+    let import = replicas.cli(&["keys", "import", "--from", &backup.display().to_string()]);
+    assert!(import.success(), "keys import: {}", import.stderr);
+    let back = eventually(Duration::from_secs(3), || async {
+        knows(&first).await == 404 && knows(&later).await == 404
+    });
+    assert!(back.await, "the exported keys are served again");
+    assert_eq!(knows(&dropped).await, 401);
 }
