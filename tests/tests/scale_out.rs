@@ -511,7 +511,13 @@ async fn enforced_credits_are_exact_across_replicas_and_fail_closed_without_redi
     ];
     assert_eq!(made, [":1\r\n", ":1\r\n", ":1\r\n", ":3\r\n"]);
     let hs = clients(&replicas, &h);
-    assert_eq!(account(&hs[0]).await["credits_remaining"], 10, "both held");
+    // Scale-out review, defect 3: the statement leaves out what the next
+    // reservation frees (it used to say 10 until then).
+    assert_eq!(
+        account(&hs[0]).await["credits_remaining"],
+        70,
+        "only the live 30 held"
+    );
     let a = hs[1].get(PROFILE).await;
     assert_eq!(a.status, 200, "{a:?}");
     assert_eq!(a.header("x-credits-remaining"), Some("69"), "{a:?}");

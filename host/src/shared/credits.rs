@@ -66,6 +66,25 @@ pub const FLUSH_EVERY: Duration = Duration::from_millis(100);
 /// usage of one day, or what to release of its hold under one holder;
 /// adding to an entry is never refused).
 pub const MAX_PENDING: usize = 100_000;
+/// An account's statement, read only. KEYS: the account, its leases, its
+/// usage today, the reservations earlier versions kept one by one
+/// (`held:NAME`). Answers `{spent, granted, reserved, credits today}`,
+/// leaving out of `reserved` what the next reservation's sweep will free:
+/// the holds of leases run out (a replica gone), expired old reservations.
+const STATEMENT: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local a = redis.call('HMGET', KEYS[1], 'spent', 'granted', 'reserved')
+local reserved = tonumber(a[3]) or 0
+for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)) do
+  reserved = reserved - (tonumber(redis.call('HGET', KEYS[1], 'h:' .. gone)) or 0)
+end
+for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)) do
+  reserved = reserved - (tonumber(string.match(m, '^(%d+):')) or 0)
+end
+return {a[1], a[2], reserved, redis.call('HGET', KEYS[3], 'credits')}
+";
+
 /// KEYS[1]: this process's last applied batch number. ARGV[1]: the
 /// prefix, ARGV[2]: this batch's number, then groups of six: `u NAME DAY
 /// ENDPOINT REQUESTS CREDITS` (usage) or `r NAME HOLDER AMOUNT - -` (what
@@ -226,27 +245,27 @@ impl Credits {
     }
 
     /// `name`'s account as the store keeps it, in one round trip: its
-    /// balance (less what is held: an answer not yet settled counts), what
-    /// it spent today and in all (as settled, at most [`FLUSH_EVERY`]
-    /// behind).
+    /// balance (less what is held: an answer not yet settled counts, a
+    /// hold whose lease ran out does not, though only the next reservation
+    /// frees it), what it spent today and in all (as settled, at most
+    /// [`FLUSH_EVERY`] behind).
     pub async fn statement(&self, name: &str, free_credits: u64) -> Result<Statement, StateError> {
-        let mut pipe = redis::pipe();
-        pipe.cmd("HMGET")
-            .arg(self.shared.named("acct:", name))
-            .arg("spent")
-            .arg("granted")
-            .arg("reserved")
-            .cmd("HGET")
-            .arg(
-                self.shared
-                    .key(&format!("usage:{}:{name}", super::utc_day())),
-            )
-            .arg("credits");
-        type Counts = ((Option<u64>, Option<u64>, Option<i64>), Option<u64>);
-        let ((spent, granted, reserved), today): Counts = self
+        let account = self.shared.named("acct:", name);
+        let leases = self.shared.named("leases:", name);
+        let legacy = self.shared.named("held:", name);
+        let today = self
+            .shared
+            .key(&format!("usage:{}:{name}", super::utc_day()));
+        let (spent, granted, reserved, today): (Option<u64>, Option<u64>, i64, Option<u64>) = self
             .shared
             .run("statement", |mut conn| async move {
-                pipe.query_async(&mut conn).await
+                Script::new(STATEMENT)
+                    .key(account)
+                    .key(leases)
+                    .key(today)
+                    .key(legacy)
+                    .invoke_async(&mut conn)
+                    .await
             })
             .await?;
         let spent = spent.unwrap_or(0);
@@ -254,7 +273,7 @@ impl Credits {
             remaining: free_credits
                 .saturating_add(granted.unwrap_or(0))
                 .saturating_sub(spent)
-                .saturating_sub(reserved.map_or(0, |r| u64::try_from(r).unwrap_or(0))),
+                .saturating_sub(u64::try_from(reserved).unwrap_or(0)),
             used_today: today.unwrap_or(0),
             used_total: spent,
         })
