@@ -38,6 +38,8 @@ fn env(name: &str) -> Option<String> {
         "KEY_CURSOR" => Some("secret-cursor-key-of-at-least-32-chars".into()),
         "KEY_CURSOR_OLD" => Some("the-previous-cursor-key-of-32-chars".into()),
         "KEY_REDIS" => Some("redis://127.0.0.1:6379".into()),
+        "KEY_REDIS_BAD_PORT" => Some("redis://:pw-secret@127.0.0.1:notaport/0".into()),
+        "KEY_REDIS_HTTP" => Some("http://127.0.0.1:6379".into()),
         _ => None,
     }
 }
@@ -324,6 +326,22 @@ fn a_redis_backend_needs_a_shared_cursor_key() {
     let text = format!("{GOOD}\n[state]\nbackend = \"redis\"\nurl_env = \"KEY_REDIS\"\n");
     let e = parse(&text).unwrap_err().to_string();
     assert!(e.contains("cursor_key_env"), "{e}");
+}
+
+/// Scale-out review, defect 4: a URL of the right scheme that does not
+/// parse says so, never quoting it (it may hold a password).
+#[test]
+fn a_redis_url_is_refused_for_what_is_wrong_with_it() {
+    for (var, said) in [
+        ("KEY_REDIS_HTTP", "must hold a redis:// or rediss:// URL"),
+        ("KEY_REDIS_BAD_PORT", "holds a URL that does not parse"),
+    ] {
+        let keyed = with_server_line("cursor_key_env = \"KEY_CURSOR\"");
+        let text = format!("{keyed}\n[state]\nbackend = \"redis\"\nurl_env = \"{var}\"\n");
+        let e = parse(&text).unwrap_err().to_string();
+        assert!(e.contains(said), "{var}: {e}");
+        assert!(!e.contains("pw-secret") && !e.contains("notaport"), "{e}");
+    }
 }
 
 /// A syntax error names the line it is on, the first line of a table's

@@ -440,7 +440,12 @@ impl Credits {
                 pipe.query_async(&mut conn).await
             })
             .await?;
-        Ok(wanted.into_iter().zip(counts).collect())
+        // A day deleted by hand leaves its index entry: no row for it.
+        Ok(wanted
+            .into_iter()
+            .zip(counts)
+            .filter(|(_, counts)| !counts.is_empty())
+            .collect())
     }
 
     /// Usage on or after `since`, ordered by key then day.

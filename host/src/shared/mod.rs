@@ -92,10 +92,19 @@ impl StateConfig {
                     .iter()
                     .any(|s| url.expose().starts_with(s));
                 // The value is never echoed: it may hold a password.
-                if !scheme_ok || redis::Client::open(url.expose()).is_err() {
+                if !scheme_ok {
                     return Err(cx.invalid(
                         "[state] url_env",
                         format!("`{var}` must hold a redis:// or rediss:// URL"),
+                    ));
+                }
+                if redis::Client::open(url.expose()).is_err() {
+                    return Err(cx.invalid(
+                        "[state] url_env",
+                        format!(
+                            "`{var}` holds a URL that does not parse: \
+                             redis://[:PASSWORD@]HOST[:PORT][/DB] (a port and a DB of digits)"
+                        ),
                     ));
                 }
                 let prefix = raw.prefix.clone().unwrap_or(DEFAULT_PREFIX.to_owned());
