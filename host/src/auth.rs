@@ -80,6 +80,16 @@ pub enum KeysError {
     NothingImported(Box<KeysError>),
     #[error("no randomness available: {0}")]
     Random(String),
+    /// `keys export` from a store without keys: most likely a Redis that
+    /// came back empty, when the file it would replace is the backup.
+    #[error(
+        "keys export: the shared store holds no keys (a Redis that came back empty?): \
+         nothing written; --allow-empty writes an empty keys file"
+    )]
+    NothingToExport,
+    /// `keys export` onto a file that is not a keys file: a mistyped path.
+    #[error("keys export: nothing written: {0}; export to a new file or to a keys file")]
+    NotAKeysFile(Box<KeysError>),
     #[error(transparent)]
     Shared(#[from] crate::shared::StateError),
 }

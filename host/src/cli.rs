@@ -142,10 +142,15 @@ enum KeysCommand {
     },
     /// Write the shared store's keys (`[state] backend = "redis"`) to a
     /// keys file: names, SHA-256 hashes and dates, what `keys import` reads
-    /// back. A backup for a Redis that may come back empty.
+    /// back. A backup for a Redis that may come back empty. It replaces a
+    /// keys file, never another file, and writes nothing from a store
+    /// without keys unless told to.
     Export {
         #[arg(long)]
         to: PathBuf,
+        /// Write the file even when the store holds no keys.
+        #[arg(long)]
+        allow_empty: bool,
     },
     /// List issued keys (names and dates, never keys).
     List {
@@ -336,10 +341,17 @@ async fn shared_keys(redis: &RedisConfig, command: KeysCommand) -> Result<(), Ru
             let records = keys.records().await.map_err(KeysError::from)?;
             print_keys(&mut stdout, &records, json)?;
         }
-        KeysCommand::Export { to } => {
+        KeysCommand::Export { to, allow_empty } => {
             let records = keys.records().await.map_err(KeysError::from)?;
+            if records.is_empty() && !allow_empty {
+                return Err(KeysError::NothingToExport.into());
+            }
+            // A missing file reads as no keys; anything else must be one.
+            let file = KeysFileAt(&to);
+            file.records()
+                .map_err(|e| KeysError::NotAKeysFile(Box::new(e)))?;
             let count = records.len();
-            KeysFileAt(&to).replace_all(records)?;
+            file.replace_all(records)?;
             writeln!(stdout, "exported {count} keys to {}", to.display())?;
         }
         KeysCommand::Usage { since, by, json } => {

@@ -149,7 +149,9 @@ pub fn load(config: &Config) -> Result<Loaded, RunError> {
     })
 }
 
-/// `socialgate check`: [`load`], then one line saying what it found.
+/// `socialgate check`: [`load`], then what it found: a line for the whole,
+/// one per provider (its plugin), one per live platform with endpoints no
+/// provider serves.
 pub fn check(config: &Config) -> Result<String, RunError> {
     let Loaded { snapshot, .. } = load(config)?;
     let mut report = format!(
@@ -178,8 +180,7 @@ pub fn check(config: &Config) -> Result<String, RunError> {
         let unserved = snapshot.routes.unserved(platform);
         if !unserved.is_empty() {
             report.push_str(&format!(
-                "
-platform {platform}: no provider serves {} (answered 404 ENDPOINT_NOT_FOUND)",
+                "\nplatform {platform}: no provider serves {} (answered 404 ENDPOINT_NOT_FOUND)",
                 crate::routing::endpoint_list(&unserved)
             ));
         }

@@ -22,6 +22,7 @@ use plugin_api::ProviderConfig as PluginConfig;
 use sha2::{Digest, Sha256};
 
 use crate::config::{executable_dir, ConfigError, Context, RawServer};
+use crate::redact::Redacted;
 
 /// `[server] state_dir`, where private copies of libraries are kept
 /// (default `state` beside the config). A process setting: libraries
@@ -293,7 +294,8 @@ pub fn instantiate(
 extern "C" fn plugin_log(level: u8, target: RStr<'_>, message: RStr<'_>) {
     // A panic must not unwind into the plugin's frame.
     let _ = std::panic::catch_unwind(|| {
-        let (plugin, message) = (target.as_str(), crate::redact::text(message.as_str()));
+        // Redacted only when written: a level that is off costs nothing.
+        let (plugin, message) = (target.as_str(), Redacted(message.as_str()));
         match Level::from_u8(level) {
             Level::Error => tracing::error!(target: "socialgate::plugin", plugin, "{message}"),
             Level::Warn => tracing::warn!(target: "socialgate::plugin", plugin, "{message}"),

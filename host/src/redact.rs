@@ -3,15 +3,23 @@
 //! A plugin holds its upstream key, and a hurried one puts it into an error
 //! message or a log line (the kit's `no-key-in-errors` rule catches that in
 //! the author's tests, for the answers the tests try). The host handed each
-//! key out, so it can take it out again: every text a plugin sends towards a
-//! log line or a caller passes through [`text`] first.
+//! key out, so it can take it out again: a plugin's error messages (logged,
+//! or shown to a caller as a refusal's reason), its set-up errors, its log
+//! lines and the upstream URLs it builds (logged at debug) pass through
+//! here first. What is found is the key as given and as a URL would carry
+//! it (percent-encoded); a key transformed otherwise (base64 in a `Basic`
+//! header, say) is not recognised.
 //!
 //! Keys are remembered for the life of the process, not only while their
 //! provider is configured: an instance set up before a reload may still be
 //! finishing a request, and a retired key is still a secret.
 
 use std::borrow::Cow;
+use std::fmt;
 use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
 
 use crate::sync::lock;
 
@@ -23,32 +31,57 @@ pub const REDACTED: &str = "[redacted]";
 /// that short, and a test's made-up one may be).
 const SHORTEST: usize = 6;
 
-/// Every key handed to a plugin so far, longest first (so a key that
-/// contains another is taken out whole).
-static KEYS: Mutex<Vec<Arc<str>>> = Mutex::new(Vec::new());
+/// The forms of every key handed to a plugin so far, longest first (so a
+/// form that contains another is taken out whole). Read without a lock:
+/// plugin log lines may be many.
+static FORMS: std::sync::LazyLock<ArcSwap<Vec<Arc<str>>>> =
+    std::sync::LazyLock::new(|| ArcSwap::from_pointee(Vec::new()));
+/// Held while [`FORMS`] is replaced, so two keys remembered at once both
+/// stay.
+static REMEMBERING: Mutex<()> = Mutex::new(());
 
 /// Remembers `key`, handed to a plugin, to be taken out of its text.
 pub fn remember(key: &str) {
     if key.len() < SHORTEST {
         return;
     }
-    let mut keys = lock(&KEYS);
-    if !keys.iter().any(|k| &**k == key) {
-        keys.push(key.into());
-        keys.sort_by_key(|k| std::cmp::Reverse(k.len()));
+    let encoded = utf8_percent_encode(key, NON_ALPHANUMERIC).to_string();
+    let _held = lock(&REMEMBERING);
+    let known = FORMS.load();
+    let new: Vec<&str> = [key, encoded.as_str()]
+        .into_iter()
+        .filter(|form| !known.iter().any(|k| &**k == *form))
+        .collect();
+    if new.is_empty() {
+        return;
     }
+    let mut forms: Vec<Arc<str>> = known.iter().cloned().collect();
+    forms.extend(new.into_iter().map(Arc::from));
+    forms.sort_by_key(|form| std::cmp::Reverse(form.len()));
+    forms.dedup();
+    FORMS.store(Arc::new(forms));
 }
 
 /// `text` with every remembered key replaced by [`REDACTED`].
 pub fn text(text: &str) -> Cow<'_, str> {
-    let keys = lock(&KEYS);
+    let forms = FORMS.load();
     let mut text = Cow::Borrowed(text);
-    for key in keys.iter() {
-        if text.contains(&**key) {
-            text = Cow::Owned(text.replace(&**key, REDACTED));
+    for form in forms.iter() {
+        if text.contains(&**form) {
+            text = Cow::Owned(text.replace(&**form, REDACTED));
         }
     }
     text
+}
+
+/// `text`, redacted when it is written: for log lines, whose arguments are
+/// formatted only when their level is on.
+pub struct Redacted<'a>(pub &'a str);
+
+impl fmt::Display for Redacted<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&text(self.0))
+    }
 }
 
 #[cfg(test)]
@@ -56,14 +89,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn remembered_keys_are_taken_out_whole() {
+    fn remembered_keys_are_taken_out_whole_and_percent_encoded() {
         remember("redact-test-key-1");
         remember("redact-test-key-1-longer");
+        remember("redact test/key+2");
         remember("abc");
         assert_eq!(
             text("refused Bearer redact-test-key-1-longer and redact-test-key-1."),
             "refused Bearer [redacted] and [redacted]."
         );
+        assert_eq!(
+            text("GET /v1/u?k=redact%20test%2Fkey%2B2 (redact test/key+2)"),
+            "GET /v1/u?k=[redacted] ([redacted])"
+        );
         assert!(matches!(text("nothing secret, abc"), Cow::Borrowed(_)));
+        assert_eq!(
+            Redacted("a redact-test-key-1 b").to_string(),
+            "a [redacted] b"
+        );
     }
 }

@@ -299,14 +299,14 @@ pub fn non_empty(text: Option<String>) -> Option<String> {
 }
 
 /// A user's handle as the schema has it: without the leading `@` some
-/// upstreams write (one only, as a caller's `username` loses one); `None`
-/// when absent or nothing is left.
+/// upstreams write (no handle begins with one); `None` when absent or
+/// nothing is left. Since plugin-api 1.4.
 pub fn handle(text: Option<String>) -> Option<String> {
-    let mut text = text?;
-    if text.starts_with('@') {
-        text.remove(0);
+    let text = text?;
+    match text.trim_start_matches('@') {
+        rest if rest.len() == text.len() => non_empty(Some(text)),
+        rest => non_empty(Some(rest.to_owned())),
     }
-    non_empty(Some(text))
 }
 
 #[cfg(test)]
@@ -390,9 +390,10 @@ mod tests {
         let handle = |text: Option<&str>| handle(text.map(str::to_owned));
         assert_eq!(handle(Some("@luna")).as_deref(), Some("luna"));
         assert_eq!(handle(Some("luna")).as_deref(), Some("luna"));
-        assert_eq!(handle(Some("@@luna")).as_deref(), Some("@luna"));
+        assert_eq!(handle(Some("@@luna")).as_deref(), Some("luna"));
         assert_eq!(handle(Some("lu@na")).as_deref(), Some("lu@na"));
         assert_eq!(handle(Some("@")), None);
+        assert_eq!(handle(Some("@@")), None);
         assert_eq!(handle(Some("")), None);
         assert_eq!(handle(None), None);
     }

@@ -205,6 +205,7 @@ async fn a_preflight_from_an_allowed_origin_succeeds_and_others_get_no_cors_head
         allowed.header("access-control-allow-origin"),
         Some("https://app.example")
     );
+    assert_eq!(allowed.header("cache-control"), Some("no-store"));
     let headers = allowed.header("access-control-allow-headers").unwrap_or("");
     assert!(headers.contains("X-API-Key"), "{headers}");
     assert!(allowed

@@ -746,6 +746,14 @@ async fn a_store_restored_from_an_older_copy_is_followed() {
         export.stdout.trim(),
         format!("exported 2 keys to {}", backup.display())
     );
+    // It never replaces what is not a keys file (a mistyped path).
+    let config_path = replicas.configs[0].path().display().to_string();
+    let config_text = replicas.configs[0].text();
+    let wrong = replicas.cli(&["keys", "export", "--to", &config_path]);
+    assert!(!wrong.success(), "{wrong:?}");
+    assert!(wrong.stderr.contains("nothing written"), "{}", wrong.stderr);
+    assert_eq!(replicas.configs[0].text(), config_text);
+
     assert_eq!(redis.command(&["DEL", "socialgate:keys"]), ":1\r\n");
     assert_eq!(
         redis.command(&["INCR", "socialgate:keys:version"]),
@@ -755,6 +763,12 @@ async fn a_store_restored_from_an_older_copy_is_followed() {
         knows(&first).await == 401
     });
     assert!(emptied.await, "an emptied store refuses every key");
+    // A scheduled export now would empty the backup: refused.
+    let saved = std::fs::read_to_string(&backup).expect("the backup");
+    let again = replicas.cli(&["keys", "export", "--to", &backup.display().to_string()]);
+    assert!(!again.success(), "{again:?}");
+    assert!(again.stderr.contains("holds no keys"), "{}", again.stderr);
+    assert_eq!(std::fs::read_to_string(&backup).unwrap(), saved);
     let import = replicas.cli(&["keys", "import", "--from", &backup.display().to_string()]);
     assert!(import.success(), "keys import: {}", import.stderr);
     let back = eventually(Duration::from_secs(3), || async {

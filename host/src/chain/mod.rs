@@ -31,6 +31,7 @@ use plugin_api::{Call, Endpoint, ErrorKind, ProviderError};
 use tokio::time::{timeout, Instant};
 
 use self::decision::{Failure, Then};
+use crate::redact::{self, Redacted};
 use crate::resilience::abandon::Detached;
 use crate::resilience::breaker::{Outcome, Permit};
 use crate::resilience::concurrency::InFlight;
@@ -282,7 +283,7 @@ fn judge(
                 endpoint = %call.endpoint(),
                 kind = %error.kind(),
                 "attempt failed: {}",
-                crate::redact::text(error.message())
+                Redacted(error.message())
             )
         };
     }
@@ -302,7 +303,7 @@ fn judge(
         Then::TryNext => Verdict::Failed,
         Then::StopNotFound => Verdict::Stop(ChainError::NotFound),
         Then::StopInvalidInput => Verdict::Stop(ChainError::InvalidInput(
-            plugin_api::ffi::caller_message(&crate::redact::text(error.message())),
+            plugin_api::ffi::caller_message(&redact::text(error.message())),
         )),
         Then::StopDeadline => Verdict::Stop(ChainError::DeadlineExceeded),
     };
@@ -343,7 +344,7 @@ async fn attempt(
             };
             tracing::debug!(
                 provider = %provider.name,
-                url = %crate::config::redacted_url(request.url()),
+                url = %Redacted(&crate::config::redacted_url(request.url())),
                 "upstream request"
             );
             let url = provider.origin.admit(request.method(), request.url())?;

@@ -698,7 +698,9 @@ fn check_head<B>(request: &Request<B>) -> Result<(), ApiError> {
     let host_fits = match (hosts.next(), hosts.next()) {
         (Some(host), None) => {
             is_host(host.as_bytes())
-                && !(h2 && authority.is_some_and(|a| !a.eq_ignore_ascii_case(host.as_bytes())))
+                && !(h2
+                    && authority
+                        .is_some_and(|a| !same_authority(a, host.as_bytes(), uri.scheme_str())))
         }
         (None, _) if h2 => authority.is_some(),
         (None, _) => request.version() != Version::HTTP_11,
@@ -711,6 +713,21 @@ fn check_head<B>(request: &Request<B>) -> Result<(), ApiError> {
         return Err(ApiError::UriTooLong);
     }
     Ok(())
+}
+
+/// Whether `host` names `authority`, compared as RFC 9113 (8.3.1) asks:
+/// case aside, and the port `scheme` implies (`:443` for `https`, `:80`
+/// otherwise) or an empty one the same as none.
+fn same_authority(authority: &[u8], host: &[u8], scheme: Option<&str>) -> bool {
+    let implied: &[u8] = match scheme {
+        Some("https") => b":443",
+        _ => b":80",
+    };
+    fn bare<'a>(name: &'a [u8], implied: &[u8]) -> &'a [u8] {
+        let name = name.strip_suffix(implied).unwrap_or(name);
+        name.strip_suffix(b":").unwrap_or(name)
+    }
+    bare(authority, implied).eq_ignore_ascii_case(bare(host, implied))
 }
 
 /// Whether `value` is a `Host` as RFC 9110 (7.2) writes one: a host name
@@ -969,10 +986,15 @@ mod tests {
         };
         assert_eq!(with_host("http://a:80/healthz", None), Ok(()));
         assert_eq!(with_host("http://a:80/healthz", Some("A:80")), Ok(()));
+        assert_eq!(with_host("http://a:80/healthz", Some("a")), Ok(()));
+        assert_eq!(with_host("https://a/healthz", Some("a:443")), Ok(()));
+        assert_eq!(with_host("http://a:/healthz", Some("a")), Ok(()));
         assert_eq!(with_host("/healthz", Some("a:80")), Ok(()));
         for (uri, host) in [
             ("/healthz", None),
             ("http://a:80/healthz", Some("b:80")),
+            ("http://a:8080/healthz", Some("a")),
+            ("https://a/healthz", Some("a:80")),
             ("http://a:80/healthz", Some("")),
         ] {
             assert_eq!(

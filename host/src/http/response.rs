@@ -202,13 +202,15 @@ pub fn plain_json(status: StatusCode, json: &'static str) -> Response<Body> {
     json_response(status, Bytes::from_static(json.as_bytes()))
 }
 
-/// The answer to `OPTIONS`: no content, the methods allowed.
+/// The answer to `OPTIONS`: no content, the methods allowed, and
+/// `no-store` as every answer but data and the document (a browser keeps
+/// a preflight by `Access-Control-Max-Age`, not by this).
 pub fn options() -> Response<Body> {
     let mut response = Response::new(Full::new(Bytes::new()));
     *response.status_mut() = StatusCode::NO_CONTENT;
-    response
-        .headers_mut()
-        .insert(ALLOW, HeaderValue::from_static(ALLOWED_METHODS));
+    let headers = response.headers_mut();
+    headers.insert(ALLOW, HeaderValue::from_static(ALLOWED_METHODS));
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
 }
 

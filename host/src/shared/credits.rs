@@ -82,8 +82,13 @@ end
 for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)) do
   reserved = reserved - (tonumber(string.match(m, '^(%d+):')) or 0)
 end
-return {a[1], a[2], reserved, redis.call('HGET', KEYS[3], 'credits')}
+return {tonumber(a[1]) or 0, tonumber(a[2]) or 0, reserved,
+  tonumber(redis.call('HGET', KEYS[3], 'credits')) or 0}
 ";
+
+/// [`STATEMENT`], its digest worked out once.
+static STATEMENT_SCRIPT: std::sync::LazyLock<Script> =
+    std::sync::LazyLock::new(|| Script::new(STATEMENT));
 
 /// KEYS[1]: this process's last applied batch number. ARGV[1]: the
 /// prefix, ARGV[2]: this batch's number, then groups of six: `u NAME DAY
@@ -256,10 +261,10 @@ impl Credits {
         let today = self
             .shared
             .key(&format!("usage:{}:{name}", super::utc_day()));
-        let (spent, granted, reserved, today): (Option<u64>, Option<u64>, i64, Option<u64>) = self
+        let (spent, granted, reserved, today): (u64, u64, i64, u64) = self
             .shared
             .run("statement", |mut conn| async move {
-                Script::new(STATEMENT)
+                STATEMENT_SCRIPT
                     .key(account)
                     .key(leases)
                     .key(today)
@@ -268,13 +273,12 @@ impl Credits {
                     .await
             })
             .await?;
-        let spent = spent.unwrap_or(0);
         Ok(Statement {
             remaining: free_credits
-                .saturating_add(granted.unwrap_or(0))
+                .saturating_add(granted)
                 .saturating_sub(spent)
                 .saturating_sub(u64::try_from(reserved).unwrap_or(0)),
-            used_today: today.unwrap_or(0),
+            used_today: today,
             used_total: spent,
         })
     }

@@ -101,10 +101,9 @@ struct Seen {
 }
 
 /// A fresh stamp for a change: 16 random hex digits.
-fn new_stamp() -> Result<String, StateError> {
+fn new_stamp() -> Result<String, KeysError> {
     let mut bytes = [0u8; 8];
-    getrandom::getrandom(&mut bytes)
-        .map_err(|e| StateError::Malformed(format!("no randomness for a keys stamp: {e}")))?;
+    getrandom::getrandom(&mut bytes).map_err(|e| KeysError::Random(e.to_string()))?;
     let mut stamp = String::with_capacity(16);
     crate::hex::push_hex(&mut stamp, &bytes);
     Ok(stamp)
@@ -169,7 +168,7 @@ impl SharedKeys<'_> {
     }
 
     /// Adds `record`; false if its name is taken.
-    async fn add(&self, record: &KeyRecord) -> Result<bool, StateError> {
+    async fn add(&self, record: &KeyRecord) -> Result<bool, KeysError> {
         let Names {
             hash,
             version,

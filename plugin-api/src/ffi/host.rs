@@ -46,7 +46,8 @@ impl std::fmt::Display for LoadError {
             LoadError::AbortsOnPanic => f.write_str(
                 "built with panic = \"abort\": its first panic would end the whole server \
                  instead of failing one attempt; build it with panic = \"unwind\" \
-                 (the [profile.dev] and [profile.release] sections of its Cargo.toml)",
+                 (the [profile.dev] and [profile.release] sections of the workspace's \
+                 root Cargo.toml)",
             ),
         }
     }
@@ -150,7 +151,7 @@ impl Library {
         if let Some(why) = build.manifest_panicked {
             return Err(LoadError::Manifest(format!("`manifest()` failed: {why}")));
         }
-        // Absent from libraries built against plugin-api 1.3.0 and before.
+        // Absent from libraries built against plugin-api before 1.4.0.
         if build.panic_strategy.is_some_and(|s| s != "unwind") {
             return Err(LoadError::AbortsOnPanic);
         }
@@ -168,7 +169,7 @@ impl Library {
         &self.manifest
     }
 
-    /// The plugin-api version the library was built against (`1.3.0`).
+    /// The plugin-api version the library was built against (`1.4.0`).
     pub fn plugin_api_version(&self) -> &str {
         &self.plugin_api
     }
@@ -214,10 +215,11 @@ pub const MAX_CURSOR_LEN: usize = 1024;
 /// as a bad response, so a plugin that loops is cut off.
 pub const MAX_STEPS: usize = 16;
 
-/// The longest one call into a plugin (`begin` or `step`) may take: a
+/// The longest one call into a plugin may take, the host's calls being
+/// `begin` with the first `step` (made together), and each later `step`: a
 /// provider whose call runs longer has its calls moved off the host's
 /// request threads for good (quarantined). Generous: a debug build parsing
-/// a large body can take a few hundred ms; a loop never ends.
+/// a large body can take a few hundred ms; a loop never ends. Since 1.4.
 pub const STEP_BUDGET: Duration = Duration::from_secs(1);
 
 /// The most characters of an [`ErrorKind::InvalidInput`] message a caller
@@ -497,7 +499,7 @@ mod tests {
         manifest.into()
     }
 
-    /// What a library built against plugin-api 1.3.0 or before says.
+    /// What a library built against plugin-api before 1.4.0 says.
     extern "C" fn built_before_the_strategy_was_written() -> RString {
         r#"{"name":"a","version":"1.0.0","platform":"a","endpoints":["profile"]}"#.into()
     }

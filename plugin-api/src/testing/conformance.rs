@@ -41,9 +41,9 @@ pub enum Rule {
     NoPanic,
     /// A next cursor, given back, starts the next page.
     CursorsRoundTrip,
-    /// No attempt takes more than the host's [`MAX_STEPS`], and no call
-    /// into the plugin (`begin` or a `step`) runs past its
-    /// [`STEP_BUDGET`](crate::ffi::STEP_BUDGET).
+    /// No attempt takes more than the host's [`MAX_STEPS`], and none of the
+    /// host's calls into the plugin (`begin` with the first `step`, a later
+    /// `step`) runs past its [`STEP_BUDGET`](crate::ffi::STEP_BUDGET).
     StepCap,
     /// "Invalid input" and "unsupported" come before the first request
     /// (after it, the host counts them as upstream failures).

@@ -177,9 +177,9 @@ pub struct Run {
     pub steps: usize,
     /// The attempt was still fetching at the host's [`MAX_STEPS`]th step.
     pub capped: bool,
-    /// The longest one call (`begin` or a `step`) took; past
-    /// [`STEP_BUDGET`](crate::ffi::STEP_BUDGET) the host quarantines the
-    /// provider.
+    /// The longest one of the host's calls took (`begin` with the first
+    /// `step`, or a later `step`); past [`STEP_BUDGET`](crate::ffi::STEP_BUDGET)
+    /// the host quarantines the provider. Since 1.4.
     pub slowest_call: Duration,
     /// The script had no reply for the last request.
     pub unscripted: bool,
@@ -325,7 +325,9 @@ impl Kit {
     /// from `upstream`: at most [`MAX_STEPS`] steps, each on a fresh thread
     /// (the host may move an attempt between threads between steps).
     pub fn run(&self, call: &Call, upstream: &Upstream) -> Run {
-        let started = Instant::now();
+        // The host calls `begin` and the first `step` as one call, timed
+        // as one: so does this.
+        let mut started = Instant::now();
         let mut attempt = self.provider.begin(call);
         let mut run = Run {
             requests: Vec::new(),
@@ -333,13 +335,15 @@ impl Kit {
             steps: 0,
             capped: false,
             unscripted: false,
-            slowest_call: started.elapsed(),
+            slowest_call: Duration::ZERO,
         };
         let mut last: Option<Reply> = None;
         for _ in 0..MAX_STEPS {
             run.steps += 1;
             let reply = last.take();
-            let started = Instant::now();
+            if run.steps > 1 {
+                started = Instant::now();
+            }
             let next = std::thread::scope(|scope| {
                 scope
                     .spawn(|| {
