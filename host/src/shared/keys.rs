@@ -167,30 +167,38 @@ impl SharedKeys<'_> {
         Ok(Seen { version, stamp })
     }
 
-    /// Adds `record`; false if its name is taken.
-    async fn add(&self, record: &KeyRecord) -> Result<bool, KeysError> {
+    /// Runs `script`, one of those that change the set: its KEYS the hash,
+    /// the version and the stamp, its ARGV a new stamp and then `args`.
+    async fn change<T: redis::FromRedisValue>(
+        &self,
+        script: &'static str,
+        args: Vec<String>,
+    ) -> Result<T, KeysError> {
         let Names {
             hash,
             version,
             stamp,
         } = self.names();
         let new_stamp = new_stamp()?;
-        let value = format!("{} {}", record.sha256, record.created);
-        let name = record.name.clone();
-        let added: i64 = self
+        let answer = self
             .0
             .run("keys", |mut conn| async move {
-                Script::new(ADD)
-                    .key(hash)
-                    .key(version)
-                    .key(stamp)
-                    .arg(new_stamp)
-                    .arg(name)
-                    .arg(value)
-                    .invoke_async(&mut conn)
-                    .await
+                let script = Script::new(script);
+                let mut invocation = script.key(hash);
+                invocation.key(version).key(stamp).arg(new_stamp);
+                for arg in &args {
+                    invocation.arg(arg);
+                }
+                invocation.invoke_async(&mut conn).await
             })
             .await?;
+        Ok(answer)
+    }
+
+    /// Adds `record`; false if its name is taken.
+    async fn add(&self, record: &KeyRecord) -> Result<bool, KeysError> {
+        let value = format!("{} {}", record.sha256, record.created);
+        let added: i64 = self.change(ADD, vec![record.name.clone(), value]).await?;
         Ok(added == 1)
     }
 
@@ -205,26 +213,7 @@ impl SharedKeys<'_> {
 
     /// Revokes the key named `name`.
     pub async fn revoke(&self, name: &str) -> Result<(), KeysError> {
-        let Names {
-            hash,
-            version,
-            stamp,
-        } = self.names();
-        let new_stamp = new_stamp()?;
-        let target = name.to_owned();
-        let removed: i64 = self
-            .0
-            .run("keys", |mut conn| async move {
-                Script::new(REMOVE)
-                    .key(hash)
-                    .key(version)
-                    .key(stamp)
-                    .arg(new_stamp)
-                    .arg(target)
-                    .invoke_async(&mut conn)
-                    .await
-            })
-            .await?;
+        let removed: i64 = self.change(REMOVE, vec![name.to_owned()]).await?;
         if removed == 1 {
             Ok(())
         } else {
@@ -244,30 +233,11 @@ impl SharedKeys<'_> {
         if records.is_empty() {
             return Ok(Vec::new());
         }
-        let Names {
-            hash,
-            version,
-            stamp,
-        } = self.names();
-        let args: Vec<String> = std::iter::once(new_stamp()?)
-            .chain(
-                records
-                    .iter()
-                    .flat_map(|r| [r.name.clone(), format!("{} {}", r.sha256, r.created)]),
-            )
+        let args = records
+            .iter()
+            .flat_map(|r| [r.name.clone(), format!("{} {}", r.sha256, r.created)])
             .collect();
-        let answer: Vec<String> = self
-            .0
-            .run("keys", |mut conn| async move {
-                let script = Script::new(IMPORT);
-                let mut invocation = script.key(hash);
-                invocation.key(version).key(stamp);
-                for arg in &args {
-                    invocation.arg(arg);
-                }
-                invocation.invoke_async(&mut conn).await
-            })
-            .await?;
+        let answer: Vec<String> = self.change(IMPORT, args).await?;
         match answer.split_first() {
             Some((ok, skipped)) if ok == "ok" => Ok(skipped.to_vec()),
             Some((clash, [name, owner])) if clash == "clash" => Err(KeysError::SameKeyShared {
