@@ -6,9 +6,11 @@
 //! key out, so it can take it out again: a plugin's error messages (logged,
 //! or shown to a caller as a refusal's reason), its set-up errors, its log
 //! lines and the upstream URLs it builds (logged at debug) pass through
-//! here first. What is found is the key as given and as a URL would carry
-//! it (percent-encoded); a key transformed otherwise (base64 in a `Basic`
-//! header, say) is not recognised.
+//! here first. What is found is the key as given and as URLs carry it:
+//! percent-encoded as a path segment (as `UpstreamRequest::segment` writes
+//! it), as a query value (`query`, form encoding) and with every character
+//! but letters and digits encoded. A key transformed otherwise (base64 in a
+//! `Basic` header, say) is not recognised.
 //!
 //! Keys are remembered for the life of the process, not only while their
 //! provider is configured: an instance set up before a reload may still be
@@ -19,12 +21,19 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
-use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 use crate::sync::lock;
 
 /// What a key becomes.
 pub const REDACTED: &str = "[redacted]";
+
+/// What a path segment leaves as it is: RFC 3986's unreserved characters.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
 
 /// Keys shorter than this are not searched for: text would be mangled
 /// wherever two or three letters happen to match (no real upstream key is
@@ -45,11 +54,17 @@ pub fn remember(key: &str) {
     if key.len() < SHORTEST {
         return;
     }
-    let encoded = utf8_percent_encode(key, NON_ALPHANUMERIC).to_string();
+    let forms = [
+        key.to_owned(),
+        utf8_percent_encode(key, SEGMENT).to_string(),
+        form_urlencoded::byte_serialize(key.as_bytes()).collect(),
+        utf8_percent_encode(key, NON_ALPHANUMERIC).to_string(),
+    ];
     let _held = lock(&REMEMBERING);
     let known = FORMS.load();
-    let new: Vec<&str> = [key, encoded.as_str()]
-        .into_iter()
+    let new: Vec<&str> = forms
+        .iter()
+        .map(String::as_str)
         .filter(|form| !known.iter().any(|k| &**k == *form))
         .collect();
     if new.is_empty() {
@@ -89,7 +104,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn remembered_keys_are_taken_out_whole_and_percent_encoded() {
+    fn remembered_keys_are_taken_out_whole_and_as_urls_carry_them() {
         remember("redact-test-key-1");
         remember("redact-test-key-1-longer");
         remember("redact test/key+2");
@@ -101,6 +116,11 @@ mod tests {
         assert_eq!(
             text("GET /v1/u?k=redact%20test%2Fkey%2B2 (redact test/key+2)"),
             "GET /v1/u?k=[redacted] ([redacted])"
+        );
+        remember("sk-live/abc.d");
+        assert_eq!(
+            text("GET /u/sk-live%2Fabc.d?k=sk-live%2Fabc.d&j=redact+test%2Fkey%2B2"),
+            "GET /u/[redacted]?k=[redacted]&j=[redacted]"
         );
         assert!(matches!(text("nothing secret, abc"), Cow::Borrowed(_)));
         assert_eq!(

@@ -298,7 +298,7 @@ pub fn non_empty(text: Option<String>) -> Option<String> {
     text.filter(|t| !t.is_empty())
 }
 
-/// A user's handle as the schema has it: without the leading `@` some
+/// A user's handle as the schema has it: without the leading `@`s some
 /// upstreams write (no handle begins with one); `None` when absent or
 /// nothing is left. Since plugin-api 1.4.
 pub fn handle(text: Option<String>) -> Option<String> {
@@ -386,7 +386,7 @@ mod tests {
     }
 
     #[test]
-    fn handles_lose_one_leading_at() {
+    fn handles_lose_their_leading_ats() {
         let handle = |text: Option<&str>| handle(text.map(str::to_owned));
         assert_eq!(handle(Some("@luna")).as_deref(), Some("luna"));
         assert_eq!(handle(Some("luna")).as_deref(), Some("luna"));
