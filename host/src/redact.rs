@@ -89,6 +89,29 @@ pub fn text(text: &str) -> Cow<'_, str> {
     text
 }
 
+/// One provider's upstream key, to be found in its answers: an upstream
+/// that echoes the key into a text field the plugin passes on (a name, a
+/// bio) would hand it to every caller. Searched for as given (a JSON string
+/// carries a key of URL-safe characters as it is); a key shorter than
+/// [`SHORTEST`] is not searched for.
+pub struct KeyFinder(Option<memchr::memmem::Finder<'static>>);
+
+impl KeyFinder {
+    pub fn new(key: &str) -> KeyFinder {
+        KeyFinder(
+            (key.len() >= SHORTEST)
+                .then(|| memchr::memmem::Finder::new(key.as_bytes()).into_owned()),
+        )
+    }
+
+    /// Whether `text` holds the key.
+    pub fn is_in(&self, text: &str) -> bool {
+        self.0
+            .as_ref()
+            .is_some_and(|finder| finder.find(text.as_bytes()).is_some())
+    }
+}
+
 /// `text`, redacted when it is written: for log lines, whose arguments are
 /// formatted only when their level is on.
 pub struct Redacted<'a>(pub &'a str);
@@ -102,6 +125,14 @@ impl fmt::Display for Redacted<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_key_is_found_in_an_answer() {
+        let finder = KeyFinder::new("finder-test-key");
+        assert!(finder.is_in(r#"{"bio":"my key is finder-test-key!"}"#));
+        assert!(!finder.is_in(r#"{"bio":"finder-test"}"#));
+        assert!(!KeyFinder::new("abc").is_in("abc"));
+    }
 
     #[test]
     fn remembered_keys_are_taken_out_whole_and_as_urls_carry_them() {

@@ -325,3 +325,36 @@ async fn a_key_a_plugin_quotes_in_its_error_never_reaches_the_log() {
         "a key a plugin quoted reached the log:\n{stderr}"
     );
 }
+
+/// An upstream that echoes our key into a text field the plugin passes on
+/// (here the nickname) would hand it to the caller: that answer is refused
+/// as a bad response, and the next provider answers.
+#[tokio::test]
+async fn a_key_echoed_into_an_answer_never_reaches_the_caller() {
+    let stack = Stack::start().await;
+    stack.fallback.serve_fixtures().await;
+    let mut body = fixtures::primary_user_profile();
+    body["user"]["nickname"] = serde_json::json!("{key}");
+    let template: &'static str = Box::leak(body.to_string().into_boxed_str());
+    let route = stack
+        .primary
+        .route("/v1/user/profile", &[("unique_id", LUNA)]);
+    let echo = EchoKey {
+        header: "x-api-key",
+        template,
+    };
+    stack.primary.respond_with(route, echo).await;
+
+    let a = stack.get(PATHS[0]).await;
+    a.assert_success(false);
+    a.assert_absent_exact(PRIMARY_KEY);
+    assert_eq!(stack.primary.requests_to("/v1/user/profile").await.len(), 1);
+    assert_eq!(stack.fallback.request_count().await, 1, "the fallback answered");
+    let line = log_line_within(
+        &stack.server,
+        &["attempt failed", "holds the upstream key"],
+        Duration::from_secs(5),
+    )
+    .await;
+    assert!(!line.contains(PRIMARY_KEY), "{line}");
+}
