@@ -349,7 +349,11 @@ async fn a_key_echoed_into_an_answer_never_reaches_the_caller() {
     a.assert_success(false);
     a.assert_absent_exact(PRIMARY_KEY);
     assert_eq!(stack.primary.requests_to("/v1/user/profile").await.len(), 1);
-    assert_eq!(stack.fallback.request_count().await, 1, "the fallback answered");
+    assert_eq!(
+        stack.fallback.request_count().await,
+        1,
+        "the fallback answered"
+    );
     let line = log_line_within(
         &stack.server,
         &["attempt failed", "holds the upstream key"],
