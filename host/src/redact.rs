@@ -93,7 +93,7 @@ pub fn text(text: &str) -> Cow<'_, str> {
 /// that echoes the key into a text field the plugin passes on (a name, a
 /// bio) would hand it to every caller. Searched for as given (a JSON string
 /// carries a key of URL-safe characters as it is); a key shorter than
-/// [`SHORTEST`] is not searched for.
+/// `SHORTEST` (six bytes) is not searched for.
 pub struct KeyFinder(Option<memchr::memmem::Finder<'static>>);
 
 impl KeyFinder {
