@@ -398,10 +398,16 @@ impl KeysFileAt<'_> {
         })
     }
 
-    /// Makes `records` the whole file, whatever it held (`keys export`
-    /// writes the shared store's keys this way).
+    /// Makes `records` the whole file (`keys export` writes the shared
+    /// store's keys this way); refused, with nothing written, when the file
+    /// there does not read as a keys file (a mistyped path). A missing file
+    /// reads as one without keys.
     pub fn replace_all(&self, records: Vec<KeyRecord>) -> Result<(), KeysError> {
-        self.locked(|| self.write(records))
+        self.locked(|| {
+            self.records()
+                .map_err(|e| KeysError::NotAKeysFile(Box::new(e)))?;
+            self.write(records)
+        })
     }
 
     /// Runs `work` holding the file's lock (its folder made first).

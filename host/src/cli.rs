@@ -346,12 +346,8 @@ async fn shared_keys(redis: &RedisConfig, command: KeysCommand) -> Result<(), Ru
             if records.is_empty() && !allow_empty {
                 return Err(KeysError::NothingToExport.into());
             }
-            // A missing file reads as no keys; anything else must be one.
-            let file = KeysFileAt(&to);
-            file.records()
-                .map_err(|e| KeysError::NotAKeysFile(Box::new(e)))?;
             let count = records.len();
-            file.replace_all(records)?;
+            KeysFileAt(&to).replace_all(records)?;
             writeln!(stdout, "exported {count} keys to {}", to.display())?;
         }
         KeysCommand::Usage { since, by, json } => {
@@ -442,12 +438,7 @@ fn plugin(command: PluginCommand) -> Result<(), RunError> {
             platform,
             plugin_api,
         } => {
-            let library = format!(
-                "{}{}{}",
-                std::env::consts::DLL_PREFIX,
-                name.replace('-', "_"),
-                std::env::consts::DLL_SUFFIX
-            );
+            let library = crate::scaffold::library_file(&name);
             let (dir, files) = crate::scaffold::new_plugin(crate::scaffold::NewPlugin {
                 name,
                 platform,

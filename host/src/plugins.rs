@@ -54,12 +54,18 @@ pub fn library_path(library: &str, plugin_dir: &Path, base: &Path) -> PathBuf {
     if is_path {
         base.join(library)
     } else {
-        plugin_dir.join(format!(
-            "{}{library}{}",
-            std::env::consts::DLL_PREFIX,
-            std::env::consts::DLL_SUFFIX
-        ))
+        plugin_dir.join(library_file_name(library))
     }
+}
+
+/// The file a library named `name` is built as: `lib<name>.so` (per-OS
+/// naming).
+pub fn library_file_name(name: &str) -> String {
+    format!(
+        "{}{name}{}",
+        std::env::consts::DLL_PREFIX,
+        std::env::consts::DLL_SUFFIX
+    )
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -90,6 +90,17 @@ fn type_name(name: &str) -> String {
     type_name
 }
 
+/// The crate's (and its library's) name for plugin `name`: `acme-x` is
+/// `acme_x`.
+fn crate_name(name: &str) -> String {
+    name.replace('-', "_")
+}
+
+/// The library file `cargo build` makes of plugin `name`'s crate.
+pub fn library_file(name: &str) -> String {
+    crate::plugins::library_file_name(&crate_name(name))
+}
+
 /// Writes the crate; returns its folder and the files written.
 pub fn new_plugin(request: NewPlugin) -> Result<(PathBuf, Vec<PathBuf>), ScaffoldError> {
     let name = request.name;
@@ -114,7 +125,7 @@ pub fn new_plugin(request: NewPlugin) -> Result<(PathBuf, Vec<PathBuf>), Scaffol
         .ok_or(ScaffoldError::NoPluginApi(plugin_api))?;
     let plugin_api_path =
         serde_json::to_string(&plugin_api.to_string_lossy()).expect("a string always serializes");
-    let crate_name = name.replace('-', "_");
+    let crate_name = crate_name(&name);
     let env = format!("{}_KEY", crate_name.to_ascii_uppercase());
     let fill = |template: &str| {
         template

@@ -218,8 +218,9 @@ pub const MAX_STEPS: usize = 16;
 /// The longest one call into a plugin may take, the host's calls being
 /// `begin` with the first `step` (made together), and each later `step`: a
 /// provider whose call runs longer has its calls moved off the host's
-/// request threads (quarantined) until it is set up anew. Generous: a debug build parsing
-/// a large body can take a few hundred ms; a loop never ends. Since 1.4.
+/// request threads (quarantined) until it is set up anew. Generous: a
+/// debug build parsing a large body can take a few hundred ms; a loop
+/// never ends. Since 1.4.
 pub const STEP_BUDGET: Duration = Duration::from_secs(1);
 
 /// The most characters of an [`ErrorKind::InvalidInput`] message a caller
