@@ -1153,6 +1153,11 @@ main() {
         python3 "$SRC/tools.py" add-keys "$WORK/sg-keys/keys.toml" $((KEYS_LARGE - 1))
         start_socialgate sg-keys
         BIG_URL=$SG_URL BIG_PID=$SG_PID
+        # The log line is written by the log thread, a moment later.
+        for ((i = 0; i < 50; i++)); do
+            grep -q "keys=$KEYS_LARGE" "$WORK/sg-keys/logs/server.log" && break
+            sleep 0.2
+        done
         grep -q "keys=$KEYS_LARGE" "$WORK/sg-keys/logs/server.log" ||
             die "sg-keys did not load $KEYS_LARGE keys: $(grep -m1 'configuration loaded' "$WORK/sg-keys/logs/server.log")"
     fi
