@@ -1154,9 +1154,10 @@ main() {
         start_socialgate sg-keys
         BIG_URL=$SG_URL BIG_PID=$SG_PID
         # The log line is written by the log thread, a moment later.
-        for ((i = 0; i < 50; i++)); do
+        for ((i = 0; i < 100; i++)); do
             grep -q "keys=$KEYS_LARGE" "$WORK/sg-keys/logs/server.log" && break
-            sleep 0.2
+            kill -0 "$BIG_PID" 2>/dev/null || break
+            sleep 0.1
         done
         grep -q "keys=$KEYS_LARGE" "$WORK/sg-keys/logs/server.log" ||
             die "sg-keys did not load $KEYS_LARGE keys: $(grep -m1 'configuration loaded' "$WORK/sg-keys/logs/server.log")"

@@ -62,16 +62,16 @@ const NEXT_WAKE_WITHIN: Duration = Duration::from_secs(1);
 
 /// Keeps a timer pending within [`NEXT_WAKE_WITHIN`], for ever.
 ///
-/// Why: tokio wakes a runtime's driver (a `write` to its eventfd, and a
-/// spurious return from its next `epoll_wait`) whenever a timer is armed
-/// sooner than the earliest the driver knew of when it last parked, even
-/// when the thread arming it is that runtime's own, running. Every
-/// attempt arms its provider's timeout, while the other timers pending on
-/// a serving thread are mostly connections' header timeouts, further out:
-/// under load about every second request paid that wake-up (measured with
-/// `perf record -e syscalls:sys_enter_write`). With this timer always
-/// nearer, an attempt's timer is never the earliest. It costs one wake-up
-/// a second per serving thread.
+/// Why: tokio wakes a runtime's driver (a `write` to its eventfd)
+/// whenever a timer is armed sooner than the earliest the driver knew of
+/// when it last parked, even when the thread arming it is that runtime's
+/// own, running. Every attempt arms its provider's timeout, while the
+/// other timers pending on a serving thread are mostly connections'
+/// header timeouts, further out: under load about every second request
+/// paid that `write` (measured with `perf record -e
+/// syscalls:sys_enter_write`). With this timer always nearer, an
+/// attempt's timer a second or more out is never the earliest. It costs
+/// one wake-up a second per serving thread.
 async fn keep_next_wake_near() {
     let mut ticks = tokio::time::interval(NEXT_WAKE_WITHIN);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
