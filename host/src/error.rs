@@ -35,6 +35,9 @@ pub enum ApiError {
     UpstreamUnavailable { retry_after_secs: Option<u64> },
     #[error("the data could not be fetched in time; try again later")]
     UpstreamTimeout,
+    /// `Cache-Control: only-if-cached`, and no fresh answer was stored.
+    #[error("no stored answer is fresh enough, and the request's Cache-Control (only-if-cached) allows no other")]
+    NotCached,
     /// Too many requests in flight on this server.
     #[error("the service is busy; retry after {retry_after_secs} s")]
     Overloaded { retry_after_secs: u64 },
@@ -77,6 +80,7 @@ impl ApiError {
             ApiError::InsufficientCredits => "INSUFFICIENT_CREDITS",
             ApiError::UpstreamUnavailable { .. } => "UPSTREAM_UNAVAILABLE",
             ApiError::UpstreamTimeout => "UPSTREAM_TIMEOUT",
+            ApiError::NotCached => "NOT_CACHED",
             ApiError::Overloaded { .. } => "OVERLOADED",
             ApiError::ServiceUnavailable { .. } => "SERVICE_UNAVAILABLE",
             ApiError::RateLimited { .. } => "RATE_LIMITED",
@@ -102,7 +106,8 @@ impl ApiError {
             ApiError::InsufficientCredits => StatusCode::PAYMENT_REQUIRED,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::UpstreamUnavailable { .. } => StatusCode::BAD_GATEWAY,
-            ApiError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
+            // RFC 9111's answer to `only-if-cached` with nothing stored.
+            ApiError::UpstreamTimeout | ApiError::NotCached => StatusCode::GATEWAY_TIMEOUT,
             ApiError::Overloaded { .. } | ApiError::ServiceUnavailable { .. } => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
@@ -209,6 +214,7 @@ mod tests {
                 502,
             ),
             (ApiError::UpstreamTimeout, "UPSTREAM_TIMEOUT", 504),
+            (ApiError::NotCached, "NOT_CACHED", 504),
             (
                 ApiError::Overloaded {
                     retry_after_secs: 1,

@@ -164,7 +164,8 @@ pub fn credits(n: u64) {
 
 /// What the cache did for a data request: `hit`, `miss`, `collapsed`
 /// (waited on another's fetch), `stale` (an expired answer stood in for a
-/// failure) or `bypass` (off for the endpoint).
+/// failure), `bypass` (off for the endpoint) or `not_stored`
+/// (`only-if-cached`, and nothing fresh was stored).
 pub fn cache(endpoint: Endpoint, result: &'static str) {
     HANDLES.with_borrow_mut(|handles| {
         handles

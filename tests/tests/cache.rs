@@ -2,7 +2,8 @@
 //! what reached them: repeats within a time to live are answered from the
 //! cache, concurrent misses share one fetch (even when the first caller
 //! hangs up), "not found" is kept for its own short time and failures not
-//! at all, `Cache-Control` is honoured, an expired answer stands in when the
+//! at all, `Cache-Control` is honoured (`no-cache`, `max-age`, `no-store`,
+//! `only-if-cached`), an expired answer stands in when the
 //! providers fail (within its window only), the cache can be turned off per
 //! endpoint or whole, a reload keeps what is stored, and memory stays within
 //! `max_bytes`. A caller that hangs up keeps its slot while the shared fetch
@@ -14,7 +15,7 @@ use socialgate_tests::config::PRIMARY;
 use socialgate_tests::operator::{admin_addr, hang_up_after, log_line_within, scrape, send};
 use socialgate_tests::raw_upstream::RawUpstream;
 use socialgate_tests::reload::{await_watching, replace_file, wait_for_log, Memory, APPLIED};
-use socialgate_tests::upstream::{fixtures, json_response, POST_ID, PRIMARY_FOLLOWERS};
+use socialgate_tests::upstream::{fixtures, json_response, set, POST_ID, PRIMARY_FOLLOWERS};
 use socialgate_tests::{eventually, Answer, Stack};
 
 const PROFILE: &str = "/v1/shortvideo/profile?username=lunabakes";
@@ -326,6 +327,92 @@ async fn cache_control_no_cache_refreshes_and_max_age_bounds_the_age() {
     let old_enough = with("max-age=60").await;
     assert!(cached(&old_enough), "{old_enough:?}");
     assert_eq!(stack.primary.request_count().await, 3);
+}
+
+/// `GET PROFILE` with `Cache-Control: directives`.
+async fn with_cache_control(stack: &Stack, directives: &str) -> Answer {
+    send(
+        &stack.server.base_url(),
+        "GET",
+        PROFILE,
+        &[("X-API-Key", &stack.key), ("Cache-Control", directives)],
+    )
+    .await
+}
+
+#[tokio::test]
+async fn only_if_cached_answers_from_the_cache_or_504_and_never_goes_upstream() {
+    let stack = cached_stack("enabled = true").await;
+    let not_stored = |a: &Answer| {
+        a.assert_error(504, "NOT_CACHED");
+        assert_eq!(cache_status(a), "socialgate; detail=only-if-cached");
+        assert_eq!(a.json["meta"]["credits_used"], 0, "{a:?}");
+    };
+
+    not_stored(&with_cache_control(&stack, "only-if-cached").await);
+    assert_eq!(
+        stack.primary.request_count().await,
+        0,
+        "nothing was fetched"
+    );
+
+    stack.get(PROFILE).await.assert_success(false);
+    let hit = with_cache_control(&stack, "only-if-cached").await;
+    hit.assert_success(false);
+    assert!(cached(&hit), "{hit:?}");
+    assert!(
+        cache_status(&hit).starts_with("socialgate; hit; ttl="),
+        "{hit:?}"
+    );
+
+    // Stored, but older than the request takes: still not fetched.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    not_stored(&with_cache_control(&stack, "max-age=0, only-if-cached").await);
+    not_stored(&with_cache_control(&stack, "only-if-cached, no-cache").await);
+    assert_eq!(stack.primary.request_count().await, 1, "only the plain GET");
+
+    // An endpoint the cache is off for stores nothing to answer with.
+    let off = cached_stack("enabled = false").await;
+    not_stored(&with_cache_control(&off, "only-if-cached").await);
+    assert_eq!(off.primary.request_count().await, 0);
+}
+
+#[tokio::test]
+async fn no_store_fetches_without_storing_and_leaves_what_is_stored() {
+    let stack = cached_stack("enabled = true").await;
+
+    let first = with_cache_control(&stack, "no-store").await;
+    first.assert_success(false);
+    assert!(!cached(&first), "{first:?}");
+    assert_eq!(
+        cache_status(&first),
+        "socialgate; fwd=miss",
+        "fetched, not stored"
+    );
+    assert_eq!(first.header("cache-control"), Some("private, max-age=0"));
+    let second = stack.get(PROFILE).await;
+    assert!(!cached(&second), "nothing was kept: {second:?}");
+    assert_eq!(stack.primary.request_count().await, 2);
+
+    // A stored answer may still be served to a no-store request.
+    let hit = with_cache_control(&stack, "no-store").await;
+    assert!(cached(&hit), "{hit:?}");
+    assert_eq!(stack.primary.request_count().await, 2);
+
+    // The upstream's figures change; a refresh that may not store gets
+    // them, and what is stored stays the answer it replaced.
+    stack.primary.reset().await;
+    let mut changed = fixtures::primary_user_profile();
+    set(&mut changed, "/user/follower_count", 7.into());
+    stack.primary.profile("lunabakes", &changed).await;
+    let fresh = with_cache_control(&stack, "no-cache, no-store").await;
+    fresh.assert_success(false);
+    assert_eq!(fresh.data()["followers"], 7, "{fresh:?}");
+    assert_eq!(cache_status(&fresh), "socialgate; fwd=request");
+    let stored = stack.get(PROFILE).await;
+    assert!(cached(&stored), "{stored:?}");
+    assert_eq!(stored.data()["followers"], PRIMARY_FOLLOWERS, "{stored:?}");
+    assert_eq!(stack.primary.request_count().await, 1);
 }
 
 #[tokio::test]

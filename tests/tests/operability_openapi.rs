@@ -484,6 +484,20 @@ async fn main_server(contract: &Contract) {
     for path in [POSTS, COMMENTS, SEARCH] {
         check(contract, api, "GET", path).await.assert_success(true);
     }
+
+    // Nothing stored (this stack's cache is off): `only-if-cached` gets a
+    // 504, and nothing is fetched (tests/cache.rs has the hits).
+    let only_stored = [("cache-control", "only-if-cached")];
+    let asked_upstream = p.request_count().await + f.request_count().await;
+    for path in [PROFILE, COMMENTS] {
+        check_with(contract, api, "GET", path, &only_stored)
+            .await
+            .assert_error(504, "NOT_CACHED");
+    }
+    assert_eq!(
+        p.request_count().await + f.request_count().await,
+        asked_upstream
+    );
 }
 
 /// Sends `request` as it is and reads the answer to the end.

@@ -11,6 +11,12 @@ pub struct Directives {
     pub no_cache: bool,
     /// `max-age=N`: accept a stored answer at most N seconds old.
     pub max_age: Option<Duration>,
+    /// `no-store`: keep nothing of this request's answer (a stored one
+    /// may still be served).
+    pub no_store: bool,
+    /// `only-if-cached`: answer from the cache or not at all (`504`),
+    /// never from the providers.
+    pub only_if_cached: bool,
 }
 
 impl Directives {
@@ -27,6 +33,10 @@ impl Directives {
             };
             if name.eq_ignore_ascii_case("no-cache") {
                 directives.no_cache = true;
+            } else if name.eq_ignore_ascii_case("no-store") {
+                directives.no_store = true;
+            } else if name.eq_ignore_ascii_case("only-if-cached") {
+                directives.only_if_cached = true;
             } else if name.eq_ignore_ascii_case("max-age") {
                 if let Some(secs) = value.and_then(|v| v.parse::<u64>().ok()) {
                     let max_age = Duration::from_secs(secs);
@@ -83,11 +93,11 @@ mod tests {
         let none = Directives::default();
         let no_cache = Directives {
             no_cache: true,
-            max_age: None,
+            ..none
         };
         let max_age = |s| Directives {
-            no_cache: false,
             max_age: Some(S(s)),
+            ..none
         };
         // (age, ttl, directives) => verdict
         let table = [
@@ -133,6 +143,11 @@ mod tests {
             Directives::parse(["max-age=x, private"]),
             Directives::default()
         );
-        assert_eq!(Directives::parse(["no-store"]), Directives::default());
+        assert_eq!(
+            Directives::parse(["x-private, nope"]),
+            Directives::default()
+        );
+        let both = Directives::parse(["No-Store", "only-if-cached"]);
+        assert!(both.no_store && both.only_if_cached && !both.no_cache);
     }
 }

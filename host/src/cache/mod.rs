@@ -231,7 +231,8 @@ impl Entry {
         entry
     }
 
-    /// An answer that is not stored: the cache is off for its endpoint.
+    /// An answer that is not stored: the cache is off for its endpoint, or
+    /// the request asked that nothing be (`no-store`).
     pub fn unstored(answer: Stored) -> Entry {
         Entry {
             stored_at: Instant::now(),

@@ -48,6 +48,9 @@ pub enum CacheStatus {
     /// still fresh that the request asked to refresh (`Request`, `ttl` how
     /// long it has left).
     StoodIn { forward: Forward, ttl: i64 },
+    /// Not answered: the request took only a stored answer
+    /// (`only-if-cached`), and no fresh one was stored.
+    NotStored,
 }
 
 impl CacheStatus {
@@ -84,6 +87,10 @@ impl CacheStatus {
             CacheStatus::StoodIn { forward, ttl } => {
                 format!("socialgate; fwd={}; ttl={ttl}", forward.token())
             }
+            // Nothing went forward, so no `fwd`: RFC 9211's `detail` says why.
+            CacheStatus::NotStored => {
+                return HeaderValue::from_static("socialgate; detail=only-if-cached")
+            }
         };
         HeaderValue::try_from(text).expect("visible ASCII")
     }
@@ -107,6 +114,7 @@ impl CacheStatus {
                 ..
             } => "stale",
             CacheStatus::StoodIn { .. } => "stood_in",
+            CacheStatus::NotStored => "not_stored",
         }
     }
 }
@@ -164,6 +172,10 @@ mod tests {
             }
             .header_value(),
             "socialgate; fwd=request; ttl=296"
+        );
+        assert_eq!(
+            CacheStatus::NotStored.header_value(),
+            "socialgate; detail=only-if-cached"
         );
         assert_eq!(
             seconds_left(Duration::from_secs(300), Duration::from_millis(3500)),

@@ -11,7 +11,7 @@ use tracing::Instrument;
 
 use crate::cache::freshness::{self, Directives, Verdict};
 use crate::cache::status::{seconds_left, CacheStatus, Forward};
-use crate::cache::{CacheConfig, Data, Entry, Fetched, Key, Stored};
+use crate::cache::{CacheConfig, Data, Entry, Fetched, Key, Landing, Stored};
 use crate::chain::{self, ChainError, Journal, Served};
 use crate::metrics;
 use crate::resilience::deadline::Deadline;
@@ -40,10 +40,20 @@ impl Found {
 /// No data: why, and what the cache did (for "not found", which carries
 /// `Cache-Status` too).
 pub struct Unanswered {
-    pub error: ChainError,
+    pub error: NoData,
     pub status: Option<CacheStatus>,
     /// How old the stored "not found" is, when the cache answered with it.
     pub age: Option<Duration>,
+}
+
+/// Why a request has no data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NoData {
+    /// The providers' verdict (or a stored "not found").
+    Chain(ChainError),
+    /// The request took only a stored answer (`only-if-cached`), and no
+    /// fresh one was stored.
+    NotStored,
 }
 
 /// Shared fetches a request may join that end by their starter's deadline
@@ -80,6 +90,9 @@ pub async fn find<H: Send + 'static>(
     let endpoint = ask.call.endpoint();
     let config = &snapshot.serving.cache;
     let Some(ttl) = config.ttl(endpoint) else {
+        if ask.directives.only_if_cached {
+            return (Err(not_stored(endpoint)), held);
+        }
         metrics::cache(endpoint, "bypass");
         let (served, held) = chain::serve(
             ask.providers,
@@ -98,7 +111,7 @@ pub async fn find<H: Send + 'static>(
             })
             .map_err(|error| Unanswered {
                 status: (error == ChainError::NotFound).then(CacheStatus::bypass),
-                error,
+                error: NoData::Chain(error),
                 age: None,
             });
         return (found, held);
@@ -136,7 +149,7 @@ async fn find_cached<H: Send + 'static>(
                         status,
                     }),
                     Stored::NotFound => Err(Unanswered {
-                        error: ChainError::NotFound,
+                        error: NoData::Chain(ChainError::NotFound),
                         status: Some(status),
                         age: Some(age),
                     }),
@@ -147,6 +160,9 @@ async fn find_cached<H: Send + 'static>(
             Verdict::Refused => Forward::Request,
         },
     };
+    if ask.directives.only_if_cached {
+        return (Err(not_stored(endpoint)), held);
+    }
 
     let fetch = || {
         let (providers, call, client) = (
@@ -162,42 +178,61 @@ async fn find_cached<H: Send + 'static>(
             // slot and credits until it lands.
             let (served, ()) =
                 chain::serve(&providers, &call, &client, deadline, &mut journal, ()).await;
-            let outcome = match served {
-                Ok(served) => Ok(Stored::Data(data_of(served))),
-                Err(ChainError::NotFound) => Ok(Stored::NotFound),
-                Err(error) => Err(error),
-            };
-            Fetched { outcome, journal }
+            Fetched {
+                outcome: stored_of(served),
+                journal,
+            }
         }
         // The fetch's log lines carry the ID of the request that started it.
         .instrument(tracing::Span::current())
     };
-    let mut joined = 0;
-    let mut held = held;
-    let (landing, collapsed, held) = loop {
-        let (landing, collapsed, back) = app
-            .cache
-            .fetch_shared(
-                key.clone(),
-                ttl,
-                config.not_found_ttl,
-                ask.deadline,
-                fetch(),
-                held,
-            )
-            .await;
-        // The fetch this request joined ran out of the time of the request
-        // that started it, not of this one's: with time left, fetch again.
-        // Bounded, though each round ends at a later deadline.
-        let theirs_ran_out = collapsed
-            && matches!(landing.outcome, Err(ChainError::DeadlineExceeded))
-            && !ask.deadline.expired();
-        joined += 1;
-        if theirs_ran_out && joined < MAX_JOINS {
-            held = back;
-            continue;
+    let (landing, collapsed, held) = if ask.directives.no_store {
+        // Fetched for this request alone: a shared fetch stores what it
+        // gets, and one this request joined would be another's anyway.
+        let mut journal = Journal::default();
+        let (served, held) = chain::serve(
+            ask.providers,
+            ask.call,
+            &app.upstream,
+            ask.deadline,
+            &mut journal,
+            held,
+        )
+        .await;
+        let landing = Landing {
+            outcome: stored_of(served).map(|answer| Arc::new(Entry::unstored(answer))),
+            journal: Arc::new(journal),
+            stored: false,
+        };
+        (landing, false, held)
+    } else {
+        let mut joined = 0;
+        let mut held = held;
+        loop {
+            let (landing, collapsed, back) = app
+                .cache
+                .fetch_shared(
+                    key.clone(),
+                    ttl,
+                    config.not_found_ttl,
+                    ask.deadline,
+                    fetch(),
+                    held,
+                )
+                .await;
+            // The fetch this request joined ran out of the time of the request
+            // that started it, not of this one's: with time left, fetch again.
+            // Bounded, though each round ends at a later deadline.
+            let theirs_ran_out = collapsed
+                && matches!(landing.outcome, Err(ChainError::DeadlineExceeded))
+                && !ask.deadline.expired();
+            joined += 1;
+            if theirs_ran_out && joined < MAX_JOINS {
+                held = back;
+                continue;
+            }
+            break (landing, collapsed, back);
         }
-        break (landing, collapsed, back);
     };
     metrics::cache(endpoint, if collapsed { "collapsed" } else { "miss" });
     if !collapsed {
@@ -216,7 +251,7 @@ async fn find_cached<H: Send + 'static>(
                 age: None,
             }),
             Stored::NotFound => Err(Unanswered {
-                error: ChainError::NotFound,
+                error: NoData::Chain(ChainError::NotFound),
                 status: Some(fetched(config.not_found_ttl)),
                 age: None,
             }),
@@ -262,19 +297,38 @@ async fn find_cached<H: Send + 'static>(
                     })
                 }
                 None => Err(Unanswered {
-                    error,
+                    error: NoData::Chain(error),
                     status: None,
                     age: None,
                 }),
             }
         }
         Err(error) => Err(Unanswered {
-            error,
+            error: NoData::Chain(error),
             status: None,
             age: None,
         }),
     };
     (result, held)
+}
+
+/// What `only-if-cached` gets when no fresh answer is stored.
+fn not_stored(endpoint: plugin_api::Endpoint) -> Unanswered {
+    metrics::cache(endpoint, "not_stored");
+    Unanswered {
+        error: NoData::NotStored,
+        status: Some(CacheStatus::NotStored),
+        age: None,
+    }
+}
+
+/// What the chain's answer is kept as: data, or "not found" (kept too).
+fn stored_of(served: Result<Served, ChainError>) -> Result<Stored, ChainError> {
+    match served {
+        Ok(served) => Ok(Stored::Data(data_of(served))),
+        Err(ChainError::NotFound) => Ok(Stored::NotFound),
+        Err(error) => Err(error),
+    }
 }
 
 /// What a provider's answer is stored as.

@@ -36,7 +36,7 @@ use hyper::{Method, Request, Response, StatusCode, Version};
 use plugin_api::{Call, Endpoint};
 use tracing::Instrument;
 
-use super::answer::{self, Ask, Unanswered};
+use super::answer::{self, Ask, NoData, Unanswered};
 use super::encoding::{self, Precompressed};
 use super::response::{self, Body};
 use super::{cors, request_id};
@@ -388,20 +388,23 @@ async fn route<'s>(
         Err(Unanswered { error, status, age }) => {
             report.cache = status;
             let error = match error {
-                ChainError::NotFound => ApiError::ResourceNotFound,
+                NoData::NotStored => ApiError::NotCached,
+                NoData::Chain(ChainError::NotFound) => ApiError::ResourceNotFound,
                 // A provider refuses the value of the endpoint's subject.
-                ChainError::InvalidInput(message) => ApiError::InvalidParameter {
+                NoData::Chain(ChainError::InvalidInput(message)) => ApiError::InvalidParameter {
                     param: subject_param(endpoint).to_owned(),
                     message,
                 },
-                ChainError::Exhausted => ApiError::UpstreamUnavailable {
+                NoData::Chain(ChainError::Exhausted) => ApiError::UpstreamUnavailable {
                     retry_after_secs: None,
                 },
-                ChainError::Unavailable { retry_after } => ApiError::UpstreamUnavailable {
-                    retry_after_secs: Some(retry_after_secs(retry_after)),
-                },
-                ChainError::DeadlineExceeded => ApiError::UpstreamTimeout,
-                ChainError::Busy => ApiError::Overloaded {
+                NoData::Chain(ChainError::Unavailable { retry_after }) => {
+                    ApiError::UpstreamUnavailable {
+                        retry_after_secs: Some(retry_after_secs(retry_after)),
+                    }
+                }
+                NoData::Chain(ChainError::DeadlineExceeded) => ApiError::UpstreamTimeout,
+                NoData::Chain(ChainError::Busy) => ApiError::Overloaded {
                     retry_after_secs: 1,
                 },
             };
@@ -829,6 +832,8 @@ fn set_cache_headers(response: &mut Response<Body>, status: &CacheStatus, age: O
                 ..
             } => None,
             CacheStatus::Fetched { stored, .. } => Some(stored.unwrap_or(0)),
+            // Never on data.
+            CacheStatus::NotStored => None,
             // Expired: to be revalidated at once.
             CacheStatus::StoodIn {
                 forward: Forward::Stale,
