@@ -268,6 +268,37 @@ async fn head_is_get_without_a_body() {
 }
 
 #[tokio::test]
+async fn a_path_with_escaped_unreserved_characters_is_the_same_path() {
+    let stack = Stack::start().await;
+    stack.primary.serve_fixtures().await;
+    let plain = raw(&stack, "GET", PROFILE, &[]).await;
+    assert_eq!(plain.status, 200);
+    let escaped = raw(
+        &stack,
+        "GET",
+        "/v1/%73hortvideo/%70r%6Ffile?username=lunabakes",
+        &[],
+    )
+    .await;
+    assert_eq!(escaped.status, 200, "{:?}", escaped.body);
+    assert_eq!(
+        content(&json_of(&escaped.body)),
+        content(&json_of(&plain.body))
+    );
+    assert_eq!(raw(&stack, "GET", "/%68ealthz", &[]).await.status, 200);
+    // An escaped `/` is no separator.
+    let slash = raw(
+        &stack,
+        "GET",
+        "/v1/shortvideo%2Fprofile?username=lunabakes",
+        &[],
+    )
+    .await;
+    assert_eq!(slash.status, 404);
+    assert_eq!(json_of(&slash.body)["error"]["code"], "PLATFORM_NOT_FOUND");
+}
+
+#[tokio::test]
 async fn a_401_challenges_and_a_repeated_key_is_refused_naming_it() {
     let stack = Stack::start().await;
     let anonymous = stack.api.with_key(None).get(PROFILE).await;
