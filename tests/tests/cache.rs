@@ -416,6 +416,39 @@ async fn no_store_fetches_without_storing_and_leaves_what_is_stored() {
 }
 
 #[tokio::test]
+async fn a_fetch_started_with_no_store_is_shared_and_kept_by_no_one() {
+    let stack = cached_stack("enabled = true").await;
+    answer_post_after(&stack, Duration::from_millis(400)).await;
+    let base = stack.server.base_url();
+    let key = stack.key.clone();
+    let first = tokio::spawn(async move {
+        send(
+            &base,
+            "GET",
+            POST,
+            &[("X-API-Key", &key), ("Cache-Control", "no-store")],
+        )
+        .await
+    });
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while stack.primary.request_count().await == 0 {
+        assert!(Instant::now() < deadline, "the first fetch went out");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let joined = stack.get(POST).await;
+    joined.assert_success(false);
+    assert_eq!(cache_status(&joined), "socialgate; fwd=miss; collapsed");
+    let first = first.await.expect("the request task finished");
+    first.assert_success(false);
+    assert_eq!(cache_status(&first), "socialgate; fwd=miss");
+    assert_eq!(stack.primary.request_count().await, 1, "one fetch for both");
+
+    let after = stack.get(POST).await;
+    assert!(!cached(&after), "nothing was kept: {after:?}");
+    assert_eq!(stack.primary.request_count().await, 2);
+}
+
+#[tokio::test]
 async fn an_expired_answer_stands_in_for_a_failure_within_its_window_only() {
     let stack = cached_stack("stale_if_error_s = 2\n[cache.ttl_s]\nprofile = 1").await;
     stack.get(PROFILE).await.assert_success(false);

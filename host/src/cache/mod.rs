@@ -231,8 +231,7 @@ impl Entry {
         entry
     }
 
-    /// An answer that is not stored: the cache is off for its endpoint, or
-    /// the request asked that nothing be (`no-store`).
+    /// An answer that is not stored: the cache is off for its endpoint.
     pub fn unstored(answer: Stored) -> Entry {
         Entry {
             stored_at: Instant::now(),

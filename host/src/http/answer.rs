@@ -11,7 +11,7 @@ use tracing::Instrument;
 
 use crate::cache::freshness::{self, Directives, Verdict};
 use crate::cache::status::{seconds_left, CacheStatus, Forward};
-use crate::cache::{CacheConfig, Data, Entry, Fetched, Key, Landing, Stored};
+use crate::cache::{CacheConfig, Data, Entry, Fetched, Key, Stored};
 use crate::chain::{self, ChainError, Journal, Served};
 use crate::metrics;
 use crate::resilience::deadline::Deadline;
@@ -178,61 +178,50 @@ async fn find_cached<H: Send + 'static>(
             // slot and credits until it lands.
             let (served, ()) =
                 chain::serve(&providers, &call, &client, deadline, &mut journal, ()).await;
-            Fetched {
-                outcome: stored_of(served),
-                journal,
-            }
+            let outcome = match served {
+                Ok(served) => Ok(Stored::Data(data_of(served))),
+                Err(ChainError::NotFound) => Ok(Stored::NotFound),
+                Err(error) => Err(error),
+            };
+            Fetched { outcome, journal }
         }
         // The fetch's log lines carry the ID of the request that started it.
         .instrument(tracing::Span::current())
     };
-    let (landing, collapsed, held) = if ask.directives.no_store {
-        // Fetched for this request alone: a shared fetch stores what it
-        // gets, and one this request joined would be another's anyway.
-        let mut journal = Journal::default();
-        let (served, held) = chain::serve(
-            ask.providers,
-            ask.call,
-            &app.upstream,
-            ask.deadline,
-            &mut journal,
-            held,
-        )
-        .await;
-        let landing = Landing {
-            outcome: stored_of(served).map(|answer| Arc::new(Entry::unstored(answer))),
-            journal: Arc::new(journal),
-            stored: false,
-        };
-        (landing, false, held)
+    // `no-store`: a fetch this request starts keeps nothing. It may still
+    // join an identical fetch in flight: what that one keeps is the answer
+    // to the request that started it.
+    let (keep_for, keep_not_found_for) = if ask.directives.no_store {
+        (Duration::ZERO, Duration::ZERO)
     } else {
-        let mut joined = 0;
-        let mut held = held;
-        loop {
-            let (landing, collapsed, back) = app
-                .cache
-                .fetch_shared(
-                    key.clone(),
-                    ttl,
-                    config.not_found_ttl,
-                    ask.deadline,
-                    fetch(),
-                    held,
-                )
-                .await;
-            // The fetch this request joined ran out of the time of the request
-            // that started it, not of this one's: with time left, fetch again.
-            // Bounded, though each round ends at a later deadline.
-            let theirs_ran_out = collapsed
-                && matches!(landing.outcome, Err(ChainError::DeadlineExceeded))
-                && !ask.deadline.expired();
-            joined += 1;
-            if theirs_ran_out && joined < MAX_JOINS {
-                held = back;
-                continue;
-            }
-            break (landing, collapsed, back);
+        (ttl, config.not_found_ttl)
+    };
+    let mut joined = 0;
+    let mut held = held;
+    let (landing, collapsed, held) = loop {
+        let (landing, collapsed, back) = app
+            .cache
+            .fetch_shared(
+                key.clone(),
+                keep_for,
+                keep_not_found_for,
+                ask.deadline,
+                fetch(),
+                held,
+            )
+            .await;
+        // The fetch this request joined ran out of the time of the request
+        // that started it, not of this one's: with time left, fetch again.
+        // Bounded, though each round ends at a later deadline.
+        let theirs_ran_out = collapsed
+            && matches!(landing.outcome, Err(ChainError::DeadlineExceeded))
+            && !ask.deadline.expired();
+        joined += 1;
+        if theirs_ran_out && joined < MAX_JOINS {
+            held = back;
+            continue;
         }
+        break (landing, collapsed, back);
     };
     metrics::cache(endpoint, if collapsed { "collapsed" } else { "miss" });
     if !collapsed {
@@ -319,15 +308,6 @@ fn not_stored(endpoint: plugin_api::Endpoint) -> Unanswered {
         error: NoData::NotStored,
         status: Some(CacheStatus::NotStored),
         age: None,
-    }
-}
-
-/// What the chain's answer is kept as: data, or "not found" (kept too).
-fn stored_of(served: Result<Served, ChainError>) -> Result<Stored, ChainError> {
-    match served {
-        Ok(served) => Ok(Stored::Data(data_of(served))),
-        Err(ChainError::NotFound) => Ok(Stored::NotFound),
-        Err(error) => Err(error),
     }
 }
 
