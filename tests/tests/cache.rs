@@ -349,12 +349,19 @@ async fn only_if_cached_answers_from_the_cache_or_504_and_never_goes_upstream() 
         assert_eq!(a.json["meta"]["credits_used"], 0, "{a:?}");
     };
 
+    let credits_left = || async {
+        stack.get("/v1/account").await.data()["credits_remaining"]
+            .as_u64()
+            .expect("credits_remaining is a number")
+    };
+    let before = credits_left().await;
     not_stored(&with_cache_control(&stack, "only-if-cached").await);
     assert_eq!(
         stack.primary.request_count().await,
         0,
         "nothing was fetched"
     );
+    assert_eq!(credits_left().await, before, "nothing was charged");
 
     stack.get(PROFILE).await.assert_success(false);
     let hit = with_cache_control(&stack, "only-if-cached").await;

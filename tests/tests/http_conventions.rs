@@ -296,6 +296,11 @@ async fn a_path_with_escaped_unreserved_characters_is_the_same_path() {
     .await;
     assert_eq!(slash.status, 404);
     assert_eq!(json_of(&slash.body)["error"]["code"], "PLATFORM_NOT_FOUND");
+    // The target's limit measures it as sent: 9,000 bytes that would
+    // decode to 3,000 are still too long.
+    let long = raw(&stack, "GET", &format!("/v1/{}", "%41".repeat(3000)), &[]).await;
+    assert_eq!(long.status, 414);
+    assert_eq!(json_of(&long.body)["error"]["code"], "URI_TOO_LONG");
 }
 
 #[tokio::test]

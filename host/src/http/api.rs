@@ -86,9 +86,10 @@ struct Report<'s> {
 /// Answers one request; never fails, never panics out.
 pub async fn handle(app: &App, mut request: Request<Incoming>) -> Response<Body> {
     let started = Instant::now();
-    if let Some(normalized) = decode_unreserved(request.uri()) {
-        *request.uri_mut() = normalized;
-    }
+    normalize_path(
+        &mut request,
+        app.process.listener.hardening.max_header_bytes,
+    );
     let id = request_id::accept_or_generate(request.headers().get(request_id::HEADER));
     let span = tracing::info_span!("request", id = %id);
     let mut report = Report::default();
@@ -156,20 +157,34 @@ pub async fn handle(app: &App, mut request: Request<Incoming>) -> Response<Body>
 static OPENAPI: Precompressed = Precompressed::new(include_bytes!("../../../openapi/openapi.json"));
 const OPENAPI_PATH: &str = "/v1/openapi.json";
 
-/// `uri` with the percent-encoded unreserved characters of its path
-/// decoded, and its other escapes' hex digits upper-case (RFC 3986,
-/// 6.2.2): `/v1/%73hortvideo/%70rofile` is `/v1/shortvideo/profile`, so
-/// every check, the route, the metrics and the log see one spelling. `%2F`
-/// stays what it is, not a `/`. `None` when there is nothing to change
-/// (the common case costs one scan of the path).
-fn decode_unreserved(uri: &hyper::Uri) -> Option<hyper::Uri> {
-    let path = uri.path();
-    if !path.contains('%') {
-        return None;
+/// Decodes the request path's percent-encoded unreserved characters
+/// ([`decode_unreserved`]), so that every check, the route, the metrics
+/// and the log see one spelling. Left as sent when the head is past a
+/// limit: `414` and `431` measure the target as it came.
+fn normalize_path(request: &mut Request<Incoming>, max_header_bytes: usize) {
+    let uri = request.uri();
+    if !uri.path().contains('%')
+        || target_len(uri) > MAX_TARGET_BYTES
+        || head_size(request) > max_header_bytes
+    {
+        return;
     }
+    if let Some(decoded) = decode_unreserved(uri) {
+        *request.uri_mut() = decoded;
+    }
+}
+
+/// `uri` with the percent-encoded unreserved characters of its path
+/// decoded and its other escapes' hex digits upper-case (RFC 3986,
+/// 6.2.2): `/v1/%73hortvideo/%70rofile` is `/v1/shortvideo/profile`;
+/// `%2F` stays what it is, not a `/`. `None` when nothing changes.
+fn decode_unreserved(uri: &hyper::Uri) -> Option<hyper::Uri> {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
     let hex = |b: u8| char::from(b).to_digit(16).map(|d| d as u8);
-    let bytes = path.as_bytes();
-    let mut decoded = String::with_capacity(path.len());
+    let bytes = uri.path().as_bytes();
+    // Only ASCII escapes are rewritten, to ASCII: every other byte, a
+    // UTF-8 sequence's included, is copied as it came.
+    let mut decoded = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
         let escaped = match bytes[i] {
@@ -180,28 +195,29 @@ fn decode_unreserved(uri: &hyper::Uri) -> Option<hyper::Uri> {
         };
         match escaped {
             Some(b) if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') => {
-                decoded.push(char::from(b));
+                decoded.push(b);
                 i += 3;
             }
             Some(b) => {
-                decoded.push_str(&format!("%{b:02X}"));
+                let (high, low) = (HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]);
+                decoded.extend_from_slice(&[b'%', high, low]);
                 i += 3;
             }
             None => {
-                decoded.push(char::from(bytes[i]));
+                decoded.push(bytes[i]);
                 i += 1;
             }
         }
     }
-    if decoded == path {
+    if decoded == bytes {
         return None;
     }
     if let Some(query) = uri.query() {
-        decoded.push('?');
-        decoded.push_str(query);
+        decoded.push(b'?');
+        decoded.extend_from_slice(query.as_bytes());
     }
     let mut parts = uri.clone().into_parts();
-    parts.path_and_query = Some(decoded.parse().ok()?);
+    parts.path_and_query = Some(hyper::http::uri::PathAndQuery::try_from(decoded).ok()?);
     hyper::Uri::from_parts(parts).ok()
 }
 
@@ -1022,6 +1038,11 @@ mod tests {
         assert_eq!(decoded("/v1/shortvideo/profile"), None);
         assert_eq!(decoded("/%zz%4").as_deref(), None, "not escapes: kept");
         assert_eq!(decoded("/%e2%82%ac").as_deref(), Some("/%E2%82%AC"));
+        assert_eq!(
+            decoded("/\u{fc}%41").as_deref(),
+            Some("/\u{fc}A"),
+            "UTF-8 in the path is copied as it came"
+        );
         assert_eq!(
             decoded("http://h:1/%70?q").as_deref(),
             Some("http://h:1/p?q"),
