@@ -562,10 +562,9 @@ fn unhex(text: &str) -> Option<[u8; 32]> {
     if digits.len() != 64 {
         return None;
     }
-    let digit = |b: u8| char::from(b).to_digit(16);
     let mut out = [0u8; 32];
     for (byte, pair) in out.iter_mut().zip(digits.chunks_exact(2)) {
-        *byte = u8::try_from((digit(pair[0])? << 4) | digit(pair[1])?).ok()?;
+        *byte = crate::hex::byte_of(pair[0], pair[1])?;
     }
     Some(out)
 }

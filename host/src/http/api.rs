@@ -180,7 +180,6 @@ fn normalize_path(request: &mut Request<Incoming>, max_header_bytes: usize) {
 /// `%2F` stays what it is, not a `/`. `None` when nothing changes.
 fn decode_unreserved(uri: &hyper::Uri) -> Option<hyper::Uri> {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    let hex = |b: u8| char::from(b).to_digit(16).map(|d| d as u8);
     let bytes = uri.path().as_bytes();
     // Only ASCII escapes are rewritten, to ASCII: every other byte, a
     // UTF-8 sequence's included, is copied as it came.
@@ -190,7 +189,7 @@ fn decode_unreserved(uri: &hyper::Uri) -> Option<hyper::Uri> {
         let escaped = match bytes[i] {
             b'%' => bytes
                 .get(i + 1..i + 3)
-                .and_then(|pair| Some(hex(pair[0])? << 4 | hex(pair[1])?)),
+                .and_then(|pair| crate::hex::byte_of(pair[0], pair[1])),
             _ => None,
         };
         match escaped {
