@@ -39,6 +39,43 @@ use crate::FastMap;
 /// Credits an answer costs when the config says nothing else.
 const DEFAULT_COST: u32 = 1;
 
+/// Where a request's answer may come from, which bounds what it may cost
+/// and so what is held for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// Fetched only: the cache is off for the endpoint.
+    Fetch,
+    /// Fetched, or from the cache.
+    FetchOrCache,
+    /// From the cache only (`Cache-Control: only-if-cached`).
+    Cache,
+    /// Nowhere: `only-if-cached` on an endpoint the cache does not keep.
+    Nowhere,
+}
+
+impl Source {
+    /// The source of a request for an endpoint the cache keeps or not
+    /// (`cached`), asking for a stored answer only or not.
+    pub fn of(cached: bool, only_if_cached: bool) -> Source {
+        match (cached, only_if_cached) {
+            (false, false) => Source::Fetch,
+            (true, false) => Source::FetchOrCache,
+            (true, true) => Source::Cache,
+            (false, true) => Source::Nowhere,
+        }
+    }
+
+    /// What to hold for an answer from here, of those costs.
+    fn most(self, fresh: u32, cached: u32) -> u32 {
+        match self {
+            Source::Fetch => fresh,
+            Source::FetchOrCache => fresh.max(cached),
+            Source::Cache => cached,
+            Source::Nowhere => 0,
+        }
+    }
+}
+
 /// `[billing]` as configured. Serving configuration: a reload applies it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BillingConfig {
@@ -344,14 +381,14 @@ impl Billing {
         self: &Arc<Self>,
         key: &str,
         endpoint: Endpoint,
-        cacheable: bool,
+        source: Source,
         config: BillingConfig,
         rate_limit: Option<RateLimitConfig>,
     ) -> Result<Reserved, NoCredit> {
         let credits = match &self.books {
             Books::Local(_) => {
                 return self
-                    .reserve(key, endpoint, cacheable, config)
+                    .reserve(key, endpoint, source, config)
                     .map(|reservation| Reserved {
                         reservation,
                         standing: None,
@@ -361,7 +398,7 @@ impl Billing {
             }
             Books::Shared(credits) => credits,
         };
-        let mut reservation = self.reservation(key, endpoint, cacheable, config);
+        let mut reservation = self.reservation(key, endpoint, source, config);
         if !config.enforce {
             return Ok(Reserved {
                 reservation,
@@ -430,12 +467,12 @@ impl Billing {
         self: &Arc<Self>,
         key: &str,
         endpoint: Endpoint,
-        cacheable: bool,
+        source: Source,
         config: BillingConfig,
     ) -> Reservation {
         let fresh = config.costs.fresh(endpoint);
         let cached = config.costs.cached(endpoint);
-        let held = if cacheable { fresh.max(cached) } else { fresh };
+        let held = source.most(fresh, cached);
         Reservation {
             billing: self.clone(),
             key: key.to_owned(),
@@ -454,18 +491,19 @@ impl Billing {
         lock(&self.accounts)
     }
 
-    /// Holds what an answer of `endpoint` may cost `key`: the larger of its
-    /// fresh and cached costs when the answer may come from the cache
-    /// (`cacheable`), its fresh cost otherwise. Under `enforce`, refuses
-    /// when that is more than the balance left after what is already held.
+    /// Holds what an answer of `endpoint` from `source` may cost `key`: the
+    /// larger of its fresh and cached costs when it may be either, the one
+    /// it can be otherwise, nothing when no answer can be delivered. Under
+    /// `enforce`, refuses when that is more than the balance left after
+    /// what is already held.
     pub fn reserve(
         self: &Arc<Self>,
         key: &str,
         endpoint: Endpoint,
-        cacheable: bool,
+        source: Source,
         config: BillingConfig,
     ) -> Result<Reservation, OutOfCredits> {
-        let reservation = self.reservation(key, endpoint, cacheable, config);
+        let reservation = self.reservation(key, endpoint, source, config);
         let held = reservation.held;
         let mut accounts = self.lock();
         let account = account_of(&mut accounts, key);
@@ -627,13 +665,13 @@ mod tests {
     fn reservations_cannot_overspend_and_failures_refund() {
         let (billing, dir) = billing("overspend");
         billing
-            .reserve("a", E, false, ENFORCED)
+            .reserve("a", E, Source::Fetch, ENFORCED)
             .unwrap()
             .commit(false);
-        let first = billing.reserve("a", E, false, ENFORCED).unwrap();
-        let second = billing.reserve("a", E, false, ENFORCED).unwrap();
+        let first = billing.reserve("a", E, Source::Fetch, ENFORCED).unwrap();
+        let second = billing.reserve("a", E, Source::Fetch, ENFORCED).unwrap();
         assert_eq!(
-            billing.reserve("a", E, false, ENFORCED).err(),
+            billing.reserve("a", E, Source::Fetch, ENFORCED).err(),
             Some(OutOfCredits),
             "held counts"
         );
@@ -649,19 +687,22 @@ mod tests {
         let mut two = ENFORCED;
         two.costs.fresh = [2; Endpoint::ALL.len()];
         assert_eq!(
-            billing.reserve("a", E, false, two).err(),
+            billing.reserve("a", E, Source::Fetch, two).err(),
             Some(OutOfCredits),
             "more than what is left"
         );
         billing
-            .reserve("a", E, false, ENFORCED)
+            .reserve("a", E, Source::Fetch, ENFORCED)
             .unwrap()
             .commit(false);
         assert_eq!(
-            billing.reserve("a", E, false, ENFORCED).err(),
+            billing.reserve("a", E, Source::Fetch, ENFORCED).err(),
             Some(OutOfCredits)
         );
-        assert!(billing.reserve("b", E, false, ENFORCED).is_ok(), "per key");
+        assert!(
+            billing.reserve("b", E, Source::Fetch, ENFORCED).is_ok(),
+            "per key"
+        );
         billing.ledger().flush().unwrap();
         let spent = billing.ledger().spent("").unwrap();
         assert_eq!(spent["a"].total, 3, "the ledger booked what was spent");
@@ -673,7 +714,10 @@ mod tests {
         let (billing, dir) = billing("counted");
         let open = BillingConfig::default();
         for _ in 0..200 {
-            billing.reserve("a", E, false, open).unwrap().commit(false);
+            billing
+                .reserve("a", E, Source::Fetch, open)
+                .unwrap()
+                .commit(false);
         }
         assert_eq!(billing.spent("a"), 200);
         assert_eq!(billing.remaining("a", open), 0, "never below 0");
@@ -688,12 +732,12 @@ mod tests {
         config.costs.fresh[Costs::slot(Endpoint::Comments)] = 3;
         config.costs.cached = Some(0);
         let fresh = billing
-            .reserve("a", Endpoint::Comments, true, config)
+            .reserve("a", Endpoint::Comments, Source::FetchOrCache, config)
             .unwrap();
         assert_eq!(fresh.held, 3, "the larger of the two");
         assert_eq!(fresh.commit(false).credits, 3);
         let hit = billing
-            .reserve("a", Endpoint::Comments, true, config)
+            .reserve("a", Endpoint::Comments, Source::FetchOrCache, config)
             .unwrap();
         assert_eq!(
             hit.commit(true),
@@ -704,16 +748,31 @@ mod tests {
         );
         config.costs.cached = Some(8);
         let uncacheable = billing
-            .reserve("a", Endpoint::Comments, false, config)
+            .reserve("a", Endpoint::Comments, Source::Fetch, config)
             .unwrap();
         assert_eq!(uncacheable.held, 3, "a cache that is off never answers");
         drop(uncacheable);
         assert_eq!(
-            billing.reserve("a", Endpoint::Comments, true, config).err(),
+            billing
+                .reserve("a", Endpoint::Comments, Source::FetchOrCache, config)
+                .err(),
             Some(OutOfCredits),
             "8 held for a possible hit, 7 left"
         );
-        assert_eq!(billing.statement("a", config).used_total, 3);
+        config.costs.cached = Some(1);
+        config.costs.fresh[Costs::slot(Endpoint::Comments)] = 9;
+        let only_cached = billing
+            .reserve("a", Endpoint::Comments, Source::Cache, config)
+            .expect("a hit costs 1 of the 7 left, though a fetch would cost 9");
+        assert_eq!(only_cached.held, 1);
+        assert_eq!(only_cached.commit(true).credits, 1);
+        config.costs.cached = Some(8);
+        let nowhere = billing
+            .reserve("a", Endpoint::Comments, Source::Nowhere, config)
+            .expect("nothing can be delivered, so nothing is held");
+        assert_eq!(nowhere.held, 0);
+        drop(nowhere);
+        assert_eq!(billing.statement("a", config).used_total, 4);
         let _ = std::fs::remove_dir_all(dir);
     }
 
@@ -729,11 +788,11 @@ mod tests {
         assert_eq!(billing.remaining("a", ENFORCED), 5, "3 free + 2 granted");
         for _ in 0..5 {
             billing
-                .reserve("a", E, false, ENFORCED)
+                .reserve("a", E, Source::Fetch, ENFORCED)
                 .unwrap()
                 .commit(false);
         }
-        assert!(billing.reserve("a", E, false, ENFORCED).is_err());
+        assert!(billing.reserve("a", E, Source::Fetch, ENFORCED).is_err());
         crate::ledger::grant(&path, "a", 1, Some("top-up")).unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while billing.remaining("a", ENFORCED) == 0 {

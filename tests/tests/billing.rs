@@ -1,5 +1,6 @@
 //! Billing as a client and an operator see it: costs per endpoint
-//! (`[billing.costs]`, a cached answer's cost, applied by a reload), credit
+//! (`[billing.costs]`, a cached answer's cost, applied by a reload; what
+//! `only-if-cached` holds), credit
 //! packs (`socialgate credits grant` on a running server, refused for an
 //! unknown name or a bad amount; `credits show`), enforcement that never
 //! lets a key spend more than free credits plus grants, however many
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use socialgate_tests::config::{standard_env, Config, FALLBACK, PRIMARY};
-use socialgate_tests::operator::{credits_per_key, signal, usage_json, wait_exit};
+use socialgate_tests::operator::{credits_per_key, send, signal, usage_json, wait_exit};
 use socialgate_tests::{eventually, run_cli, Answer, Api, CliOutput, Server, Stack, StackBuilder};
 
 const PROFILE: &str = "/v1/shortvideo/profile?username=lunabakes";
@@ -154,8 +155,36 @@ async fn a_cached_answer_costs_what_billing_costs_cached_says() {
     assert_eq!(hit.json["meta"]["cached"], true, "{hit:?}");
     assert_eq!(hit.json["meta"]["credits_used"], 1, "{hit:?}");
     assert_eq!(hit.header("x-credits-remaining"), Some("6"));
+    for _ in 0..4 {
+        stack.get(PROFILE).await.assert_success(false);
+    }
+    assert_eq!(remaining(&stack.api).await, 2);
+
+    // 2 left: a plain request may need a fetch (3), so it is refused; one
+    // that takes only a stored answer costs what that costs, 1.
+    stack
+        .get(PROFILE)
+        .await
+        .assert_error(402, "INSUFFICIENT_CREDITS");
+    let only_stored = send(
+        &stack.server.base_url(),
+        "GET",
+        PROFILE,
+        &[
+            ("X-API-Key", &stack.key),
+            ("Cache-Control", "only-if-cached"),
+        ],
+    )
+    .await;
+    only_stored.assert_success(false);
+    assert_eq!(only_stored.json["meta"]["cached"], true, "{only_stored:?}");
+    assert_eq!(
+        only_stored.json["meta"]["credits_used"], 1,
+        "{only_stored:?}"
+    );
+    assert_eq!(only_stored.header("x-credits-remaining"), Some("1"));
     assert_eq!(stack.primary.request_count().await, 1);
-    wait_for_credits(&stack.config, KEY, 4).await;
+    wait_for_credits(&stack.config, KEY, 9).await;
 }
 
 #[tokio::test]

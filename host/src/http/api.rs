@@ -40,7 +40,7 @@ use super::answer::{self, Ask, NoData, Unanswered};
 use super::encoding::{self, Precompressed};
 use super::response::{self, Body};
 use super::{cors, request_id};
-use crate::billing::{NoCredit, Reservation};
+use crate::billing::{NoCredit, Reservation, Source};
 use crate::cache::freshness::Directives;
 use crate::cache::status::{CacheStatus, Forward};
 use crate::chain::{ChainError, Journal};
@@ -394,11 +394,22 @@ async fn route<'s>(
         issuer,
     } = parsed;
 
-    // Held before any upstream call, refunded unless the answer is delivered.
-    let cacheable = snapshot.serving.cache.ttl(endpoint).is_some();
+    let directives = Directives::parse(
+        request
+            .headers()
+            .get_all(CACHE_CONTROL)
+            .iter()
+            .filter_map(|v| v.to_str().ok()),
+    );
+    // Held before any upstream call, refunded unless the answer is
+    // delivered: what an answer from where this one may come can cost.
+    let source = Source::of(
+        snapshot.serving.cache.ttl(endpoint).is_some(),
+        directives.only_if_cached,
+    );
     let reserved = app
         .billing
-        .reserve_for(key, endpoint, cacheable, billing, deferred_limit)
+        .reserve_for(key, endpoint, source, billing, deferred_limit)
         .await;
     let credits = match reserved {
         Ok(reserved) => {
@@ -432,13 +443,7 @@ async fn route<'s>(
         call: &call,
         providers,
         issuer,
-        directives: Directives::parse(
-            request
-                .headers()
-                .get_all(CACHE_CONTROL)
-                .iter()
-                .filter_map(|v| v.to_str().ok()),
-        ),
+        directives,
         deadline: Deadline::after(snapshot.serving.request_timeout),
     };
     // Whoever runs the upstream work holds the slot and the credits: if

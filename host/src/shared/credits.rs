@@ -31,8 +31,9 @@
 //!   account's `granted` and are listed in `{prefix}grants:NAME`, in one
 //!   transaction: the next reservation on any replica counts them.
 //!
-//! What a reservation holds is the endpoint's cost (the larger of its fresh
-//! and cached costs when the answer may come from the cache); what is
+//! What a reservation holds is what the answer may cost
+//! ([`crate::billing::Source`]: the larger of the endpoint's fresh and
+//! cached costs when it may come from either); what is
 //! settled is what the delivered answer cost. The script answers the key's
 //! balance (`free_credits` + grants - spent) and, when it took a token,
 //! where the bucket stands, for the answer's `X-Credits-Remaining` and
