@@ -237,6 +237,7 @@ async fn a_preflight_from_an_allowed_origin_succeeds_and_others_get_no_cors_head
         "Cache-Status",
         "RateLimit",
         "X-Credits-Remaining",
+        "Link",
     ] {
         assert!(exposed.contains(name), "{name} exposed: {exposed}");
     }

@@ -1,6 +1,7 @@
 //! Exact comment counts through several upstream pages, and cursors: a
 //! `meta.next_cursor` followed to the next page goes back to the provider
-//! that issued it, and a tampered, foreign or misplaced one is refused.
+//! that issued it (also as the `Link` header names it), and a tampered,
+//! foreign or misplaced one is refused.
 
 use serde_json::json;
 use socialgate_tests::api::with_cursor;
@@ -135,6 +136,43 @@ async fn comments_count_120_through_three_fallback_pages_then_the_next_page() {
         0,
         "the cursor went to its issuer"
     );
+}
+
+#[tokio::test]
+async fn a_page_with_a_next_one_links_to_it_and_the_last_does_not() {
+    let stack = Stack::start().await;
+    let p = &stack.primary;
+    p.comments(POST_ID, 20, 0, &primary_comments_page(POST_ID, 0, 20, 30))
+        .await;
+    p.comments(POST_ID, 20, 20, &primary_comments_page(POST_ID, 20, 10, 30))
+        .await;
+    p.detail(POST_ID, &fixtures::primary_aweme_detail()).await;
+    stack.fallback.serve_fixtures().await;
+
+    // A parameter the endpoint ignores is not carried into the link.
+    let first = stack.get(&format!("{COMMENTS_20}&utm_source=x")).await;
+    assert_comments(&first, 0, 20);
+    let cursor = first.next_cursor().expect("30 comments exist");
+    let link = first.header("link").expect("a next page is linked");
+    assert_eq!(
+        link,
+        format!("</v1/shortvideo/comments?id={POST_ID}&count=20&cursor={cursor}>; rel=\"next\"")
+    );
+    let next = link
+        .strip_prefix('<')
+        .and_then(|rest| rest.strip_suffix(">; rel=\"next\""))
+        .expect("one link, to the next page");
+
+    let last = stack.get(next).await;
+    assert_comments(&last, 20, 30);
+    assert_eq!(last.next_cursor(), None);
+    assert_eq!(last.header("link"), None, "no page after the last");
+    // An item endpoint is never paged.
+    let post = stack
+        .get(&format!("/v1/shortvideo/post?id={POST_ID}"))
+        .await;
+    post.assert_success(false);
+    assert_eq!(post.header("link"), None);
 }
 
 #[tokio::test]

@@ -30,7 +30,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::{Body as _, Incoming};
 use hyper::header::{
     HeaderMap, HeaderName, HeaderValue, ACCEPT_ENCODING, AGE, CACHE_CONTROL, CONNECTION,
-    CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, ETAG, HOST, TRANSFER_ENCODING,
+    CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, ETAG, HOST, LINK, TRANSFER_ENCODING,
 };
 use hyper::{Method, Request, Response, StatusCode, Version};
 use plugin_api::{Call, Endpoint};
@@ -530,6 +530,11 @@ async fn route<'s>(
         id,
     );
     response.headers_mut().insert(ETAG, etag);
+    if let Some(Some(token)) = &next_cursor {
+        if let Some(link) = next_page_link(platform, &call, token) {
+            response.headers_mut().insert(LINK, link);
+        }
+    }
     set_cache_headers(&mut response, &found.status, age);
     if not_modified {
         response.extensions_mut().insert(NotModified);
@@ -965,6 +970,30 @@ fn listing_of<'a>(platform: &'a str, call: &'a Call) -> Listing<'a> {
         endpoint: call.endpoint().as_str(),
         subject: call.subject(),
     }
+}
+
+/// `Link: <...>; rel="next"` (RFC 8288) to the page after this one: the
+/// same listing with `cursor` set to `token`. A reference relative to the
+/// request's own origin (the `Host` a client sent is not to be trusted),
+/// written from the request as checked: the subject, the page size and the
+/// token, nothing else the client sent.
+fn next_page_link(platform: &str, call: &Call, token: &str) -> Option<HeaderValue> {
+    let endpoint = call.endpoint();
+    let mut query = form_urlencoded::Serializer::new(String::new());
+    query.append_pair(subject_param(endpoint), call.subject());
+    if let Call::Posts { count, .. } | Call::Comments { count, .. } | Call::Search { count, .. } =
+        call
+    {
+        query.append_pair("count", itoa::Buffer::new().format(*count));
+    }
+    query.append_pair("cursor", token);
+    let link = format!(
+        "</v1/{platform}/{}?{}>; rel=\"next\"",
+        endpoint.as_str(),
+        query.finish()
+    );
+    // Every part but the configured platform name is URL-encoded.
+    HeaderValue::try_from(link).ok()
 }
 
 /// Ready when serving from a valid configuration in which every live

@@ -20,7 +20,7 @@ use crate::config::{ConfigError, Context};
 const ALLOWED_HEADERS: &str = "X-API-Key, X-Request-Id, Cache-Control, If-None-Match";
 /// What a browser script may read beyond the CORS-safelisted headers.
 const EXPOSED_HEADERS: &str = "X-Request-Id, Cache-Status, Age, ETag, Retry-After, RateLimit, \
-     RateLimit-Policy, RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset, X-Credits-Remaining";
+     RateLimit-Policy, RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset, X-Credits-Remaining, Link";
 /// How long a browser may keep a preflight's answer, in seconds.
 const PREFLIGHT_MAX_AGE: &str = "600";
 
