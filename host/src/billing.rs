@@ -49,15 +49,17 @@ pub enum Source {
     FetchOrCache,
     /// From the cache only (`Cache-Control: only-if-cached`).
     Cache,
-    /// Nowhere: `only-if-cached` on an endpoint the cache does not keep.
+    /// Nowhere: `only-if-cached` on an endpoint the cache does not keep
+    /// (or with `no-cache`, which refuses what it keeps).
     Nowhere,
 }
 
 impl Source {
-    /// The source of a request for an endpoint the cache keeps or not
-    /// (`cached`), asking for a stored answer only or not.
-    pub fn of(cached: bool, only_if_cached: bool) -> Source {
-        match (cached, only_if_cached) {
+    /// The source of a request that a stored answer may answer or not
+    /// (`stored`: the cache keeps the endpoint, and the request takes one),
+    /// asking for a stored answer only or not.
+    pub fn of(stored: bool, only_if_cached: bool) -> Source {
+        match (stored, only_if_cached) {
             (false, false) => Source::Fetch,
             (true, false) => Source::FetchOrCache,
             (true, true) => Source::Cache,
@@ -569,6 +571,13 @@ impl Reservation {
     /// of what was held is released.
     pub fn commit(mut self, cached: bool) -> Charge {
         let credits = if cached { self.cached } else { self.fresh };
+        // What was held is all the balance was checked for (a `Cache`
+        // reservation is never committed as fetched).
+        debug_assert!(
+            credits <= self.held,
+            "charged {credits}, held {}",
+            self.held
+        );
         let billing = self.billing.clone();
         let remaining = match &billing.books {
             Books::Local(ledger) => {

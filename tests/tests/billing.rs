@@ -166,16 +166,7 @@ async fn a_cached_answer_costs_what_billing_costs_cached_says() {
         .get(PROFILE)
         .await
         .assert_error(402, "INSUFFICIENT_CREDITS");
-    let only_stored = send(
-        &stack.server.base_url(),
-        "GET",
-        PROFILE,
-        &[
-            ("X-API-Key", &stack.key),
-            ("Cache-Control", "only-if-cached"),
-        ],
-    )
-    .await;
+    let only_stored = get_with_cache_control(&stack, PROFILE, "only-if-cached").await;
     only_stored.assert_success(false);
     assert_eq!(only_stored.json["meta"]["cached"], true, "{only_stored:?}");
     assert_eq!(
@@ -185,6 +176,43 @@ async fn a_cached_answer_costs_what_billing_costs_cached_says() {
     assert_eq!(only_stored.header("x-credits-remaining"), Some("1"));
     assert_eq!(stack.primary.request_count().await, 1);
     wait_for_credits(&stack.config, KEY, 9).await;
+}
+
+/// `GET path` with the stack's key and `Cache-Control: directives`.
+async fn get_with_cache_control(stack: &Stack, path: &str, directives: &str) -> Answer {
+    let headers = [
+        ("X-API-Key", stack.key.as_str()),
+        ("Cache-Control", directives),
+    ];
+    send(&stack.server.base_url(), "GET", path, &headers).await
+}
+
+#[tokio::test]
+async fn only_if_cached_that_can_only_be_a_504_holds_nothing() {
+    let stack = serving(
+        Stack::builder()
+            .cache("enabled = true\n\n[cache.ttl_s]\npost = 0")
+            .raw("[billing]\nenforce = true\nfree_credits = 1"),
+    )
+    .await;
+    stack.get(PROFILE).await.assert_success(false);
+    assert_eq!(remaining(&stack.api).await, 0);
+
+    // A stored answer costs 1, which the balance no longer has.
+    let refused = get_with_cache_control(&stack, PROFILE, "only-if-cached").await;
+    refused.assert_error(402, "INSUFFICIENT_CREDITS");
+    // Nothing can be delivered (a refusal of what is stored, a cache that
+    // is off for the endpoint), so nothing is held: the answer says why.
+    for (path, directives) in [
+        (PROFILE, "only-if-cached, no-cache"),
+        (POST, "only-if-cached"),
+    ] {
+        let a = get_with_cache_control(&stack, path, directives).await;
+        a.assert_error(504, "NOT_CACHED");
+        assert_eq!(a.json["meta"]["credits_used"], 0, "{a:?}");
+    }
+    assert_eq!(remaining(&stack.api).await, 0);
+    assert_eq!(stack.primary.request_count().await, 1, "only the first GET");
 }
 
 #[tokio::test]

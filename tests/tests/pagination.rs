@@ -138,35 +138,67 @@ async fn comments_count_120_through_three_fallback_pages_then_the_next_page() {
     );
 }
 
+/// The request a `Link: <...>; rel="next"` names.
+fn next_link(a: &Answer) -> Option<&str> {
+    let link = a.header("link")?;
+    let next = link
+        .strip_prefix('<')
+        .and_then(|rest| rest.strip_suffix(">; rel=\"next\""));
+    Some(next.unwrap_or_else(|| panic!("one link, to the next page: {link}")))
+}
+
 #[tokio::test]
 async fn a_page_with_a_next_one_links_to_it_and_the_last_does_not() {
     let stack = Stack::start().await;
     let p = &stack.primary;
-    p.comments(POST_ID, 20, 0, &primary_comments_page(POST_ID, 0, 20, 30))
+    p.comments(POST_ID, 7, 0, &primary_comments_page(POST_ID, 0, 7, 10))
         .await;
-    p.comments(POST_ID, 20, 20, &primary_comments_page(POST_ID, 20, 10, 30))
+    p.comments(POST_ID, 7, 7, &primary_comments_page(POST_ID, 7, 3, 10))
         .await;
     p.detail(POST_ID, &fixtures::primary_aweme_detail()).await;
-    stack.fallback.serve_fixtures().await;
+    let f = &stack.fallback;
+    f.serve_fixtures().await;
+    let mut more = fixtures::fallback_user_search();
+    more["data"]["hasMore"] = json!(true);
+    f.search("café au lait", 7, "0", &more).await;
+    f.search("café au lait", 7, "2", &fixtures::fallback_user_search())
+        .await;
 
-    // A parameter the endpoint ignores is not carried into the link.
-    let first = stack.get(&format!("{COMMENTS_20}&utm_source=x")).await;
-    assert_comments(&first, 0, 20);
-    let cursor = first.next_cursor().expect("30 comments exist");
-    let link = first.header("link").expect("a next page is linked");
+    // The page size asked for is carried; a parameter the endpoint
+    // ignores is not.
+    let first = stack
+        .get(&format!(
+            "/v1/shortvideo/comments?id={POST_ID}&count=7&utm_source=x"
+        ))
+        .await;
+    assert_comments(&first, 0, 7);
+    let cursor = first.next_cursor().expect("10 comments exist");
+    let next = next_link(&first).expect("a next page is linked");
     assert_eq!(
-        link,
-        format!("</v1/shortvideo/comments?id={POST_ID}&count=20&cursor={cursor}>; rel=\"next\"")
+        next,
+        format!("/v1/shortvideo/comments?id={POST_ID}&count=7&cursor={cursor}")
     );
-    let next = link
-        .strip_prefix('<')
-        .and_then(|rest| rest.strip_suffix(">; rel=\"next\""))
-        .expect("one link, to the next page");
-
     let last = stack.get(next).await;
-    assert_comments(&last, 20, 30);
+    assert_comments(&last, 7, 10);
     assert_eq!(last.next_cursor(), None);
-    assert_eq!(last.header("link"), None, "no page after the last");
+    assert_eq!(next_link(&last), None, "no page after the last");
+
+    // Free text is encoded so that the link asks for the same query.
+    let found = stack
+        .get("/v1/shortvideo/search?query=caf%C3%A9%20au%20lait&count=7")
+        .await;
+    found.assert_success(true);
+    let cursor = found.next_cursor().expect("the upstream has more");
+    let next = next_link(&found).expect("a next page is linked");
+    assert_eq!(
+        next,
+        format!("/v1/shortvideo/search?query=caf%C3%A9+au+lait&count=7&cursor={cursor}")
+    );
+    let second = stack.get(next).await;
+    second.assert_success(true);
+    assert_eq!(second.next_cursor(), None);
+    assert_eq!(next_link(&second), None);
+
     // An item endpoint is never paged.
     let post = stack
         .get(&format!("/v1/shortvideo/post?id={POST_ID}"))

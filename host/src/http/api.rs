@@ -403,10 +403,11 @@ async fn route<'s>(
     );
     // Held before any upstream call, refunded unless the answer is
     // delivered: what an answer from where this one may come can cost.
-    let source = Source::of(
-        snapshot.serving.cache.ttl(endpoint).is_some(),
-        directives.only_if_cached,
-    );
+    // `only-if-cached` with `no-cache` refuses every stored answer, so it
+    // can only end in `504 NOT_CACHED`, as where the cache is off.
+    let stored_may_answer = snapshot.serving.cache.ttl(endpoint).is_some()
+        && !(directives.only_if_cached && directives.no_cache);
+    let source = Source::of(stored_may_answer, directives.only_if_cached);
     let reserved = app
         .billing
         .reserve_for(key, endpoint, source, billing, deferred_limit)
