@@ -207,6 +207,7 @@ pub async fn serve(
     let watch = Watch::start(&config);
 
     let metrics = crate::metrics::install()?;
+    tokio::spawn(crate::metrics::keep_up(metrics.clone()));
     let listener = config.process.listener.clone();
     let shared = match &config.process.state {
         StateConfig::Local => None,

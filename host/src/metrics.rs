@@ -46,13 +46,35 @@ pub struct MetricsError(String);
 /// of showing their last value for ever.
 const GAUGE_IDLE: Duration = Duration::from_secs(1);
 
-/// Installs the process-wide recorder; call once.
+/// How often the histograms' recorded samples are folded into their
+/// buckets when nothing scrapes `/metrics` ([`keep_up`]).
+pub const UPKEEP_EVERY: Duration = Duration::from_secs(5);
+
+/// Installs the process-wide recorder; call once, and run [`keep_up`]
+/// with the handle.
 pub fn install() -> Result<PrometheusHandle, MetricsError> {
     PrometheusBuilder::new()
         .idle_timeout(MetricKindMask::GAUGE, Some(GAUGE_IDLE))
         .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), BUCKETS)
         .and_then(|b| b.install_recorder())
         .map_err(|e| MetricsError(e.to_string()))
+}
+
+/// Folds the histograms' recorded samples into their buckets every
+/// [`UPKEEP_EVERY`], for as long as the runtime runs it.
+///
+/// Why: the recorder keeps every histogram sample (two a request) until
+/// an upkeep folds it in. Rendering `/metrics` runs one, but a server
+/// nobody scrapes (the admin listener off, or no Prometheus yet) kept
+/// them all: about 40 bytes a request, for ever (18 MiB more after each
+/// 450,000 requests, measured; README, "Measured behaviour").
+pub async fn keep_up(handle: PrometheusHandle) {
+    let mut ticks = tokio::time::interval(UPKEEP_EVERY);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        handle.run_upkeep();
+    }
 }
 
 /// The page `/metrics` serves: recorded series plus gauges read now.
