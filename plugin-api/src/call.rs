@@ -188,6 +188,17 @@ impl Call {
         }
     }
 
+    /// The page size asked for (`count`, or its default); `None` for
+    /// single-object endpoints.
+    pub fn count(&self) -> Option<u32> {
+        match self {
+            Call::Posts { count, .. }
+            | Call::Comments { count, .. }
+            | Call::Search { count, .. } => Some(*count),
+            Call::Profile { .. } | Call::Post { .. } => None,
+        }
+    }
+
     /// The most items a list answer to this call may hold; `None` for
     /// single-object endpoints.
     ///
@@ -198,11 +209,11 @@ impl Call {
     /// answer as a bad response: an upstream that floods a page must not
     /// flood the caller.
     pub fn most_items(&self) -> Option<usize> {
-        match self {
-            Call::Posts { count, .. } => Some(*count as usize + POSTS_COUNT_SLACK),
-            Call::Comments { count, .. } | Call::Search { count, .. } => Some(*count as usize),
-            Call::Profile { .. } | Call::Post { .. } => None,
-        }
+        let count = self.count()? as usize;
+        Some(match self {
+            Call::Posts { .. } => count + POSTS_COUNT_SLACK,
+            _ => count,
+        })
     }
 
     /// The same call continuing from another upstream cursor.

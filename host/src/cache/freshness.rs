@@ -20,6 +20,13 @@ pub struct Directives {
 }
 
 impl Directives {
+    /// Whether no stored answer may answer, however fresh (`no-cache`):
+    /// [`judge`] refuses each, and `only-if-cached` can then only be a
+    /// `504`, which billing needs to know before the lookup.
+    pub fn refuses_every_stored(&self) -> bool {
+        self.no_cache
+    }
+
     /// Reads the `Cache-Control` request header's values. Unknown
     /// directives are ignored, as RFC 9111 asks; a malformed `max-age` is
     /// ignored too (the default freshness applies).
@@ -64,7 +71,7 @@ pub enum Verdict {
 
 /// The verdict on an answer `age` old, stored to live `ttl`.
 pub fn judge(age: Duration, ttl: Duration, directives: Directives) -> Verdict {
-    if directives.no_cache {
+    if directives.refuses_every_stored() {
         return Verdict::Refused;
     }
     if age >= ttl {

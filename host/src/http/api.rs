@@ -403,10 +403,10 @@ async fn route<'s>(
     );
     // Held before any upstream call, refunded unless the answer is
     // delivered: what an answer from where this one may come can cost.
-    // `only-if-cached` with `no-cache` refuses every stored answer, so it
-    // can only end in `504 NOT_CACHED`, as where the cache is off.
+    // `only-if-cached` with `no-cache` can only end in `504 NOT_CACHED`,
+    // as where the cache is off.
     let stored_may_answer = snapshot.serving.cache.ttl(endpoint).is_some()
-        && !(directives.only_if_cached && directives.no_cache);
+        && !(directives.only_if_cached && directives.refuses_every_stored());
     let source = Source::of(stored_may_answer, directives.only_if_cached);
     let reserved = app
         .billing
@@ -982,10 +982,8 @@ fn next_page_link(platform: &str, call: &Call, token: &str) -> Option<HeaderValu
     let endpoint = call.endpoint();
     let mut query = form_urlencoded::Serializer::new(String::new());
     query.append_pair(subject_param(endpoint), call.subject());
-    if let Call::Posts { count, .. } | Call::Comments { count, .. } | Call::Search { count, .. } =
-        call
-    {
-        query.append_pair("count", itoa::Buffer::new().format(*count));
+    if let Some(count) = call.count() {
+        query.append_pair("count", itoa::Buffer::new().format(count));
     }
     query.append_pair("cursor", token);
     let link = format!(
