@@ -35,6 +35,9 @@ pub enum ApiError {
     UpstreamUnavailable { retry_after_secs: Option<u64> },
     #[error("the data could not be fetched in time; try again later")]
     UpstreamTimeout,
+    /// The request's `If-Match` names no tag of the current answer.
+    #[error("the answer has changed: its ETag is not one the request's If-Match lists")]
+    PreconditionFailed,
     /// `Cache-Control: only-if-cached`, and no fresh answer was stored.
     #[error("no stored answer is fresh enough, and the request's Cache-Control (only-if-cached) allows no other")]
     NotCached,
@@ -80,6 +83,7 @@ impl ApiError {
             ApiError::InsufficientCredits => "INSUFFICIENT_CREDITS",
             ApiError::UpstreamUnavailable { .. } => "UPSTREAM_UNAVAILABLE",
             ApiError::UpstreamTimeout => "UPSTREAM_TIMEOUT",
+            ApiError::PreconditionFailed => "PRECONDITION_FAILED",
             ApiError::NotCached => "NOT_CACHED",
             ApiError::Overloaded { .. } => "OVERLOADED",
             ApiError::ServiceUnavailable { .. } => "SERVICE_UNAVAILABLE",
@@ -105,6 +109,7 @@ impl ApiError {
             ApiError::PlatformNotAvailable(_) => StatusCode::NOT_IMPLEMENTED,
             ApiError::InsufficientCredits => StatusCode::PAYMENT_REQUIRED,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
             ApiError::UpstreamUnavailable { .. } => StatusCode::BAD_GATEWAY,
             // RFC 9111's answer to `only-if-cached` with nothing stored.
             ApiError::UpstreamTimeout | ApiError::NotCached => StatusCode::GATEWAY_TIMEOUT,
@@ -215,6 +220,7 @@ mod tests {
             ),
             (ApiError::UpstreamTimeout, "UPSTREAM_TIMEOUT", 504),
             (ApiError::NotCached, "NOT_CACHED", 504),
+            (ApiError::PreconditionFailed, "PRECONDITION_FAILED", 412),
             (
                 ApiError::Overloaded {
                     retry_after_secs: 1,

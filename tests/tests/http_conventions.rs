@@ -1,6 +1,7 @@
 //! The HTTP conventions clients, browsers and uptime checkers assume, on the
 //! real server: gzip and br answers that decode to the same JSON, a strong
-//! `ETag` with `304` for a matching `If-None-Match` (at no cost), CORS for
+//! `ETag` with `304` for a matching `If-None-Match` and `412` for an
+//! `If-Match` that names another tag (both at no cost), CORS for
 //! allowed origins only, `HEAD`, HTTP/2 with prior knowledge and over TLS
 //! with ALPN, a TLS certificate replaced on disk served without a restart,
 //! `WWW-Authenticate` on 401, a repeated `X-API-Key` refused,
@@ -147,6 +148,48 @@ async fn if_none_match_with_the_etag_gets_304_and_costs_no_credit() {
     let other = raw(&stack, "GET", PROFILE, &[("if-none-match", "\"other\"")]).await;
     assert_eq!(other.status, 200, "a tag that does not match: the answer");
     // Two credits: the first answer and this one; the 304s cost nothing.
+    let spent = raw(&stack, "GET", PROFILE, &[]).await;
+    assert_eq!(spent.status, 402, "{:?}", json_of(&spent.body));
+}
+
+#[tokio::test]
+async fn if_match_without_the_etag_gets_412_first_and_costs_no_credit() {
+    let stack = Stack::builder()
+        .raw("[billing]\nenforce = true\nfree_credits = 2")
+        .start()
+        .await;
+    stack.primary.serve_fixtures().await;
+    let first = raw(&stack, "GET", PROFILE, &[]).await;
+    assert_eq!(first.status, 200);
+    let etag = first.header("etag").expect("an ETag").to_owned();
+    let weak = format!("W/{etag}");
+    // Another tag, the tag made weak, and another tag beside a matching
+    // If-None-Match (If-Match is evaluated first).
+    for asked in [
+        [("if-match", "\"other\""), ("x-unrelated", "1")],
+        [("if-match", weak.as_str()), ("x-unrelated", "1")],
+        [("if-match", "\"other\""), ("if-none-match", etag.as_str())],
+    ] {
+        for method in ["GET", "HEAD"] {
+            let refused = raw(&stack, method, PROFILE, &asked).await;
+            assert_eq!(refused.status, 412, "{method} {asked:?}");
+            assert!(refused.header("etag").is_none(), "{asked:?}");
+            if method == "GET" {
+                let body = json_of(&refused.body);
+                assert_eq!(body["error"]["code"], "PRECONDITION_FAILED", "{body}");
+                assert_eq!(body["meta"]["credits_used"], 0, "{body}");
+            }
+        }
+    }
+    // `*` with a matching If-None-Match: the 304; the tag among others:
+    // the answer.
+    let both = [("if-match", "*"), ("if-none-match", etag.as_str())];
+    assert_eq!(raw(&stack, "GET", PROFILE, &both).await.status, 304);
+    let listed = format!("\"other\", {etag}");
+    let held = raw(&stack, "GET", PROFILE, &[("if-match", &listed)]).await;
+    assert_eq!(held.status, 200, "{:?}", held.headers);
+    assert_eq!(held.header("etag"), Some(etag.as_str()));
+    // Two credits: the first answer and the one If-Match let through.
     let spent = raw(&stack, "GET", PROFILE, &[]).await;
     assert_eq!(spent.status, 402, "{:?}", json_of(&spent.body));
 }

@@ -365,8 +365,13 @@ async fn main_server(contract: &Contract) {
         Some("INVALID_PARAMETER"),
     )
     .await;
-    // HEAD is GET without a body; a matching If-None-Match is 304.
+    // HEAD is GET without a body; a matching If-None-Match is 304; an
+    // If-Match that names another tag is 412, `*` lets the answer through.
     for path in ENDPOINTS.iter().chain(PUBLIC.iter()).chain([&ACCOUNT]) {
+        let a = check_with(contract, api, "GET", path, &[("if-match", "\"other\"")]).await;
+        a.assert_error(412, "PRECONDITION_FAILED");
+        let a = check_with(contract, api, "GET", path, &[("if-match", "*")]).await;
+        assert_eq!(a.status, 200, "{path}: {a:?}");
         let get = api.get(path).await;
         let head = api.request("HEAD", path).await;
         assert_eq!(head.status, get.status, "HEAD {path}: {head:?}");
@@ -379,6 +384,8 @@ async fn main_server(contract: &Contract) {
             let a = check_with(contract, api, "GET", path, &[("if-none-match", etag)]).await;
             assert_eq!(a.status, 304, "{path}: {a:?}");
             assert_eq!(a.header("etag"), Some(etag), "{path}: {a:?}");
+            let a = check_with(contract, api, "GET", path, &[("if-match", etag)]).await;
+            assert_eq!(a.status, 200, "{path}: {a:?}");
         }
     }
     // A head the server cannot read: the envelope, on every path.

@@ -8,7 +8,9 @@
 //! `HEAD` is `GET` without the body: it passes the same checks and costs
 //! what the `GET` would. A data answer carries a strong `ETag` over its
 //! data; a request whose `If-None-Match` matches it gets `304` and is not
-//! charged. Then every answer is represented for its caller: CORS headers
+//! charged, and one whose `If-Match` does not gets `412` and is not charged
+//! either (`If-Match` is evaluated on every answer that would be a `2xx`).
+//! Then every answer is represented for its caller: CORS headers
 //! ([`super::cors`]), a content coding ([`super::encoding`]), no body for
 //! `HEAD`.
 //!
@@ -101,6 +103,16 @@ pub async fn handle(app: &App, mut request: Request<Incoming>) -> Response<Body>
         .instrument(span.clone())
         .await;
     let mut response = match outcome {
+        // RFC 9110, 13.2.1: a precondition counts for an answer that would
+        // be a `2xx`. A data answer evaluated its `If-Match` before it was
+        // charged (see `route`); here it holds again, and the other answers
+        // (`/v1/account`, the public paths) are evaluated.
+        Ok(Ok(response))
+            if response.status().is_success()
+                && !encoding::if_match_holds(request.headers(), response.headers().get(ETAG)) =>
+        {
+            response::error(&ApiError::PreconditionFailed, &id)
+        }
         Ok(Ok(response)) => response,
         Ok(Err(error)) => response::error(&error, &id),
         Err(_) => {
@@ -510,6 +522,11 @@ async fn route<'s>(
             encoding::etag(&[platform.as_bytes(), &data.json, position.as_bytes(), &epoch])
         }
     };
+    // `If-Match` first (RFC 9110, 13.2.2), and before the charge: a `412`
+    // delivers nothing, and the dropped reservation is refunded.
+    if !encoding::if_match_holds(request.headers(), Some(&etag)) {
+        return Err(ApiError::PreconditionFailed);
+    }
     let (age, cached) = (found.age, found.age.is_some());
     let not_modified = encoding::not_modified(request.headers(), &etag);
     let credits_used = if not_modified {

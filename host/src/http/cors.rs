@@ -17,7 +17,7 @@ use serde::Deserialize;
 use crate::config::{ConfigError, Context};
 
 /// What a browser script may send.
-const ALLOWED_HEADERS: &str = "X-API-Key, X-Request-Id, Cache-Control, If-None-Match";
+const ALLOWED_HEADERS: &str = "X-API-Key, X-Request-Id, Cache-Control, If-None-Match, If-Match";
 /// What a browser script may read beyond the CORS-safelisted headers.
 const EXPOSED_HEADERS: &str = "X-Request-Id, Cache-Status, Age, ETag, Retry-After, RateLimit, \
      RateLimit-Policy, RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset, X-Credits-Remaining, Link";

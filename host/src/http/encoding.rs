@@ -1,6 +1,6 @@
 //! How an answer is represented to a caller that can take less: content
 //! codings (gzip, br) chosen by `Accept-Encoding`, and strong `ETag`s with
-//! `If-None-Match`. The decisions (which coding, whether a tag matches) are
+//! `If-None-Match` and `If-Match`. The decisions (which coding, whether a tag matches) are
 //! pure functions tested beside them; the codecs are flate2's and brotli's.
 //!
 //! Only JSON bodies of at least [`MIN_COMPRESSED_BYTES`] are compressed, and
@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 
 use bytes::Bytes;
 use hyper::header::{
-    HeaderMap, HeaderValue, ACCEPT_ENCODING, CONTENT_ENCODING, ETAG, IF_NONE_MATCH, VARY,
+    HeaderMap, HeaderValue, ACCEPT_ENCODING, CONTENT_ENCODING, ETAG, IF_MATCH, IF_NONE_MATCH, VARY,
 };
 
 use crate::hex::push_hex;
@@ -149,6 +149,25 @@ pub fn not_modified(request: &HeaderMap, etag: &HeaderValue) -> bool {
         value.as_bytes().split(|b| *b == b',').any(|tag| {
             let tag = tag.trim_ascii();
             tag == b"*" || opaque(tag) == Some(ours)
+        })
+    })
+}
+
+/// Whether the request's `If-Match` holds for an answer tagged `etag`
+/// (RFC 9110, 13.1.1): it holds when absent, when `*` (there is a current
+/// answer), or when it lists `etag` by strong comparison, so a weak tag
+/// (`W/`) never matches; as for `If-None-Match`, the coding suffix is
+/// ignored. An answer without a tag matches no listed one.
+pub fn if_match_holds(request: &HeaderMap, etag: Option<&HeaderValue>) -> bool {
+    let mut fields = request.get_all(IF_MATCH).iter().peekable();
+    if fields.peek().is_none() {
+        return true;
+    }
+    let ours = etag.and_then(|etag| opaque(etag.as_bytes()));
+    fields.any(|value| {
+        value.as_bytes().split(|b| *b == b',').any(|tag| {
+            let tag = tag.trim_ascii();
+            tag == b"*" || (!tag.starts_with(b"W/") && ours.is_some() && opaque(tag) == ours)
         })
     })
 }
@@ -351,6 +370,46 @@ mod tests {
             assert!(!not_modified(&request(&other), &tag), "{other}");
         }
         assert!(!not_modified(&HeaderMap::new(), &tag));
+    }
+
+    #[test]
+    fn if_match_holds_for_the_tag_by_strong_comparison_or_star() {
+        let tag = etag(&[b"data"]);
+        let hash = tag.to_str().unwrap().trim_matches('"').to_owned();
+        let request = |values: &[&str]| {
+            let mut h = HeaderMap::new();
+            for value in values {
+                h.append(IF_MATCH, HeaderValue::from_str(value).unwrap());
+            }
+            h
+        };
+        assert!(if_match_holds(&HeaderMap::new(), Some(&tag)), "absent");
+        assert!(if_match_holds(&HeaderMap::new(), None), "absent, no tag");
+        let ours = format!("\"{hash}\"");
+        let gzip = format!("\"{hash}-gzip\"");
+        let listed = format!("\"other\", \"{hash}\"");
+        for holds in [
+            &[ours.as_str()][..],
+            &[&gzip],
+            &[&listed],
+            &["*"],
+            &["\"a\"", &ours],
+        ] {
+            assert!(if_match_holds(&request(holds), Some(&tag)), "{holds:?}");
+        }
+        let weak = format!("W/\"{hash}\"");
+        for fails in [
+            &["\"other\""][..],
+            &[&weak],
+            &[hash.as_str()],
+            &[""],
+            &["\"\""],
+        ] {
+            assert!(!if_match_holds(&request(fails), Some(&tag)), "{fails:?}");
+        }
+        // Without a tag, only `*` holds.
+        assert!(if_match_holds(&request(&["*"]), None));
+        assert!(!if_match_holds(&request(&[&ours]), None));
     }
 
     #[test]
