@@ -111,6 +111,12 @@ async fn gzip_and_br_bodies_decode_to_the_same_json() {
             "{tags:?}"
         );
         assert_eq!(tags[0][..33], tags[1][..33], "{tags:?}");
+        // Identity weighed above the codings: as it is.
+        let asked = [("accept-encoding", "identity, gzip;q=0.5")];
+        let preferred = raw(&stack, "GET", path, &asked).await;
+        assert!(preferred.header("content-encoding").is_none(), "{path}");
+        let preferred = json_of(&preferred.body);
+        assert_eq!(content(&preferred), content(&expected), "{path}");
     }
     // Small answers are sent as they are.
     let small = raw(&stack, "GET", "/healthz", &[("accept-encoding", "br")]).await;

@@ -69,9 +69,13 @@ impl Coding {
 
 /// The coding to answer in, from the request's `Accept-Encoding` values:
 /// the acceptable one with the higher weight, `br` on a tie; `None` for
-/// identity. `q=0` refuses a coding; `*` stands for any not named.
+/// identity, also when the request weighs `identity` above both (RFC
+/// 9110, 12.5.3: weights are preferences). `q=0` refuses a coding; `*`
+/// stands for any coding not named (identity not named is taken as the
+/// least preferred: compressing is the point of asking).
 pub fn negotiate<'a>(accept: impl Iterator<Item = &'a HeaderValue>) -> Option<Coding> {
     let (mut br, mut gzip, mut any) = (None::<u16>, None::<u16>, None::<u16>);
+    let mut identity = None::<u16>;
     for value in accept {
         let Ok(value) = value.to_str() else { continue };
         for item in value.split(',') {
@@ -95,6 +99,8 @@ pub fn negotiate<'a>(accept: impl Iterator<Item = &'a HeaderValue>) -> Option<Co
                 &mut gzip
             } else if name == "*" {
                 &mut any
+            } else if name.eq_ignore_ascii_case("identity") {
+                &mut identity
             } else {
                 continue;
             };
@@ -103,11 +109,12 @@ pub fn negotiate<'a>(accept: impl Iterator<Item = &'a HeaderValue>) -> Option<Co
     }
     let br = br.or(any).unwrap_or(0);
     let gzip = gzip.or(any).unwrap_or(0);
-    match (br, gzip) {
-        (0, 0) => None,
-        (br, gzip) if br >= gzip => Some(Coding::Brotli),
-        _ => Some(Coding::Gzip),
-    }
+    let (coding, weight) = if br >= gzip {
+        (Coding::Brotli, br)
+    } else {
+        (Coding::Gzip, gzip)
+    };
+    (weight > 0 && identity.is_none_or(|identity| identity <= weight)).then_some(coding)
 }
 
 /// A weight `0`..`1` with up to three decimals, in thousandths.
@@ -283,7 +290,7 @@ mod tests {
     #[test]
     fn negotiation_picks_the_heavier_acceptable_coding_br_on_a_tie() {
         use Coding::*;
-        let table: [(&[&str], Option<Coding>); 16] = [
+        let table: [(&[&str], Option<Coding>); 21] = [
             (&[], None),
             (&["identity"], None),
             (&["gzip"], Some(Gzip)),
@@ -300,6 +307,13 @@ mod tests {
             (&["br;q=2, gzip;q=nonsense"], None),
             (&["gzip;Q=0"], None),
             (&["gzip; Q=0, br;Q=0.5"], Some(Brotli)),
+            // Identity weighed above every coding: as it is.
+            (&["identity, gzip;q=0.5"], None),
+            (&["gzip;q=0.5", "Identity;q=0.8, br;q=0.7"], None),
+            // Weighed the same, or below: compressed.
+            (&["identity, gzip"], Some(Gzip)),
+            (&["identity;q=0.1, *"], Some(Brotli)),
+            (&["identity;q=0, gzip;q=0.2"], Some(Gzip)),
         ];
         for (accept, expected) in table {
             assert_eq!(negotiated(accept), expected, "{accept:?}");
