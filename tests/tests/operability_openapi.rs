@@ -55,6 +55,17 @@ async fn check_with(
     let answer = api.request_with(method, path, headers).await;
     contract.check(method, path, &answer);
     assert_request_id_matches(&answer);
+    // Never sniffed, never anything but data to a browser.
+    if answer.status != 204 {
+        assert_eq!(
+            (
+                answer.header("x-content-type-options"),
+                answer.header("content-security-policy")
+            ),
+            (Some("nosniff"), Some("default-src 'none'")),
+            "{method} {path}: {answer:?}"
+        );
+    }
     let cache_control = answer.header("cache-control").unwrap_or_default();
     let fresh = matches!(answer.status, 200 | 304);
     let expected = if fresh && path.starts_with("/v1/openapi.json") {
@@ -403,6 +414,11 @@ async fn main_server(contract: &Contract) {
         let a = Answer::parse_raw(&raw);
         contract.check("GET", path, &a);
         a.assert_error(400, "MALFORMED_REQUEST");
+        assert_eq!(a.header("x-content-type-options"), Some("nosniff"));
+        assert_eq!(
+            a.header("content-security-policy"),
+            Some("default-src 'none'")
+        );
     }
     // The key sent twice: refused, whichever path.
     let key = api.key().expect("the stack's client has a key").to_owned();

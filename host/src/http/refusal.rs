@@ -98,11 +98,14 @@ fn replacement(written: &[u8]) -> Option<Vec<u8>> {
     // `Date`: an origin server with a clock sends it (RFC 9110, 6.6.1).
     let mut answer = format!(
         "HTTP/1.1 {} {}\r\ndate: {}\r\ncontent-type: application/json\r\n\
-         cache-control: no-store\r\nx-request-id: {id}\r\nconnection: close\r\n\
+         cache-control: no-store\r\nx-content-type-options: {}\r\n\
+         content-security-policy: {}\r\nx-request-id: {id}\r\nconnection: close\r\n\
          content-length: {}\r\n\r\n",
         status.as_str(),
         status.canonical_reason().unwrap_or(""),
         httpdate::fmt_http_date(std::time::SystemTime::now()),
+        response::NOSNIFF,
+        response::NO_CONTENT_ALLOWED,
         body.len()
     )
     .into_bytes();

@@ -4,7 +4,8 @@
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::header::{
-    HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE,
+    HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, RETRY_AFTER,
+    WWW_AUTHENTICATE, X_CONTENT_TYPE_OPTIONS,
 };
 use hyper::{Response, StatusCode};
 use plugin_api::canonical;
@@ -18,6 +19,11 @@ pub type Body = Full<Bytes>;
 
 /// The methods every path answers (`Allow`).
 pub const ALLOWED_METHODS: &str = "GET, HEAD, OPTIONS";
+/// `X-Content-Type-Options` of every JSON answer.
+pub const NOSNIFF: &str = "nosniff";
+/// `Content-Security-Policy` of every JSON answer: nothing may be loaded,
+/// run or framed by it.
+pub const NO_CONTENT_ALLOWED: &str = "default-src 'none'";
 /// The challenge of a 401 (RFC 9110 requires one): a key in `X-API-Key`.
 const CHALLENGE: &str = r#"ApiKey realm="socialgate", header="X-API-Key""#;
 
@@ -216,11 +222,21 @@ pub fn options() -> Response<Body> {
 
 /// A JSON answer of `json`; `Cache-Control: no-store` until the caller
 /// says otherwise.
+///
+/// A browser pointed at an answer (an error message quotes what the caller
+/// sent, a post's text what its author wrote) must never take it for
+/// anything but JSON, nor run or load anything from it: `nosniff` and an
+/// empty content security policy, as GitHub's API sends.
 pub fn json_response(status: StatusCode, json: impl Into<Bytes>) -> Response<Body> {
     let mut response = Response::new(Full::new(json.into()));
     *response.status_mut() = status;
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static(NOSNIFF));
+    headers.insert(
+        CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(NO_CONTENT_ALLOWED),
+    );
     response
 }
