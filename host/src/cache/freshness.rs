@@ -77,8 +77,10 @@ pub fn judge(age: Duration, ttl: Duration, directives: Directives) -> Verdict {
     if age >= ttl {
         return Verdict::Stale;
     }
+    // In whole seconds, as the `Age` header counts it (RFC 9111, 4.2.3):
+    // an answer sent with `Age: 0` is one `max-age=0` takes.
     match directives.max_age {
-        Some(max_age) if age > max_age => Verdict::Refused,
+        Some(max_age) if age.as_secs() > max_age.as_secs() => Verdict::Refused,
         _ => Verdict::Fresh,
     }
 }
@@ -117,6 +119,8 @@ mod tests {
             (S(10), S(300), max_age(10), Verdict::Fresh),
             (S(11), S(300), max_age(10), Verdict::Refused),
             (S(0), S(300), max_age(0), Verdict::Fresh),
+            (Duration::from_millis(900), S(300), max_age(0), Verdict::Fresh),
+            (Duration::from_millis(10_900), S(300), max_age(10), Verdict::Fresh),
             (S(1), S(300), max_age(0), Verdict::Refused),
             (S(400), S(300), max_age(1000), Verdict::Stale),
         ];
