@@ -583,6 +583,12 @@ async fn a_head_rfc_9112_refuses_is_400_and_a_long_target_414() {
             "MALFORMED_REQUEST",
         ),
         ("GET * HTTP/1.1\r\nHost: a\r\n", 400, "MALFORMED_REQUEST"),
+        // ... of an HTTP URI: another scheme is no request for this server.
+        (
+            "GET ftp://a/healthz HTTP/1.1\r\nHost: a\r\n",
+            400,
+            "MALFORMED_REQUEST",
+        ),
         // Hardening review, defect 4: a `Host` that is no host and port.
         (
             "GET /healthz HTTP/1.1\r\nHost: a b\r\n",

@@ -119,8 +119,18 @@ mod tests {
             (S(10), S(300), max_age(10), Verdict::Fresh),
             (S(11), S(300), max_age(10), Verdict::Refused),
             (S(0), S(300), max_age(0), Verdict::Fresh),
-            (Duration::from_millis(900), S(300), max_age(0), Verdict::Fresh),
-            (Duration::from_millis(10_900), S(300), max_age(10), Verdict::Fresh),
+            (
+                Duration::from_millis(900),
+                S(300),
+                max_age(0),
+                Verdict::Fresh,
+            ),
+            (
+                Duration::from_millis(10_900),
+                S(300),
+                max_age(10),
+                Verdict::Fresh,
+            ),
             (S(1), S(300), max_age(0), Verdict::Refused),
             (S(400), S(300), max_age(1000), Verdict::Stale),
         ];

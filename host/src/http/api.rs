@@ -34,6 +34,7 @@ use hyper::header::{
     HeaderMap, HeaderName, HeaderValue, ACCEPT_ENCODING, AGE, CACHE_CONTROL, CONNECTION,
     CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, ETAG, HOST, LINK, TRANSFER_ENCODING,
 };
+use hyper::http::uri::Scheme;
 use hyper::{Method, Request, Response, StatusCode, Version};
 use plugin_api::{Call, Endpoint};
 use tracing::Instrument;
@@ -784,8 +785,17 @@ fn check_head<B>(request: &Request<B>) -> Result<(), ApiError> {
         Method::CONNECT => true,
         Method::OPTIONS if target == "*" => true,
         // Origin-form, or absolute-form (as a proxy would send it; every
-        // HTTP/2 request has a scheme, and `*` as its `:path`).
-        _ => target != "*" && (target.starts_with('/') || uri.scheme().is_some()),
+        // HTTP/2 request has a scheme, and `*` as its `:path`) of an HTTP
+        // URI: this server serves no other scheme (`ftp://...` is no
+        // request for it).
+        _ => {
+            let http = |s: &Scheme| *s == Scheme::HTTP || *s == Scheme::HTTPS;
+            target != "*"
+                && match uri.scheme() {
+                    Some(scheme) => http(scheme),
+                    None => target.starts_with('/'),
+                }
+        }
     };
     // HTTP/2 names the host in `:authority` (RFC 9113, 8.3.1): a request
     // needs it or `Host`, and the two must agree. HTTP/1.1 needs `Host` (an
@@ -1127,6 +1137,40 @@ mod tests {
         assert_eq!(check_head(&options), Ok(()));
         let path = hyper::Uri::from_static("http://a/healthz");
         assert_eq!(check_head(&h2_head(Method::GET, path)), Ok(()));
+    }
+
+    /// Black-box sweep: an absolute-form target of another scheme is no
+    /// request for this server, over HTTP/1.1 as over HTTP/2.
+    #[test]
+    fn an_absolute_target_is_an_http_uri() {
+        for (uri, fits) in [
+            ("http://a/healthz", true),
+            ("https://a/healthz", true),
+            ("HTTP://a/healthz", true),
+            ("ftp://a/healthz", false),
+            ("gopher://a/healthz", false),
+        ] {
+            let uri: hyper::Uri = uri.parse().expect("a URI");
+            let mut h1 = Request::builder()
+                .method(Method::GET)
+                .uri(uri.clone())
+                .body(())
+                .expect("a request");
+            h1.headers_mut().insert(HOST, HeaderValue::from_static("a"));
+            for request in [h1, h2_head(Method::GET, uri.clone())] {
+                let expected = if fits {
+                    Ok(())
+                } else {
+                    Err(ApiError::MalformedRequest)
+                };
+                assert_eq!(
+                    check_head(&request),
+                    expected,
+                    "{uri} {:?}",
+                    request.version()
+                );
+            }
+        }
     }
 
     /// HTTP review, defect 6: an HTTP/2 request names its host in
