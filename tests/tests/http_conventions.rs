@@ -123,8 +123,9 @@ async fn gzip_and_br_bodies_decode_to_the_same_json() {
     assert!(small.header("content-encoding").is_none());
 }
 
-#[tokio::test]
-async fn if_none_match_with_the_etag_gets_304_and_costs_no_credit() {
+/// A stack whose key has 2 credits, one of them spent on the profile:
+/// the stack, that answer, and its `ETag`.
+async fn two_credits_one_spent_on_the_profile() -> (Stack, Raw, String) {
     let stack = Stack::builder()
         .raw("[billing]\nenforce = true\nfree_credits = 2")
         .start()
@@ -133,6 +134,12 @@ async fn if_none_match_with_the_etag_gets_304_and_costs_no_credit() {
     let first = raw(&stack, "GET", PROFILE, &[]).await;
     assert_eq!(first.status, 200);
     let etag = first.header("etag").expect("an ETag").to_owned();
+    (stack, first, etag)
+}
+
+#[tokio::test]
+async fn if_none_match_with_the_etag_gets_304_and_costs_no_credit() {
+    let (stack, first, etag) = two_credits_one_spent_on_the_profile().await;
     assert!(
         etag.starts_with('"') && !etag.starts_with("W/"),
         "strong: {etag}"
@@ -160,14 +167,7 @@ async fn if_none_match_with_the_etag_gets_304_and_costs_no_credit() {
 
 #[tokio::test]
 async fn if_match_without_the_etag_gets_412_first_and_costs_no_credit() {
-    let stack = Stack::builder()
-        .raw("[billing]\nenforce = true\nfree_credits = 2")
-        .start()
-        .await;
-    stack.primary.serve_fixtures().await;
-    let first = raw(&stack, "GET", PROFILE, &[]).await;
-    assert_eq!(first.status, 200);
-    let etag = first.header("etag").expect("an ETag").to_owned();
+    let (stack, _, etag) = two_credits_one_spent_on_the_profile().await;
     let weak = format!("W/{etag}");
     // Another tag, the tag made weak, and another tag beside a matching
     // If-None-Match (If-Match is evaluated first).
