@@ -83,15 +83,9 @@ impl UpstreamRequest {
                 "a value that is empty, `.` or `..` cannot name anything here",
             ));
         }
-        let mut encoded = String::with_capacity(segment.len() + 1);
+        let mut encoded = String::with_capacity(segment.len() * 3 + 1);
         encoded.push('/');
-        for byte in segment.bytes() {
-            if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
-                encoded.push(byte as char);
-            } else {
-                encoded.push_str(&format!("%{byte:02X}"));
-            }
-        }
+        push_encoded(&mut encoded, segment, is_unreserved);
         let path_end = self.url.find(['?', '#']).unwrap_or(self.url.len());
         // `get` leaves a trailing `/` for an empty path; do not double it.
         let start = if self.url[..path_end].ends_with('/') {
@@ -135,6 +129,28 @@ impl UpstreamRequest {
     /// The headers to send. May carry the upstream key: never log them.
     pub fn headers(&self) -> &[(String, String)] {
         &self.headers
+    }
+}
+
+/// RFC 3986's unreserved characters: what a path segment carries as it is.
+pub(crate) fn is_unreserved(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~')
+}
+
+/// Appends `text` to `out`: each byte `kept` allows as it is, the others
+/// percent-encoded (upper-case hex, as RFC 3986 advises).
+pub(crate) fn push_encoded(out: &mut String, text: &str, kept: impl Fn(u8) -> bool) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    for byte in text.bytes() {
+        if kept(byte) {
+            out.push(char::from(byte));
+        } else {
+            out.extend([
+                '%',
+                HEX[usize::from(byte >> 4)].into(),
+                HEX[usize::from(byte & 15)].into(),
+            ]);
+        }
     }
 }
 

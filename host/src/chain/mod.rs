@@ -339,7 +339,7 @@ async fn attempt(
             .map_err(not_run)?;
         for _ in 1..MAX_STEPS {
             let request = match next? {
-                Advance::Done(answer) => return keyless(provider, answer),
+                Advance::Done(answer) => return Ok(answer),
                 Advance::Fetch(request) => request,
             };
             tracing::debug!(
@@ -353,7 +353,7 @@ async fn attempt(
             (attempt, next) = step(provider, attempt, fetched).await?;
         }
         match next? {
-            Advance::Done(answer) => keyless(provider, answer),
+            Advance::Done(answer) => Ok(answer),
             Advance::Fetch(_) => Err(ProviderError::bad_response(format!(
                 "no answer within {MAX_STEPS} steps"
             ))),
@@ -370,19 +370,6 @@ async fn attempt(
         error,
         after_a_request: requests > 0,
     })
-}
-
-/// `answer`, unless it holds the provider's upstream key (echoed by the
-/// upstream into a field the plugin passes on): that answer would hand
-/// the key to the caller, so it is a bad response and the next provider
-/// is asked.
-fn keyless(provider: &Provider, answer: Answer) -> Result<Answer, ProviderError> {
-    if provider.key.is_in(&answer.data) {
-        return Err(ProviderError::bad_response(
-            "the answer holds the upstream key (echoed by the upstream?)",
-        ));
-    }
-    Ok(answer)
 }
 
 /// One plugin step with an upstream response, through the provider's

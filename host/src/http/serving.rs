@@ -297,10 +297,10 @@ impl Shared {
             match Shared::spawn(self) {
                 Ok(false) => {}
                 Ok(true) => tracing::warn!(
-                    "a serving thread is stuck in a plugin call, with the connections it served; a new thread serves in its place"
+                    "a serving thread has been in one plugin call for over a second (stuck, or very slow), with the connections it served; a new thread serves in its place, and this one ends when its call does"
                 ),
                 Err(e) => tracing::error!(
-                    "a serving thread is stuck in a plugin call, and no thread could be started in its place: {e}"
+                    "a serving thread has been in one plugin call for over a second (stuck, or very slow), and no thread could be started in its place: {e}"
                 ),
             }
         }

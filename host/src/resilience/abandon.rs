@@ -61,8 +61,10 @@ impl<F: Future<Output: Send> + Send + 'static> Drop for Detached<F> {
             return;
         };
         let span = tracing::Span::current();
-        log_abandoned(&span);
+        // Counted before it is logged: whoever reads the line then finds
+        // it counted.
         crate::metrics::abandoned();
+        log_abandoned(&span);
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let running = Running::start();
             runtime.spawn(

@@ -21,7 +21,6 @@ use self::config::{PlatformStatus, ProviderConfig};
 use crate::config::ServingConfig;
 use crate::error::ApiError;
 use crate::plugins::{self, ContentHash, Loader, PluginError};
-use crate::redact::KeyFinder;
 use crate::resilience::breaker::Breaker;
 use crate::resilience::concurrency::ConcurrencyLimit;
 use crate::resilience::runaway::StepRunner;
@@ -46,8 +45,6 @@ pub struct Provider {
     pub runner: Arc<StepRunner>,
     /// Which plugin serves it, for `check` and the logs.
     pub plugin: PluginInfo,
-    /// Its upstream key: an answer that holds it is refused.
-    pub key: KeyFinder,
 }
 
 /// A provider's plugin as its library describes itself.
@@ -397,7 +394,6 @@ fn reuse_or_create(
             in_flight,
             runner,
             plugin,
-            key: KeyFinder::new(config.api_key.expose()),
         }),
     })
 }

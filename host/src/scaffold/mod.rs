@@ -24,6 +24,11 @@ pub enum ScaffoldError {
          pass --plugin-api PATH"
     )]
     NoPluginApi(PathBuf),
+    #[error(
+        "{0}: not socialgate's plugin-api folder (its Cargo.toml is not package \
+         `socialgate-plugin-api`); pass the `plugin-api` folder of the socialgate source"
+    )]
+    NotPluginApi(PathBuf),
     #[error("{path}: cannot write: {source}")]
     Write {
         path: PathBuf,
@@ -123,6 +128,9 @@ pub fn new_plugin(request: NewPlugin) -> Result<(PathBuf, Vec<PathBuf>), Scaffol
         .ok()
         .filter(|p| p.join("Cargo.toml").is_file())
         .ok_or(ScaffoldError::NoPluginApi(plugin_api))?;
+    if !is_plugin_api(&plugin_api) {
+        return Err(ScaffoldError::NotPluginApi(plugin_api));
+    }
     let plugin_api_path =
         serde_json::to_string(&plugin_api.to_string_lossy()).expect("a string always serializes");
     let crate_name = crate_name(&name);
@@ -152,6 +160,21 @@ pub fn new_plugin(request: NewPlugin) -> Result<(PathBuf, Vec<PathBuf>), Scaffol
         written.push(path);
     }
     Ok((dir, written))
+}
+
+/// Whether `dir`'s Cargo.toml is plugin-api's: the new crate would not
+/// build against another (a workspace's root, the host).
+fn is_plugin_api(dir: &Path) -> bool {
+    let Ok(text) = std::fs::read_to_string(dir.join("Cargo.toml")) else {
+        return false;
+    };
+    text.parse::<toml::Table>().is_ok_and(|manifest| {
+        manifest
+            .get("package")
+            .and_then(|package| package.get("name"))
+            .and_then(toml::Value::as_str)
+            == Some("socialgate-plugin-api")
+    })
 }
 
 /// `plugin inspect`: the library's name, version, plugin-api version,
@@ -211,5 +234,29 @@ mod tests {
         });
         assert!(matches!(again, Err(ScaffoldError::Exists(_))));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// QA sweep: the source's root or the host's folder is no plugin-api,
+    /// though each has a Cargo.toml.
+    #[test]
+    fn only_plugin_api_s_folder_is_taken() {
+        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        for wrong in [source.clone(), source.join("host")] {
+            let dir =
+                std::env::temp_dir().join(format!("sg-scaffold-wrong-{}", std::process::id()));
+            let refused = new_plugin(NewPlugin {
+                name: "acme-y".into(),
+                platform: None,
+                dir: Some(dir.clone()),
+                plugin_api: Some(wrong.clone()),
+            });
+            assert!(
+                matches!(refused, Err(ScaffoldError::NotPluginApi(_))),
+                "{}",
+                wrong.display()
+            );
+            assert!(!dir.exists(), "nothing written");
+        }
+        assert!(is_plugin_api(&source.join("plugin-api")));
     }
 }

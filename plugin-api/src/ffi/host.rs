@@ -3,11 +3,13 @@
 
 use std::cell::Cell;
 use std::ops::Range;
+use std::sync::Arc;
 use std::time::Duration;
 
 use abi_stable::library::{lib_header_from_path, LibraryError};
 use abi_stable::std_types::{RErr, ROk, ROption, RSlice, RString, RVec, Tuple2};
 
+use super::secret::KeyFinder;
 use super::{FfiAttemptBox, FfiProviderBox, FfiResponse, FfiStep, HostServices, PluginModuleRef};
 use crate::canonical;
 use crate::{
@@ -180,9 +182,10 @@ impl Library {
         config: &ProviderConfig,
         host: HostServices,
     ) -> Result<ProviderHandle, String> {
+        let key = Arc::new(KeyFinder::new(&config.api_key));
         let config = serde_json::to_string(config).map_err(|e| e.to_string())?;
         match (self.module.instantiate())(config.as_str().into(), host) {
-            ROk(inner) => Ok(ProviderHandle { inner }),
+            ROk(inner) => Ok(ProviderHandle { inner, key }),
             RErr(reason) => Err(copied(&reason)),
         }
     }
@@ -191,6 +194,8 @@ impl Library {
 /// A provider instance, shared by every request.
 pub struct ProviderHandle {
     inner: FfiProviderBox,
+    /// Its upstream key, which no answer may hold.
+    key: Arc<KeyFinder>,
 }
 
 impl ProviderHandle {
@@ -202,6 +207,7 @@ impl ProviderHandle {
             endpoint: call.endpoint(),
             most_items: call.most_items(),
             cursor: call.cursor().map(str::to_owned),
+            key: Arc::clone(&self.key),
         }
     }
 }
@@ -254,13 +260,17 @@ pub struct AttemptHandle {
     most_items: Option<usize>,
     /// The upstream cursor the call continues from.
     cursor: Option<String>,
+    /// The provider's upstream key.
+    key: Arc<KeyFinder>,
 }
 
 impl AttemptHandle {
     /// Feeds the last response (none at first) and returns what the plugin
     /// wants next. An answer of another endpoint's shape, one that does not
-    /// decode strictly, or one that breaks [`Output::check`] is a bad
-    /// response. A next cursor equal to the one this call continued from
+    /// decode strictly, one that breaks [`Output::check`], or one that holds
+    /// the provider's upstream key (echoed by the upstream into a field the
+    /// plugin passed on: every caller would get it) is a bad response. A
+    /// next cursor equal to the one this call continued from
     /// would hand the caller the same page for ever: it ends the listing.
     pub fn step(&mut self, response: Option<UpstreamResponse<'_>>) -> Result<Next, ProviderError> {
         match self.call_step(response) {
@@ -323,6 +333,11 @@ impl AttemptHandle {
     /// in `text` when `text` is in the one form serde_json writes (see
     /// [`canonical`](crate::canonical)).
     fn checked_output(&self, text: &str) -> Result<(Output, Option<Range<usize>>), ProviderError> {
+        if self.key.is_in(text) {
+            return Err(ProviderError::bad_response(
+                "the answer holds the upstream key (echoed by the upstream?)",
+            ));
+        }
         let (output, data) = read_output(text).map_err(|e| {
             ProviderError::bad_response(format!("plugin output does not fit the schema: {e}"))
         })?;

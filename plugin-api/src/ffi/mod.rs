@@ -22,6 +22,7 @@
 pub mod elf;
 pub mod host;
 pub mod plugin;
+pub mod secret;
 
 pub use host::{
     caller_message, Advance, Answer, AttemptHandle, Library, LoadError, ProviderHandle,

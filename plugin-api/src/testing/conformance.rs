@@ -43,7 +43,7 @@ pub enum Rule {
     CursorsRoundTrip,
     /// No attempt takes more than the host's [`MAX_STEPS`], and none of the
     /// host's calls into the plugin (`begin` with the first `step`, a later
-    /// `step`) runs past its [`STEP_BUDGET`](crate::ffi::STEP_BUDGET).
+    /// `step`) runs past its [`STEP_BUDGET`].
     StepCap,
     /// "Invalid input" and "unsupported" come before the first request
     /// (after it, the host counts them as upstream failures).
@@ -392,14 +392,25 @@ impl Checker<'_> {
         }
     }
 
-    /// The upstream echoes the key back in every shape it might.
+    /// The upstream echoes the key back in every shape it might: in the
+    /// fields upstreams report errors in, as the whole body, in a header,
+    /// and in every string of the case's own first reply (so in whatever
+    /// field this provider reads).
     fn echoes_no_key(&mut self, case: &Case) {
         let key = self.kit.api_key().to_owned();
         let json = format!(
-            r#"{{"error":"invalid key {key}","message":"{key}","code":"{key}","msg":"{key}","status_msg":"{key}","data":null}}"#
+            r#"{{"error":"invalid key {key}","message":"{key}","code":"{key}","msg":"{key}","status_msg":"{key}","err":"{key}","error_message":"{key}","error_description":"{key}","detail":"{key}","reason":"{key}","description":"{key}","data":null}}"#
         );
+        let mut bodies = vec![json, key.clone()];
+        let first = case
+            .upstream
+            .reply(&crate::UpstreamRequest::get(super::BASE_URL, ""), 0);
+        if let Some(Ok(mut own)) = first.map(|r| serde_json::from_slice(&r.body)) {
+            every_string_holds(&mut own, &format!("echo {key} echo"));
+            bodies.push(own.to_string());
+        }
         for status in [200, 400, 401, 403, 404, 429, 500] {
-            for body in [json.clone(), key.clone()] {
+            for body in bodies.iter().cloned() {
                 let reply = Reply::status(status, body).header("X-Echo", key.as_str());
                 self.run(
                     &case.call,
@@ -478,5 +489,23 @@ impl Checker<'_> {
                 "a log line the provider sent holds the key".into(),
             );
         }
+    }
+}
+
+/// `value` with every string in it (keys of objects aside) set to `text`.
+fn every_string_holds(value: &mut serde_json::Value, text: &str) {
+    match value {
+        serde_json::Value::String(s) => *s = text.to_owned(),
+        serde_json::Value::Array(items) => {
+            for item in items {
+                every_string_holds(item, text);
+            }
+        }
+        serde_json::Value::Object(fields) => {
+            for field in fields.values_mut() {
+                every_string_holds(field, text);
+            }
+        }
+        _ => {}
     }
 }

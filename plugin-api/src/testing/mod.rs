@@ -47,6 +47,7 @@ use std::time::{Duration, Instant};
 
 use abi_stable::std_types::RStr;
 
+use crate::ffi::secret::Redactor;
 use crate::ffi::{caller_message, AttemptHandle, HostServices, Library, ProviderHandle};
 use crate::{
     Call, Done, Endpoint, ErrorKind, Manifest, Next, Provider, ProviderConfig, ProviderError,
@@ -183,6 +184,9 @@ pub struct Run {
     pub slowest_call: Duration,
     /// The script had no reply for the last request.
     pub unscripted: bool,
+    /// Takes the provider's key out of what callers would read, as the
+    /// host does.
+    redactor: Redactor,
 }
 
 /// What the host does with a [`Run`]'s outcome (its failover decision,
@@ -193,7 +197,9 @@ pub enum HostSees {
     Answer,
     /// The caller gets 404 `RESOURCE_NOT_FOUND`; no other provider is asked.
     NotFound,
-    /// The caller gets 400 `INVALID_PARAMETER` with this message (cut to
+    /// The caller gets 400 `INVALID_PARAMETER` with this message (the
+    /// upstream key taken out, as the host does: see
+    /// [`Redactor`]; cut to
     /// [`MAX_CALLER_MESSAGE`](crate::ffi::MAX_CALLER_MESSAGE) characters).
     InvalidInput(String),
     /// The next provider is asked; a failure counts against this
@@ -246,7 +252,7 @@ impl Run {
         match error.kind() {
             ErrorKind::NotFound if endpoint.names_a_resource() => HostSees::NotFound,
             ErrorKind::InvalidInput if before_a_request => {
-                HostSees::InvalidInput(caller_message(error.message()))
+                HostSees::InvalidInput(caller_message(&self.redactor.text(error.message())))
             }
             ErrorKind::Unsupported if before_a_request => HostSees::NextProvider {
                 counts_against_breaker: false,
@@ -336,6 +342,7 @@ impl Kit {
             capped: false,
             unscripted: false,
             slowest_call: Duration::ZERO,
+            redactor: Redactor::of(&self.api_key),
         };
         let mut last: Option<Reply> = None;
         for _ in 0..MAX_STEPS {

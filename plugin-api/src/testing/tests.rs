@@ -21,6 +21,8 @@ enum Flaw {
     EchoHeaders,
     /// Its first step in this process takes longer than the host allows.
     SlowOnce,
+    /// Refuses every username, quoting its upstream key.
+    QuotesKey,
 }
 
 #[derive(Deserialize, Default)]
@@ -87,6 +89,10 @@ impl Provider for Toy {
             return attempt::fail(ProviderError::new(ErrorKind::Unsupported, "profile only"));
         };
         let flaw = self.flaw;
+        if flaw == Flaw::QuotesKey {
+            let why = format!("is refused by key {}", self.config.api_key);
+            return attempt::fail(ProviderError::invalid_input("username", why));
+        }
         attempt::start(|| {
             let request = UpstreamRequest::get(&self.config.base_url, "/users")
                 .segment(&username)?
@@ -295,6 +301,7 @@ fn host_verdicts_follow_the_host_rules() {
         capped: false,
         unscripted: false,
         slowest_call: Duration::ZERO,
+        redactor: Redactor::of(KEY),
     };
     let next = |counts| HostSees::NextProvider {
         counts_against_breaker: counts,
@@ -316,4 +323,35 @@ fn host_verdicts_follow_the_host_rules() {
     assert_eq!(run(ErrorKind::Unsupported, 1).host_sees(search), next(true));
     assert_eq!(run(ErrorKind::Undecided, 1).host_sees(search), next(false));
     assert_eq!(run(ErrorKind::RateLimited, 1).host_sees(search), next(true));
+}
+
+/// The host refuses an answer that holds the upstream key and takes the
+/// key out of what a caller reads: the kit shows the same.
+#[test]
+fn the_key_never_reaches_a_caller_in_the_kit_as_in_the_host() {
+    let echoed = Upstream::replies([Reply::ok(format!(r#"{{"handle":"me {KEY}"}}"#))]);
+    let run = kit("none").run(&sample(Endpoint::Profile), &echoed);
+    assert_eq!(
+        run.host_sees(Endpoint::Profile),
+        HostSees::NextProvider {
+            counts_against_breaker: true
+        }
+    );
+    let error = run.error();
+    assert_eq!(error.kind(), ErrorKind::BadResponse);
+    assert!(
+        error.message().contains("holds the upstream key"),
+        "{error}"
+    );
+    assert!(!error.message().contains(KEY), "{error}");
+
+    let run = kit("quotes_key").run(&sample(Endpoint::Profile), &Upstream::none());
+    assert_eq!(
+        run.host_sees(Endpoint::Profile),
+        HostSees::InvalidInput("parameter `username` is refused by key [redacted]".into())
+    );
+    // The author's own bug is still theirs to see, and the suite's to report.
+    assert!(run.error().message().contains(KEY));
+    let report = suite("quotes_key");
+    assert!(report.violates(Rule::NoKeyInErrors), "{report}");
 }
