@@ -171,7 +171,7 @@ impl Library {
         &self.manifest
     }
 
-    /// The plugin-api version the library was built against (`1.4.0`).
+    /// The plugin-api version the library was built against (`1.5.0`).
     pub fn plugin_api_version(&self) -> &str {
         &self.plugin_api
     }
