@@ -637,6 +637,28 @@ async fn a_breaker_survives_an_unrelated_reload() {
         "the primary's breaker is still open after the reload"
     );
 
+    // QA sweep: the primary's own breaker settings changed (a longer
+    // cooldown, as in an incident): still open, the dead upstream not asked.
+    let text = builder
+        .config(&primary, &fallback)
+        .provider_line(PRIMARY, "breaker_cooldown_ms = 600001")
+        .timeout_ms(FALLBACK, 2500)
+        .to_toml();
+    replace_file(config.path(), text);
+    let line = wait_for_log(&server, APPLIED, applied + 2).await;
+    assert!(
+        line.contains(&format!("settings changed: [providers.{PRIMARY}]")),
+        "{line}"
+    );
+    for _ in 0..3 {
+        assert_profile(&api.get(PROFILE).await);
+    }
+    assert_eq!(
+        primary.request_count().await,
+        1,
+        "the primary's breaker is still open under its new settings"
+    );
+
     // Operator review, defect 5: the primary removed, its breaker's gauge
     // leaves the metrics page (it showed 1, its last value, for ever).
     let admin = admin_addr(&server);
@@ -650,7 +672,7 @@ async fn a_breaker_survives_an_unrelated_reload() {
         .to_toml();
     assert!(!text.contains(PRIMARY), "{text}");
     replace_file(config.path(), text);
-    let line = wait_for_log(&server, APPLIED, applied + 2).await;
+    let line = wait_for_log(&server, APPLIED, applied + 3).await;
     assert!(line.contains("removed"), "{line}");
     wait_until("the removed provider's gauge gone", || async {
         open(&scrape(admin).await).is_none()

@@ -157,6 +157,30 @@ impl Breaker {
         self.config
     }
 
+    /// A breaker with `config` where this one stands: an operator who
+    /// changes a provider's breaker settings during an incident must not
+    /// put a dead upstream back into traffic. An open breaker stays open
+    /// until the instant it was opened for (the new cooldown counts from
+    /// the next opening); a probe in flight reports to this breaker, so
+    /// the new one lets the next request probe instead of waiting for it.
+    pub fn with_config(&self, config: BreakerConfig) -> Breaker {
+        let inner = self.lock();
+        let state = match inner.state {
+            State::Probing => State::Open {
+                until: Instant::now(),
+                rate_limited: false,
+            },
+            state => state,
+        };
+        Breaker {
+            config,
+            inner: Mutex::new(Inner {
+                state,
+                last_forced: inner.last_forced,
+            }),
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         // The state is a plain value: a panic elsewhere cannot tear it.
         crate::sync::lock(&self.inner)
@@ -299,6 +323,40 @@ mod tests {
             b.try_acquire(t + Duration::from_secs(9)).err(),
             Some(t + Duration::from_secs(10))
         );
+    }
+
+    #[test]
+    fn new_settings_keep_where_the_breaker_stands() {
+        let b = breaker();
+        let t = Instant::now();
+        for _ in 0..3 {
+            fail(&b, t);
+        }
+        let longer = BreakerConfig {
+            failures: 3,
+            cooldown: Duration::from_secs(60),
+        };
+        let again = Arc::new(b.with_config(longer));
+        assert_eq!(again.config(), longer);
+        assert!(again.is_open(), "still open");
+        assert_eq!(
+            again.try_acquire(t + Duration::from_secs(9)).err(),
+            Some(t + Duration::from_secs(10)),
+            "until the instant it was opened for"
+        );
+        // A probe in flight on the old breaker: the new one lets the next
+        // request probe rather than wait for a report it will never get.
+        let probe = b.try_acquire(t + Duration::from_secs(10)).expect("a probe");
+        let again = Arc::new(b.with_config(longer));
+        assert!(again.try_acquire(t + Duration::from_secs(10)).is_ok());
+        drop(probe);
+        // Closed with failures counted: the count goes on.
+        let b = breaker();
+        fail(&b, t);
+        fail(&b, t);
+        let again = Arc::new(b.with_config(longer));
+        fail(&again, t);
+        assert!(again.is_open());
     }
 
     #[test]

@@ -3,9 +3,9 @@
 //! providers set up, chains assembled) before anything serves from it.
 //!
 //! A rebuild reuses what has not changed: a provider with the same library
-//! content, upstream, key and settings keeps its plugin instance, and with
-//! the same breaker settings its breaker too, so a reload does not forget
-//! that an upstream is down.
+//! content, upstream, key and settings keeps its plugin instance and its
+//! breaker's state (under its new breaker settings, if they changed), so a
+//! reload does not forget that an upstream is down.
 
 pub mod config;
 
@@ -372,7 +372,8 @@ fn reuse_or_create(
         Some(before) if before.provider.breaker.config() == config.breaker => {
             before.provider.breaker.clone()
         }
-        _ => Arc::new(Breaker::new(config.breaker)),
+        Some(before) => Arc::new(before.provider.breaker.with_config(config.breaker)),
+        None => Arc::new(Breaker::new(config.breaker)),
     };
     // Kept like the breaker, so attempts still running on the previous
     // table count against the same limit.
