@@ -30,8 +30,8 @@ use crate::FastMap;
 
 /// `[server] keys_file` (default `keys.toml` beside the config). Serving
 /// configuration: a reload reads the keys from the file it names.
-pub fn keys_file_from_raw(raw: &crate::config::RawServer, cx: &crate::config::Context) -> PathBuf {
-    cx.resolve(raw.keys_file.as_deref().unwrap_or(Path::new("keys.toml")))
+pub fn keys_file_from_raw(keys_file: Option<&Path>, cx: &crate::config::Context) -> PathBuf {
+    cx.resolve(keys_file.unwrap_or(Path::new("keys.toml")))
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -250,7 +250,7 @@ fn keys(config_path: &Path, command: KeysCommand) -> Result<(), RunError> {
     }
     // Key commands need only the files' locations, not secrets or plugins:
     // they must work where the server's environment is absent.
-    let files = KeyFiles::load(config_path)?;
+    let files = key_files(config_path)?;
     if let StateConfig::Redis(redis) = &files.state {
         return on_one_thread(shared_keys(redis, command));
     }
@@ -479,8 +479,21 @@ fn parse_amount(text: &str) -> Result<u64, RunError> {
         })
 }
 
-fn credits(config_path: &Path, command: CreditsCommand) -> Result<(), RunError> {
+/// [`KeyFiles::load`], telling the operator (on stderr) what is wrong
+/// elsewhere in the file: the command goes on, the server would not.
+fn key_files(config_path: &Path) -> Result<KeyFiles, RunError> {
     let files = KeyFiles::load(config_path)?;
+    if let Some(elsewhere) = &files.elsewhere {
+        eprintln!(
+            "socialgate: warning: {elsewhere} (this command reads only [server] keys_file, \
+             [ledger], [state] and [billing]; the server refuses the file until it is fixed)"
+        );
+    }
+    Ok(files)
+}
+
+fn credits(config_path: &Path, command: CreditsCommand) -> Result<(), RunError> {
+    let files = key_files(config_path)?;
     if let StateConfig::Redis(redis) = &files.state {
         return on_one_thread(shared_credits(redis, &files.billing, command));
     }

@@ -139,6 +139,29 @@ async fn a_duplicate_name_or_an_unknown_revoke_fails() {
     assert_key_accepted(&server, &alice).await;
 }
 
+/// Operator QA sweep: halfway through an edit of another section, a
+/// leaked key can still be revoked; the command says what is wrong.
+#[test]
+fn keys_commands_work_while_another_section_is_broken() {
+    let config = plain().write();
+    issue_key(&config, "gina");
+    let good = std::fs::read_to_string(config.path()).unwrap();
+    std::fs::write(
+        config.path(),
+        format!("{good}\n[platforms.later]\nstatus = 5\n"),
+    )
+    .unwrap();
+    let revoked = keys(&config, &["revoke", "gina"]);
+    assert!(revoked.success(), "{revoked:?}");
+    assert!(
+        revoked.stderr.contains("warning:") && revoked.stderr.contains("platforms.toml:"),
+        "says what is wrong elsewhere: {revoked:?}"
+    );
+    assert!(key_names(&config).is_empty(), "revoked");
+    let check = run_cli(&config, &standard_env(), &["check"]);
+    assert!(!check.success(), "the server would refuse it: {check:?}");
+}
+
 #[tokio::test]
 async fn without_a_keys_file_no_key_is_valid() {
     let config = plain().write();

@@ -387,11 +387,16 @@ impl<'a> Context<'a> {
 impl RawConfig {
     /// Reads `text` as if from `path`: syntax and unknown keys only.
     pub fn parse(path: &Path, text: &str) -> Result<RawConfig, ConfigError> {
-        toml::from_str(text).map_err(|e| ConfigError::Syntax {
-            path: path.to_owned(),
-            line: syntax_error_line(text, &e),
-            message: e.message().trim().replace('\n', " "),
-        })
+        toml::from_str(text).map_err(|e| syntax_error(path, text, &e))
+    }
+}
+
+/// A TOML error in the file at `path`, whose text is `text`.
+fn syntax_error(path: &Path, text: &str, error: &toml::de::Error) -> ConfigError {
+    ConfigError::Syntax {
+        path: path.to_owned(),
+        line: syntax_error_line(text, error),
+        message: error.message().trim().replace('\n', " "),
     }
 }
 
@@ -468,11 +473,19 @@ impl Config {
         let providers = named_tables(raw.providers, |name, p| {
             ProviderConfig::from_raw(name, p, &plugin_dir, &cx)
         })?;
+        // An empty or cut-short file (an editor saving in place) would
+        // otherwise answer every request 404 while it looked ready.
+        if raw.platforms.is_empty() {
+            return Err(cx.invalid(
+                "[platforms]",
+                "no platform is configured, so nothing would be served (an empty or cut-short file?)",
+            ));
+        }
         let platforms = named_tables(raw.platforms, |name, p| {
             PlatformConfig::from_raw(name, p, &providers, &cx)
         })?;
         let serving = ServingConfig {
-            keys_file: crate::auth::keys_file_from_raw(server, &cx),
+            keys_file: crate::auth::keys_file_from_raw(server.keys_file.as_deref(), &cx),
             request_timeout: crate::resilience::deadline::request_timeout_from_raw(server, &cx)?,
             platforms,
             providers,
@@ -502,10 +515,13 @@ fn named_tables<R, T>(
         .collect()
 }
 
-/// The files the `keys` and `credits` commands work on. Read through the same parser as
-/// a whole config (syntax, unknown keys, the same defaults), but needing
-/// neither secrets nor plugins: key commands must work where the server's
-/// environment is absent.
+/// The files the `keys` and `credits` commands work on, needing neither
+/// secrets nor plugins: key commands must work where the server's
+/// environment is absent. Only their sections are read (`[server]
+/// keys_file`, `[ledger]`, `[state]`, `[billing]`), each checked as its
+/// owner checks it: an operator halfway through an edit elsewhere must
+/// still be able to revoke a leaked key. What is wrong elsewhere comes
+/// back as [`KeyFiles::elsewhere`], to be shown.
 pub struct KeyFiles {
     pub keys_file: PathBuf,
     pub ledger: LedgerConfig,
@@ -513,21 +529,46 @@ pub struct KeyFiles {
     pub state: StateConfig,
     /// For the balances `credits show` prints.
     pub billing: BillingConfig,
+    /// Why the whole file would be refused, if it would (syntax, types and
+    /// unknown keys of the sections not read here).
+    pub elsewhere: Option<ConfigError>,
+}
+
+/// The sections [`KeyFiles`] reads; the others are left unread.
+#[derive(Deserialize)]
+struct RawKeyFiles {
+    #[serde(default)]
+    server: RawKeysServer,
+    #[serde(default)]
+    ledger: RawLedger,
+    #[serde(default)]
+    billing: RawBilling,
+    #[serde(default)]
+    state: RawState,
+}
+
+/// `[server] keys_file`; the table's other keys are the server's.
+#[derive(Deserialize, Default)]
+struct RawKeysServer {
+    keys_file: Option<PathBuf>,
 }
 
 impl KeyFiles {
     pub fn load(path: &Path) -> Result<KeyFiles, ConfigError> {
-        let raw = RawConfig::parse(path, &read(path)?)?;
+        let text = read(path)?;
+        let elsewhere = RawConfig::parse(path, &text).err();
+        let raw: RawKeyFiles = toml::from_str(&text).map_err(|e| syntax_error(path, &text, &e))?;
         let cx = Context {
             path,
             base: folder_of(path),
             env: &process_env,
         };
         Ok(KeyFiles {
-            keys_file: crate::auth::keys_file_from_raw(&raw.server, &cx),
+            keys_file: crate::auth::keys_file_from_raw(raw.server.keys_file.as_deref(), &cx),
             ledger: LedgerConfig::from_raw(&raw.ledger, &cx),
             state: StateConfig::from_raw(&raw.state, &cx)?,
             billing: BillingConfig::from_raw(raw.billing, &cx)?,
+            elsewhere,
         })
     }
 }

@@ -112,6 +112,12 @@ fn errors_are_one_line_naming_file_and_reason() {
             with_server_line("cursor_key_env = \"KEY_A\""),
             "`KEY_A` must hold at least 32 characters",
         ),
+        // An editor's save in place, caught half way.
+        (String::new(), "[platforms]: no platform is configured"),
+        (
+            "[server]\nlisten = \"127.0.0.1:0\"\n".to_string(),
+            "no platform is configured",
+        ),
     ];
     for (text, needle) in cases {
         let message = parse(&text).unwrap_err().to_string();
@@ -363,4 +369,35 @@ fn a_syntax_error_names_its_own_line() {
             Ok(_) => panic!("{text:?} parsed"),
         }
     }
+}
+
+#[test]
+fn key_commands_read_their_sections_whatever_is_wrong_elsewhere() {
+    let dir = std::env::temp_dir().join(format!("sg-key-files-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("platforms.toml");
+    let load = |text: &str| {
+        std::fs::write(&path, text).unwrap();
+        KeyFiles::load(&path)
+    };
+    let files = load(GOOD).unwrap();
+    assert!(files.elsewhere.is_none());
+    assert_eq!(files.keys_file, dir.join("keys.toml"));
+    // Mid-edit elsewhere: read, and what is wrong is said.
+    let files = load(&format!("{GOOD}\n[cache]\nenabled = \"yes\"\n")).unwrap();
+    assert_eq!(files.keys_file, dir.join("keys.toml"));
+    let elsewhere = files.elsewhere.expect("the error elsewhere").to_string();
+    assert!(elsewhere.contains("platforms.toml:"), "{elsewhere}");
+    assert!(
+        load(&GOOD.replace("[platforms.shortvideo]\n", ""))
+            .unwrap()
+            .elsewhere
+            .is_some(),
+        "a table cut short"
+    );
+    // Wrong in what the commands read, or not TOML at all: refused.
+    assert!(load(&format!("{GOOD}\n[ledger]\npath = 5\n")).is_err());
+    assert!(load(&format!("{GOOD}\n[billing]\nfree_credits = \"x\"\n")).is_err());
+    assert!(load("[server\n").is_err());
+    std::fs::remove_dir_all(&dir).unwrap();
 }
