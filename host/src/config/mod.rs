@@ -347,12 +347,29 @@ impl<'a> Context<'a> {
     }
 
     /// The value of the environment variable `var`, named by the setting
-    /// `key`; unset or empty is an error naming the variable.
+    /// `key`; unset, empty or blank is an error naming the variable. A
+    /// name that does not look like one (conventionally `UPPER_CASE`) is
+    /// not repeated: an operator may have pasted the secret itself there,
+    /// and errors reach logs and terminals.
     pub fn secret(&self, key: &str, var: &str) -> Result<Secret, ConfigError> {
-        (self.env)(var)
-            .filter(|v| !v.is_empty())
-            .map(Secret::new)
-            .ok_or_else(|| self.invalid(key, format!("environment variable `{var}` is not set")))
+        let conventional = var.starts_with(|c: char| c.is_ascii_uppercase() || c == '_')
+            && var
+                .bytes()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
+        let named = if conventional {
+            format!("environment variable `{var}`")
+        } else {
+            "the environment variable it names (not repeated: it is not an UPPER_CASE name, \
+             and may be the secret itself)"
+                .to_owned()
+        };
+        match (self.env)(var) {
+            None => Err(self.invalid(key, format!("{named} is not set"))),
+            Some(value) if value.trim().is_empty() => {
+                Err(self.invalid(key, format!("{named} is empty")))
+            }
+            Some(value) => Ok(Secret::new(value)),
+        }
     }
 
     /// A duration in milliseconds above 0, or `default`.

@@ -40,6 +40,7 @@ fn env(name: &str) -> Option<String> {
         "KEY_REDIS" => Some("redis://127.0.0.1:6379".into()),
         "KEY_REDIS_BAD_PORT" => Some("redis://:pw-secret@127.0.0.1:notaport/0".into()),
         "KEY_REDIS_HTTP" => Some("http://127.0.0.1:6379".into()),
+        "KEY_BLANK" => Some(" \t".into()),
         _ => None,
     }
 }
@@ -112,6 +113,11 @@ fn errors_are_one_line_naming_file_and_reason() {
             with_server_line("cursor_key_env = \"KEY_A\""),
             "`KEY_A` must hold at least 32 characters",
         ),
+        (
+            GOOD.replace("KEY_B", "sk_live_9f8a7b"),
+            "the environment variable it names (not repeated",
+        ),
+        (GOOD.replace("KEY_B", "KEY_BLANK"), "`KEY_BLANK` is empty"),
         // An editor's save in place, caught half way.
         (String::new(), "[platforms]: no platform is configured"),
         (
@@ -125,6 +131,7 @@ fn errors_are_one_line_naming_file_and_reason() {
         assert!(message.contains(needle), "{needle:?} not in {message:?}");
         assert!(!message.contains('\n'), "{message:?}");
         assert!(!message.contains("secret-"), "{message:?}");
+        assert!(!message.contains("sk_live"), "{message:?}");
     }
 }
 
