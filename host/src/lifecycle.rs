@@ -93,9 +93,11 @@ pub enum RunError {
     State(#[from] StateError),
     #[error("no randomness for the cursor key: {0}")]
     Random(String),
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr} ({what}): {source}")]
     Bind {
         addr: SocketAddr,
+        /// Which listener, and where its address was set.
+        what: String,
         source: std::io::Error,
     },
     #[error(transparent)]
@@ -218,11 +220,22 @@ pub async fn serve(
             Some(shared)
         }
     };
+    let config_path = config.path.display().to_string();
     let app = Arc::new(build_app(config, snapshot, loader, shared.clone())?);
     let public_addr = listen.unwrap_or(listener.listen);
-    let public = bind(public_addr).await?;
+    let public_set_in = match listen {
+        Some(_) => "the public listener, --listen".to_owned(),
+        None => format!("the public listener, [server] listen in {config_path}"),
+    };
+    let public = bind(public_addr, public_set_in).await?;
     let admin = match listener.admin_listen {
-        Some(addr) => Some(bind(addr).await?),
+        Some(addr) => Some(
+            bind(
+                addr,
+                format!("the admin listener, [server] admin_listen in {config_path}"),
+            )
+            .await?,
+        ),
         None => None,
     };
     // The public listener's cap: the admin listener's is a safety limit,
@@ -421,10 +434,11 @@ fn build_app(
     }))
 }
 
-async fn bind(addr: SocketAddr) -> Result<TcpListener, RunError> {
+/// A listener on `addr`; `what` says which, for the error.
+async fn bind(addr: SocketAddr, what: String) -> Result<TcpListener, RunError> {
     TcpListener::bind(addr)
         .await
-        .map_err(|source| RunError::Bind { addr, source })
+        .map_err(|source| RunError::Bind { addr, what, source })
 }
 
 /// Logs what was loaded and prints the addresses on stdout. Only now, so a

@@ -812,7 +812,23 @@ fn a_busy_port_fails_the_start() {
     };
     let line = out.refusal_line("serve");
     assert!(line.contains(&busy), "says which address is busy: {line}");
+    assert!(line.contains("public listener, --listen"), "{line}");
     out.assert_one_stderr_line("serve");
+    // The admin listener's: named, with the file that sets it.
+    let config = plain().write();
+    config.rewrite(&config.text().replace(
+        "admin_listen = \"127.0.0.1:0\"",
+        &format!("admin_listen = \"{busy}\""),
+    ));
+    let out = match Server::try_start(&config, &standard_env(), &[]) {
+        Ok(_) => panic!("serve must not start on a busy admin port"),
+        Err(out) => out,
+    };
+    let line = out.refusal_line("serve");
+    assert!(
+        line.contains(&busy) && line.contains("admin listener, [server] admin_listen in "),
+        "says which listener, set where: {line}"
+    );
 }
 
 #[test]
