@@ -276,6 +276,14 @@ fn keys(config_path: &Path, command: KeysCommand) -> Result<(), RunError> {
         KeysCommand::Usage { since, by, json } => {
             let path = &files.ledger.path;
             let since = since.as_deref();
+            // Empty and absent read alike; only the operator knows which
+            // was meant (a typo in [ledger] path reads as no usage at all).
+            if !path.exists() {
+                eprintln!(
+                    "socialgate: no usage ledger at {} (nothing recorded yet, or [ledger] path points elsewhere)",
+                    path.display()
+                );
+            }
             if by == UsageBy::Endpoint {
                 let rows = crate::ledger::usage_by_endpoint(path, since)?;
                 if json {

@@ -409,6 +409,7 @@ fn build_app(
     let cursors =
         CursorSealer::new(&process.cursor).map_err(|e| RunError::Random(e.to_string()))?;
     let upstream = UpstreamClient::new(process.upstream_proxy.as_ref(), &process.upstream_roots)?;
+    let new_ledger = shared.is_none() && !process.ledger.path.exists();
     let billing = match &shared {
         None => Billing::open(Ledger::open(&process.ledger.path, LEDGER_FLUSH_EVERY)?)?,
         Some(shared) => Billing::shared(Arc::new(Credits::new(shared.clone()))),
@@ -431,6 +432,7 @@ fn build_app(
         loader,
         billing,
         shared,
+        new_ledger,
     }))
 }
 
@@ -470,6 +472,17 @@ fn announce(
         tracing::info!(
             "no cursor_key_env: cursors are sealed with a per-process key and end with the process"
         );
+    }
+    if app.shared.is_none() {
+        let path = app.process.ledger.path.display();
+        if app.new_ledger {
+            tracing::warn!(
+                path = %path,
+                "no usage ledger was there: a new, empty one was created (every key's spending starts at 0; if one existed, check [ledger] path)"
+            );
+        } else {
+            tracing::info!(path = %path, "usage ledger opened");
+        }
     }
     let mut stdout = std::io::stdout().lock();
     let scheme = if tls { "https" } else { "http" };

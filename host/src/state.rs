@@ -150,6 +150,9 @@ pub struct App {
     /// The store replicas share (`[state] backend = "redis"`); `None`: all
     /// state is this process's.
     pub shared: Option<Arc<Shared>>,
+    /// This process created the local ledger: none was at `[ledger] path`
+    /// (said at start: a typo there starts every key's spending at 0).
+    pub new_ledger: bool,
     draining: AtomicBool,
 }
 
@@ -164,6 +167,7 @@ pub struct Parts {
     pub billing: Arc<Billing>,
     pub cache: Arc<Cache>,
     pub shared: Option<Arc<Shared>>,
+    pub new_ledger: bool,
 }
 
 impl App {
@@ -179,6 +183,7 @@ impl App {
             billing: parts.billing,
             cache: parts.cache,
             shared: parts.shared,
+            new_ledger: parts.new_ledger,
             draining: AtomicBool::new(false),
         }
     }

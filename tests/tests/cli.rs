@@ -162,6 +162,38 @@ fn keys_commands_work_while_another_section_is_broken() {
     assert!(!check.success(), "the server would refuse it: {check:?}");
 }
 
+/// Operator QA sweep: a typo in `[ledger] path` must not pass for "no
+/// usage": a new ledger is said at start, and `keys usage` says when it
+/// finds none.
+#[tokio::test]
+async fn a_missing_ledger_is_said_not_taken_for_no_usage() {
+    let config = plain().write();
+    issue_key(&config, "gina");
+    let usage = keys(&config, &["usage"]);
+    assert!(usage.success(), "{usage:?}");
+    assert_eq!(usage.stdout.trim(), "no usage recorded");
+    assert!(usage.stderr.contains("no usage ledger at "), "{usage:?}");
+
+    let server = Server::start(&config);
+    let line = socialgate_tests::operator::log_line_within(
+        &server,
+        &["no usage ledger was there", "a new, empty one was created"],
+        Duration::from_secs(5),
+    )
+    .await;
+    assert!(line.contains("usage.db"), "names the path: {line}");
+    drop(server);
+    let server = Server::start(&config);
+    socialgate_tests::operator::log_line_within(
+        &server,
+        &["usage ledger opened"],
+        Duration::from_secs(5),
+    )
+    .await;
+    let usage = keys(&config, &["usage"]);
+    assert!(!usage.stderr.contains("no usage ledger"), "{usage:?}");
+}
+
 #[tokio::test]
 async fn without_a_keys_file_no_key_is_valid() {
     let config = plain().write();
