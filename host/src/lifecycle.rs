@@ -156,11 +156,12 @@ pub fn load(config: &Config) -> Result<Loaded, RunError> {
 /// provider serves.
 pub fn check(config: &Config) -> Result<String, RunError> {
     let Loaded { snapshot, .. } = load(config)?;
+    let counted = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
     let mut report = format!(
-        "{}: ok: {} platforms, {} providers",
+        "{}: ok: {}, {}",
         config.path.display(),
-        snapshot.routes.platform_count(),
-        snapshot.routes.provider_count()
+        counted(snapshot.routes.platform_count(), "platform"),
+        counted(snapshot.routes.provider_count(), "provider")
     );
     // Which plugin, in which version, serves each provider: what an
     // operator checks after building or swapping a library.

@@ -280,8 +280,16 @@ async fn metrics_are_served_only_on_the_admin_listener() {
     let (status, text) = admin_get(admin, "GET", "/metrics").await;
     assert_eq!(status, 200, "{text}");
     assert!(text.contains("socialgate_requests_total"), "{text}");
-    let (status, _) = admin_get(admin, "POST", "/metrics").await;
-    assert_eq!(status, 405);
+    let refused =
+        socialgate_tests::operator::send(&format!("http://{admin}"), "POST", "/metrics", &[]).await;
+    assert_eq!(refused.status, 405);
+    assert_eq!(refused.header("allow"), Some("GET, HEAD"), "{refused:?}");
+    let (status, text) = admin_get(admin, "HEAD", "/metrics").await;
+    assert_eq!(
+        (status, text.as_str()),
+        (200, ""),
+        "HEAD is GET without a body"
+    );
     let (status, _) = admin_get(admin, "GET", "/v1/shortvideo/profile").await;
     assert_eq!(status, 404, "the admin listener serves no API");
 }

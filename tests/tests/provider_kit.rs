@@ -125,6 +125,9 @@ async fn plugin_new_builds_and_tests_out_of_tree_and_is_served() {
     assert!(again
         .refusal_line("plugin new twice")
         .contains("already exists"));
+    // A name outside its rule is a usage error, as a bad argument is.
+    let bad = run_cli(&cli_config, &standard_env(), &["plugin", "new", "Acme"]);
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
 
     // This repository's lock pins the versions its target folder already
     // built, so the new crate needs no download and little compiling.

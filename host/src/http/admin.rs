@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use metrics_exporter_prometheus::PrometheusHandle;
 
@@ -29,7 +29,8 @@ fn answer(
     request: &Request<Incoming>,
 ) -> Response<Full<Bytes>> {
     let (status, content_type, body) = match (request.method(), request.uri().path()) {
-        (&Method::GET, "/metrics") => (
+        // (hyper sends no body for `HEAD`.)
+        (&Method::GET | &Method::HEAD, "/metrics") => (
             StatusCode::OK,
             "text/plain; version=0.0.4; charset=utf-8",
             crate::metrics::render(metrics, &app.snapshot(), app.cache.bytes()),
@@ -37,7 +38,7 @@ fn answer(
         (_, "/metrics") => (
             StatusCode::METHOD_NOT_ALLOWED,
             "text/plain",
-            "use GET\n".into(),
+            "use GET or HEAD\n".into(),
         ),
         _ => (
             StatusCode::NOT_FOUND,
@@ -47,8 +48,10 @@ fn answer(
     };
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    if status == StatusCode::METHOD_NOT_ALLOWED {
+        headers.insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
+    }
     response
 }

@@ -162,10 +162,7 @@ impl ProviderConfig {
         // Provider names travel in cursors and metric labels: keep them
         // short and plain.
         if !valid_segment(name) {
-            return Err(cx.invalid(
-                &format!("{table} "),
-                "a provider name is 1-64 of a-z, 0-9, `-` and `_`",
-            ));
+            return Err(cx.invalid(&table, "a provider name is 1-64 of a-z, 0-9, `-` and `_`"));
         }
         // Not echoed: a base URL may carry credentials.
         let Some(origin) = Origin::of(&raw.base_url) else {
