@@ -36,7 +36,7 @@ pub enum ApiError {
     #[error("the data could not be fetched in time; try again later")]
     UpstreamTimeout,
     /// The request's `If-Match` names no tag of the current answer.
-    #[error("the answer has changed: its ETag is not one the request's If-Match lists")]
+    #[error("the request's If-Match lists no ETag of the current answer")]
     PreconditionFailed,
     /// `Cache-Control: only-if-cached`, and no fresh answer was stored.
     #[error("no stored answer is fresh enough, and the request's Cache-Control (only-if-cached) allows no other")]

@@ -71,6 +71,9 @@ const UPSERT: &str = "INSERT INTO usage (key, day, endpoint, requests, credits)
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LedgerConfig {
     pub path: PathBuf,
+    /// The path was written in the config (not the default): a new, empty
+    /// ledger there may be a typo's.
+    pub written: bool,
 }
 
 /// `[ledger]` as written.
@@ -85,6 +88,7 @@ impl LedgerConfig {
     pub fn from_raw(raw: &RawLedger, cx: &crate::config::Context) -> LedgerConfig {
         LedgerConfig {
             path: cx.resolve(raw.path.as_deref().unwrap_or(Path::new("usage.db"))),
+            written: raw.path.is_some(),
         }
     }
 }

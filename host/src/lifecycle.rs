@@ -476,11 +476,13 @@ fn announce(
     }
     if app.shared.is_none() {
         let path = app.process.ledger.path.display();
-        if app.new_ledger {
+        if app.new_ledger && app.process.ledger.written {
             tracing::warn!(
                 path = %path,
                 "no usage ledger was there: a new, empty one was created (every key's spending starts at 0; if one existed, check [ledger] path)"
             );
+        } else if app.new_ledger {
+            tracing::info!(path = %path, "usage ledger created");
         } else {
             tracing::info!(path = %path, "usage ledger opened");
         }

@@ -167,7 +167,7 @@ fn keys_commands_work_while_another_section_is_broken() {
 /// finds none.
 #[tokio::test]
 async fn a_missing_ledger_is_said_not_taken_for_no_usage() {
-    let config = plain().write();
+    let config = plain().raw("[ledger]\npath = \"usage.db\"").write();
     issue_key(&config, "gina");
     let usage = keys(&config, &["usage"]);
     assert!(usage.success(), "{usage:?}");

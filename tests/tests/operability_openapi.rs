@@ -383,6 +383,11 @@ async fn main_server(contract: &Contract) {
         a.assert_error(412, "PRECONDITION_FAILED");
         let a = check_with(contract, api, "GET", path, &[("if-match", "*")]).await;
         assert_eq!(a.status, 200, "{path}: {a:?}");
+        // Never for `OPTIONS` (RFC 9110, 13.2.1).
+        let a = api
+            .request_with("OPTIONS", path, &[("if-match", "\"other\"")])
+            .await;
+        assert_eq!(a.status, 204, "{path}: {a:?}");
         let get = api.get(path).await;
         let head = api.request("HEAD", path).await;
         assert_eq!(head.status, get.status, "HEAD {path}: {head:?}");

@@ -348,14 +348,17 @@ impl<'a> Context<'a> {
 
     /// The value of the environment variable `var`, named by the setting
     /// `key`; unset, empty or blank is an error naming the variable. A
-    /// name that does not look like one (conventionally `UPPER_CASE`) is
-    /// not repeated: an operator may have pasted the secret itself there,
-    /// and errors reach logs and terminals.
+    /// name that does not look like one is not repeated: an operator may
+    /// have pasted the secret itself there, and errors reach logs and
+    /// terminals. A heuristic: a conventional name is `UPPER_CASE` with an
+    /// underscore, or short (a secret of capitals and digits, like an AWS
+    /// key ID, has neither).
     pub fn secret(&self, key: &str, var: &str) -> Result<Secret, ConfigError> {
         let conventional = var.starts_with(|c: char| c.is_ascii_uppercase() || c == '_')
             && var
                 .bytes()
-                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+            && (var.contains('_') || var.len() <= 12);
         let named = if conventional {
             format!("environment variable `{var}`")
         } else {
@@ -537,8 +540,10 @@ fn named_tables<R, T>(
 /// environment is absent. Only their sections are read (`[server]
 /// keys_file`, `[ledger]`, `[state]`, `[billing]`), each checked as its
 /// owner checks it: an operator halfway through an edit elsewhere must
-/// still be able to revoke a leaked key. What is wrong elsewhere comes
-/// back as [`KeyFiles::elsewhere`], to be shown.
+/// still be able to revoke a leaked key. A wrong type or an unknown key
+/// elsewhere comes back as [`KeyFiles::elsewhere`], to be shown; a file
+/// that is not TOML at all (a syntax error anywhere) is refused, as
+/// nothing in it can be read.
 pub struct KeyFiles {
     pub keys_file: PathBuf,
     pub ledger: LedgerConfig,
@@ -546,8 +551,8 @@ pub struct KeyFiles {
     pub state: StateConfig,
     /// For the balances `credits show` prints.
     pub billing: BillingConfig,
-    /// Why the whole file would be refused, if it would (syntax, types and
-    /// unknown keys of the sections not read here).
+    /// Why the whole file would be refused, if it would: a wrong type or
+    /// an unknown key in a section not read here.
     pub elsewhere: Option<ConfigError>,
 }
 

@@ -118,6 +118,10 @@ fn errors_are_one_line_naming_file_and_reason() {
             "the environment variable it names (not repeated",
         ),
         (GOOD.replace("KEY_B", "KEY_BLANK"), "`KEY_BLANK` is empty"),
+        (
+            GOOD.replace("KEY_B", "AKIAIOSFODNN7EXAMPLE"),
+            "the environment variable it names (not repeated",
+        ),
         // An editor's save in place, caught half way.
         (String::new(), "[platforms]: no platform is configured"),
         (

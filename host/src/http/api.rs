@@ -105,11 +105,14 @@ pub async fn handle(app: &App, mut request: Request<Incoming>) -> Response<Body>
         .await;
     let mut response = match outcome {
         // RFC 9110, 13.2.1: a precondition counts for an answer that would
-        // be a `2xx`. A data answer evaluated its `If-Match` before it was
-        // charged (see `route`); here it holds again, and the other answers
-        // (`/v1/account`, the public paths) are evaluated.
+        // be a `2xx`, and never for `CONNECT`, `OPTIONS` or `TRACE`: here,
+        // for what `GET` and `HEAD` select. A data answer evaluated its
+        // `If-Match` before it was charged (see `route`); here it holds
+        // again, and the other answers (`/v1/account`, the public paths)
+        // are evaluated.
         Ok(Ok(response))
             if response.status().is_success()
+                && matches!(*request.method(), Method::GET | Method::HEAD)
                 && !encoding::if_match_holds(request.headers(), response.headers().get(ETAG)) =>
         {
             response::error(&ApiError::PreconditionFailed, &id)

@@ -163,6 +163,9 @@ impl Breaker {
     /// until the instant it was opened for (the new cooldown counts from
     /// the next opening); a probe in flight reports to this breaker, so
     /// the new one lets the next request probe instead of waiting for it.
+    /// A copy: what attempts still running on the previous table report
+    /// after it goes to this breaker, not the new one (a reload's moment;
+    /// the next failures open the new one as they would have).
     pub fn with_config(&self, config: BreakerConfig) -> Breaker {
         let inner = self.lock();
         let state = match inner.state {

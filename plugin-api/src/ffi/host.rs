@@ -277,10 +277,18 @@ impl AttemptHandle {
             FfiStep::Done {
                 output,
                 next_cursor,
-            } => Ok(Next::Done(Done {
-                output: self.checked_output(output.as_str())?.0,
-                next_cursor: self.next_cursor(next_cursor)?,
-            })),
+            } => {
+                let text = output.as_str();
+                let (output, written) = self.checked_output(text)?;
+                match written {
+                    Some(data) => self.keyless(&text[data])?,
+                    None => self.keyless(&output.data_json())?,
+                }
+                Ok(Next::Done(Done {
+                    output,
+                    next_cursor: self.next_cursor(next_cursor)?,
+                }))
+            }
             other => self.fetch_or_fail(other).map(Next::Fetch),
         }
     }
@@ -304,6 +312,7 @@ impl AttemptHandle {
                     (_, Some(written)) => text[written].to_owned(),
                     (output, None) => output.data_json(),
                 };
+                self.keyless(&data)?;
                 Ok(Advance::Done(Answer {
                     data,
                     next_cursor: self.next_cursor(next_cursor)?,
@@ -333,11 +342,6 @@ impl AttemptHandle {
     /// in `text` when `text` is in the one form serde_json writes (see
     /// [`canonical`](crate::canonical)).
     fn checked_output(&self, text: &str) -> Result<(Output, Option<Range<usize>>), ProviderError> {
-        if self.key.is_in(text) {
-            return Err(ProviderError::bad_response(
-                "the answer holds the upstream key (echoed by the upstream?)",
-            ));
-        }
         let (output, data) = read_output(text).map_err(|e| {
             ProviderError::bad_response(format!("plugin output does not fit the schema: {e}"))
         })?;
@@ -352,6 +356,18 @@ impl AttemptHandle {
             ProviderError::bad_response(format!("plugin answer has {problem}"))
         })?;
         Ok((output, data))
+    }
+
+    /// Fails when `data`, the answer's data as callers would get it, holds
+    /// the provider's upstream key: searched there, not in the plugin's own
+    /// text, whose JSON escapes could hide it.
+    fn keyless(&self, data: &str) -> Result<(), ProviderError> {
+        if self.key.is_in(data) {
+            return Err(ProviderError::bad_response(
+                "the answer holds the upstream key (echoed by the upstream?)",
+            ));
+        }
+        Ok(())
     }
 
     fn next_cursor(&self, next_cursor: ROption<RString>) -> Result<Option<String>, ProviderError> {
@@ -565,6 +581,61 @@ mod tests {
             message.contains("`manifest()` failed: plugin panicked: no name yet (at "),
             "{message}"
         );
+    }
+
+    /// An answer written as the plugin likes, whatever plugin-api writes.
+    struct Written(&'static str);
+
+    impl super::super::FfiAttempt for Written {
+        fn step(&mut self, _: ROption<FfiResponse<'_>>) -> FfiStep {
+            FfiStep::Done {
+                output: self.0.into(),
+                next_cursor: ROption::RNone,
+            }
+        }
+    }
+
+    /// Review: the key is looked for in the data callers get, so a JSON
+    /// escape in the plugin's own text (rewritten, then plain) hides
+    /// nothing.
+    #[test]
+    fn an_answer_holding_the_key_is_refused_however_the_plugin_wrote_it() {
+        let attempt = |text: &'static str| AttemptHandle {
+            inner: super::super::FfiAttempt_TO::from_value(
+                Written(text),
+                abi_stable::sabi_trait::TD_Opaque,
+            ),
+            endpoint: Endpoint::Profile,
+            most_items: None,
+            cursor: None,
+            key: Arc::new(KeyFinder::new("sk_live_abcdef")),
+        };
+        let profile = |bio: &str| {
+            format!(
+                r#"{{"profile":{{"username":"luna","display_name":"L","followers":1,"verified":false,"id":null,"bio":"{bio}","following":null,"likes":null,"videos":null,"avatar_url":null}}}}"#
+            )
+        };
+        let leak = |text: String| -> &'static str { Box::leak(text.into_boxed_str()) };
+        for text in [
+            leak(profile("sk_live_abcdef")),
+            leak(profile("\\u0073k_live_abcdef")),
+            leak(format!(" {}", profile("sk\\u005flive_abcdef"))),
+        ] {
+            for refused in [
+                attempt(text).advance(None).err(),
+                attempt(text).step(None).err(),
+            ] {
+                let error = refused.unwrap_or_else(|| panic!("passed: {text}"));
+                assert!(
+                    error.message().contains("holds the upstream key"),
+                    "{error}"
+                );
+            }
+        }
+        assert!(matches!(
+            attempt(leak(profile("no key here"))).advance(None),
+            Ok(Advance::Done(_))
+        ));
     }
 
     #[test]

@@ -235,8 +235,13 @@ impl<'k> Suite<'k> {
             if let Some(not_found) = &case.not_found {
                 checker.not_found(case, not_found);
             }
-            checker.echoes_no_key(case);
-            checker.odd_bodies(case);
+            // The case's own first reply, to the request the provider made.
+            let first = run
+                .requests
+                .first()
+                .and_then(|request| case.upstream.reply(request, 0));
+            checker.echoes_no_key(case, first.as_ref());
+            checker.odd_bodies(case, first.as_ref());
         }
         checker.threads(&self.cases, &sequential);
         checker.logs_hold_no_key();
@@ -396,15 +401,12 @@ impl Checker<'_> {
     /// fields upstreams report errors in, as the whole body, in a header,
     /// and in every string of the case's own first reply (so in whatever
     /// field this provider reads).
-    fn echoes_no_key(&mut self, case: &Case) {
+    fn echoes_no_key(&mut self, case: &Case, first: Option<&Reply>) {
         let key = self.kit.api_key().to_owned();
         let json = format!(
             r#"{{"error":"invalid key {key}","message":"{key}","code":"{key}","msg":"{key}","status_msg":"{key}","err":"{key}","error_message":"{key}","error_description":"{key}","detail":"{key}","reason":"{key}","description":"{key}","data":null}}"#
         );
         let mut bodies = vec![json, key.clone()];
-        let first = case
-            .upstream
-            .reply(&crate::UpstreamRequest::get(super::BASE_URL, ""), 0);
         if let Some(Ok(mut own)) = first.map(|r| serde_json::from_slice(&r.body)) {
             every_string_holds(&mut own, &format!("echo {key} echo"));
             bodies.push(own.to_string());
@@ -422,16 +424,13 @@ impl Checker<'_> {
     }
 
     /// Bodies an upstream in trouble sends: none may panic the provider.
-    fn odd_bodies(&mut self, case: &Case) {
+    fn odd_bodies(&mut self, case: &Case, first: Option<&Reply>) {
         let mut bodies: Vec<Vec<u8>> =
             ["", "{}", "[]", "null", "0", "\"\"", "<html>", "{\"data\":"]
                 .iter()
                 .map(|b| b.as_bytes().to_vec())
                 .collect();
         // The case's own first reply, cut short and with its numbers huge.
-        let first = case
-            .upstream
-            .reply(&crate::UpstreamRequest::get(super::BASE_URL, ""), 0);
         if let Some(first) = first {
             bodies.push(first.body[..first.body.len() / 2].to_vec());
             let text = String::from_utf8_lossy(&first.body);

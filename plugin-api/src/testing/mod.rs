@@ -197,10 +197,9 @@ pub enum HostSees {
     Answer,
     /// The caller gets 404 `RESOURCE_NOT_FOUND`; no other provider is asked.
     NotFound,
-    /// The caller gets 400 `INVALID_PARAMETER` with this message (the
-    /// upstream key taken out, as the host does: see
-    /// [`Redactor`]; cut to
-    /// [`MAX_CALLER_MESSAGE`](crate::ffi::MAX_CALLER_MESSAGE) characters).
+    /// The caller gets 400 `INVALID_PARAMETER` with this message: the
+    /// upstream key taken out as the host does ([`Redactor`]), cut to
+    /// [`MAX_CALLER_MESSAGE`](crate::ffi::MAX_CALLER_MESSAGE) characters.
     InvalidInput(String),
     /// The next provider is asked; a failure counts against this
     /// provider's breaker or not.

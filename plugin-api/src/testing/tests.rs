@@ -23,6 +23,9 @@ enum Flaw {
     SlowOnce,
     /// Refuses every username, quoting its upstream key.
     QuotesKey,
+    /// Fails an upstream user whose handle is not the one asked for,
+    /// quoting the handle (upstream text, which may be anything).
+    QuotesHandle,
 }
 
 #[derive(Deserialize, Default)]
@@ -114,6 +117,12 @@ impl Provider for Toy {
                     std::thread::sleep(crate::ffi::STEP_BUDGET + Duration::from_millis(20));
                 }
                 let user: User = r.not_found_on(404, "user")?.json()?;
+                if flaw == Flaw::QuotesHandle && user.handle != username {
+                    return Err(ProviderError::bad_response(format!(
+                        "asked for {username}, got {}",
+                        user.handle
+                    )));
+                }
                 let output = match flaw {
                     Flaw::WrongEndpoint => Output::Post(crate::Post {
                         id: "1".into(),
@@ -353,5 +362,19 @@ fn the_key_never_reaches_a_caller_in_the_kit_as_in_the_host() {
     // The author's own bug is still theirs to see, and the suite's to report.
     assert!(run.error().message().contains(KEY));
     let report = suite("quotes_key");
+    assert!(report.violates(Rule::NoKeyInErrors), "{report}");
+}
+
+/// The suite echoes the key into the strings of the case's own first
+/// reply, found by the request the provider really makes (`by_path`
+/// answers no made-up one).
+#[test]
+fn the_key_is_echoed_in_the_fields_the_provider_reads() {
+    let kit = kit("quotes_handle");
+    let upstream = Upstream::by_path([("/users/kit_user", Reply::ok(r#"{"handle":"kit_user"}"#))]);
+    let report = kit
+        .conformance()
+        .case(Case::new(sample(Endpoint::Profile), upstream))
+        .run();
     assert!(report.violates(Rule::NoKeyInErrors), "{report}");
 }
