@@ -685,6 +685,28 @@ async fn a_redis_stall_leaves_no_credit_held() {
     api.get(&profile("over"))
         .await
         .assert_error(402, "INSUFFICIENT_CREDITS");
+
+    // Scale-out QA sweep: one request at a time on a balance of 1. The
+    // one before held the credit and gave it back (a user that does not
+    // exist), its release not yet written: the next is answered all the
+    // same, and no answer's X-Credits-Remaining counts another's hold.
+    grant(&replicas, "dave", 1);
+    let missing = replicas
+        .primary
+        .route("/v1/user/profile", &[("unique_id", "nobody")]);
+    replicas
+        .primary
+        .respond(missing, json_response(&fixtures::primary_user_not_found()))
+        .await;
+    let remaining = |a: &Answer| a.header("x-credits-remaining").map(str::to_owned);
+    for _ in 0..3 {
+        let a = api.get(&profile("nobody")).await;
+        a.assert_error(404, "RESOURCE_NOT_FOUND");
+        assert_eq!(remaining(&a).as_deref(), Some("1"), "{a:?}");
+    }
+    let a = api.get(&profile("last")).await;
+    assert_eq!(a.status, 200, "refused for the refunds before it: {a:?}");
+    assert_eq!(remaining(&a).as_deref(), Some("0"), "{a:?}");
 }
 
 /// Scale-out review, defect 1: a Redis brought back from an older copy,

@@ -176,8 +176,20 @@ struct Pending {
     usage: HashMap<(String, String, Endpoint), (u64, u64)>,
     /// (name, holder generation) -> what to release of that hold.
     releases: HashMap<(String, u64), u64>,
+    /// name -> what all its entries above will release and spend: what
+    /// the store does not know yet of its balance ([`Credits::reserve`]).
+    by_name: HashMap<String, Unsettled>,
     /// Whether the drop past [`MAX_PENDING`] was logged, for this outage.
     overflow_logged: bool,
+}
+
+/// One key's settled entries not yet written.
+#[derive(Default, Clone, Copy)]
+struct Unsettled {
+    /// Held in the store, to be released.
+    released: u64,
+    /// To be spent.
+    spent: u64,
 }
 
 impl Pending {
@@ -186,11 +198,31 @@ impl Pending {
     }
 }
 
+/// `name`'s entry in [`Pending::by_name`].
+fn unsettled_of<'a>(pending: &'a mut Pending, name: &str) -> &'a mut Unsettled {
+    if !pending.by_name.contains_key(name) {
+        pending
+            .by_name
+            .insert(name.to_owned(), Unsettled::default());
+    }
+    pending.by_name.get_mut(name).expect("inserted above")
+}
+
 /// Shared credit accounts and the queue of what was settled.
 pub struct Credits {
     shared: Arc<Shared>,
     settle: Script,
     pending: Mutex<Pending>,
+    /// How many times [`Pending`] was taken to be written: a key's
+    /// unsettled entries seen twice with the same count were not written
+    /// in between.
+    taken: std::sync::atomic::AtomicU64,
+    /// Wakes the writer before its time ([`Credits::settle_now`]).
+    wake: tokio::sync::Notify,
+    /// A write is under way.
+    writing: std::sync::atomic::AtomicBool,
+    /// How many writes ended (landed or not), for [`Credits::settle_now`].
+    written: tokio::sync::watch::Sender<u64>,
 }
 
 impl Credits {
@@ -199,6 +231,10 @@ impl Credits {
             shared,
             settle: Script::new(&format!("{GIVE_BACK}{SETTLE}")),
             pending: Mutex::new(Pending::default()),
+            taken: std::sync::atomic::AtomicU64::new(0),
+            wake: tokio::sync::Notify::new(),
+            writing: std::sync::atomic::AtomicBool::new(false),
+            written: tokio::sync::watch::Sender::new(0),
         }
     }
 
@@ -225,13 +261,73 @@ impl Credits {
             generation,
             owner: Arc::downgrade(self),
         };
-        let (balance, standing) =
-            batches::ask(&self.shared, name, rate_limit, Some(credits)).await?;
-        Ok(Held {
-            generation,
-            balance,
-            standing,
-        })
+        let before = self.unsettled(name);
+        let asked = batches::ask(&self.shared, name, rate_limit, Some(credits)).await;
+        let known = |balance: u64| self.known_balance(balance, before);
+        match asked {
+            Ok((balance, standing)) => Ok(Held {
+                generation,
+                balance: known(balance),
+                standing,
+            }),
+            Err(Refusal::Exhausted { balance, standing }) => Err(Refusal::Exhausted {
+                balance: known(balance),
+                standing,
+            }),
+            Err(refusal) => Err(refusal),
+        }
+    }
+
+    /// `name`'s settled entries not yet written, and how many times the
+    /// queue had been taken then.
+    fn unsettled(&self, name: &str) -> (u64, Unsettled) {
+        let pending = self.pending();
+        let taken = self.taken.load(std::sync::atomic::Ordering::Relaxed);
+        (
+            taken,
+            pending.by_name.get(name).copied().unwrap_or_default(),
+        )
+    }
+
+    /// `balance`, as the store said it (what this replica settled but has
+    /// not written yet still held there), with those entries settled: a
+    /// client asking one request at a time sees each answer's own charge,
+    /// not the holds of the answers before it. Only when nothing was
+    /// written in between (`before` is still all that is unsettled of
+    /// them): then the store had their holds and not their release, and
+    /// the balance is never overstated.
+    fn known_balance(&self, balance: u64, before: (u64, Unsettled)) -> u64 {
+        let (taken, unsettled) = before;
+        if self.taken.load(std::sync::atomic::Ordering::Relaxed) != taken {
+            return balance;
+        }
+        (balance + unsettled.released).saturating_sub(unsettled.spent)
+    }
+
+    /// Whether this replica has releases of `name`'s holds not yet written:
+    /// a refusal for credits may be theirs.
+    pub fn releases_unsettled(&self, name: &str) -> bool {
+        self.unsettled(name).1.released > 0
+    }
+
+    /// Writes what is settled now, rather than at the writer's next turn,
+    /// and waits (at most a second) until a write that began after this
+    /// call has ended.
+    pub async fn settle_now(&self) {
+        use std::sync::atomic::Ordering;
+        // A write under way may have taken the queue before the entries
+        // this call is for: then the one after it is wanted. (Read before
+        // the count: a write ending in between only makes this wait one
+        // more.)
+        let busy = self.writing.load(Ordering::Acquire);
+        let mut written = self.written.subscribe();
+        let wanted = *written.borrow_and_update() + if busy { 2 } else { 1 };
+        self.wake.notify_one();
+        let _ = tokio::time::timeout(
+            Duration::from_secs(1),
+            written.wait_for(|ended| *ended >= wanted),
+        )
+        .await;
     }
 
     /// A delivered answer of `endpoint` costing `amount` credits: counted
@@ -244,6 +340,7 @@ impl Credits {
             let counts = pending.usage.entry(usage).or_default();
             counts.0 += 1;
             counts.1 += u64::from(amount);
+            unsettled_of(&mut pending, name).spent += u64::from(amount);
         }
         if let Some((generation, held)) = held {
             self.release(&mut pending, name, generation, held);
@@ -363,6 +460,7 @@ impl Credits {
         let key = (name.to_owned(), generation);
         if pending.releases.contains_key(&key) || !self.full(pending) {
             *pending.releases.entry(key).or_default() += u64::from(amount);
+            unsettled_of(pending, name).released += u64::from(amount);
         }
     }
 
@@ -393,9 +491,19 @@ impl Credits {
         loop {
             tokio::select! {
                 () = tokio::time::sleep(FLUSH_EVERY) => {}
+                () = writer.credits.wake.notified() => {}
                 () = shutdown.cancelled() => break,
             }
+            let credits = &writer.credits;
+            credits
+                .writing
+                .store(true, std::sync::atomic::Ordering::Release);
             let _ = writer.flush().await;
+            let credits = &writer.credits;
+            credits
+                .writing
+                .store(false, std::sync::atomic::Ordering::Release);
+            credits.written.send_modify(|ended| *ended += 1);
         }
         writer.credits.shared.asks_answered().await;
         // A batch that failed before goes first, then what is pending: each
@@ -547,7 +655,13 @@ impl Writer {
     fn take(&self) -> Option<Vec<String>> {
         let Pending {
             usage, releases, ..
-        } = std::mem::take(&mut *self.credits.pending());
+        } = {
+            let mut pending = self.credits.pending();
+            self.credits
+                .taken
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            std::mem::take(&mut *pending)
+        };
         if usage.is_empty() && releases.is_empty() {
             return None;
         }
