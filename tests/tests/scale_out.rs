@@ -704,6 +704,7 @@ async fn a_redis_stall_leaves_no_credit_held() {
         a.assert_error(404, "RESOURCE_NOT_FOUND");
         assert_eq!(remaining(&a).as_deref(), Some("1"), "{a:?}");
     }
+    assert_eq!(account(&api).await["credits_remaining"], 1);
     let a = api.get(&profile("last")).await;
     assert_eq!(a.status, 200, "refused for the refunds before it: {a:?}");
     assert_eq!(remaining(&a).as_deref(), Some("0"), "{a:?}");

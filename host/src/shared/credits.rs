@@ -348,10 +348,11 @@ impl Credits {
     }
 
     /// `name`'s account as the store keeps it, in one round trip: its
-    /// balance (less what is held: an answer not yet settled counts, a
-    /// hold whose lease ran out does not, though only the next reservation
-    /// frees it), what it spent today and in all (as settled, at most
-    /// [`FLUSH_EVERY`] behind).
+    /// balance (less what is held: a request in flight counts, a hold
+    /// whose lease ran out does not, though only the next reservation
+    /// frees it; what this replica settled but has not written is taken as
+    /// settled, as for [`Credits::reserve`]), what it spent today and in
+    /// all (as written, at most [`FLUSH_EVERY`] behind).
     pub async fn statement(&self, name: &str, free_credits: u64) -> Result<Statement, StateError> {
         let account = self.shared.named("acct:", name);
         let leases = self.shared.named("leases:", name);
@@ -359,6 +360,7 @@ impl Credits {
         let today = self
             .shared
             .key(&format!("usage:{}:{name}", super::utc_day()));
+        let before = self.unsettled(name);
         let (spent, granted, reserved, today): (u64, u64, i64, u64) = self
             .shared
             .run("statement", |mut conn| async move {
@@ -371,11 +373,12 @@ impl Credits {
                     .await
             })
             .await?;
+        let in_store = free_credits
+            .saturating_add(granted)
+            .saturating_sub(spent)
+            .saturating_sub(u64::try_from(reserved).unwrap_or(0));
         Ok(Statement {
-            remaining: free_credits
-                .saturating_add(granted)
-                .saturating_sub(spent)
-                .saturating_sub(u64::try_from(reserved).unwrap_or(0)),
+            remaining: self.known_balance(in_store, before),
             used_today: today,
             used_total: spent,
         })
