@@ -29,9 +29,10 @@ use crate::shared::{RedisConfig, Shared, StateConfig};
     about = "Normalized public short-video data behind one stable API."
 )]
 struct Cli {
-    /// The configuration file.
-    #[arg(long, global = true, default_value = "platforms.toml")]
-    config: PathBuf,
+    /// The configuration file [default: platforms.toml] (not for demo,
+    /// which writes its own).
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
     /// Listen on this address instead of the configured one (serve, demo).
     #[arg(long, global = true)]
     listen: Option<SocketAddr>,
@@ -105,6 +106,7 @@ enum CreditsCommand {
     /// A key's grants, the credits it spent and its balance.
     Show {
         name: String,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -154,6 +156,7 @@ enum KeysCommand {
     },
     /// List issued keys (names and dates, never keys).
     List {
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -166,6 +169,7 @@ enum KeysCommand {
         /// `endpoint` adds the endpoint to each row.
         #[arg(long, value_enum, default_value = "day")]
         by: UsageBy,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -198,24 +202,33 @@ pub fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<(), RunError> {
     let command = cli.command.unwrap_or(Command::Serve);
+    if matches!(command, Command::Demo { .. }) && cli.config.is_some() {
+        return Err(RunError::Usage(
+            "demo writes its own config: drop --config (serve, check, keys and credits take one)"
+                .into(),
+        ));
+    }
+    let config_path = cli
+        .config
+        .unwrap_or_else(|| PathBuf::from("platforms.toml"));
     if let Command::Plugin(command) = command {
         // Needs no config: an author's machine may have none.
         return plugin(command);
     }
     if let Command::Keys(command) = command {
         let _logging = crate::logging::init(cli.log_format.unwrap_or_default());
-        return keys(&cli.config, command);
+        return keys(&config_path, command);
     }
     if let Command::Credits(command) = command {
         let _logging = crate::logging::init(cli.log_format.unwrap_or_default());
-        return credits(&cli.config, command);
+        return credits(&config_path, command);
     }
     if let Command::Demo { fail_primary } = command {
         let _logging = crate::logging::init(cli.log_format.unwrap_or_default());
         crate::demo::set_sandbox_keys();
         return run_to_end(crate::demo::run(cli.listen, fail_primary))?;
     }
-    let config = Config::load(&cli.config)?;
+    let config = Config::load(&config_path)?;
     let _logging = crate::logging::init(cli.log_format.unwrap_or(config.process.log_format));
     match command {
         Command::Check => {

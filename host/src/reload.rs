@@ -242,6 +242,13 @@ fn warn_about_restart_only_changes(app: &App, new: &Config, listening: SocketAdd
                     "{setting} changed: restart to apply"
                 );
             }
+        } else if setting == "[server] admin_listen" {
+            let address = |a: Option<SocketAddr>| a.map_or("off".to_owned(), |a| a.to_string());
+            tracing::warn!(
+                started_with = %address(app.process.listener.admin_listen),
+                configured = %address(new.process.listener.admin_listen),
+                "{setting} changed: restart to apply"
+            );
         } else {
             tracing::warn!("{setting} changed: restart to apply");
         }

@@ -357,6 +357,15 @@ fn keys_issue_refuses_a_bad_name_as_a_usage_error() {
     assert!(keys(&config, &["issue", "--name", "good.name-1"]).success());
 }
 
+/// Operator QA sweep: `demo` writes its own config; a `--config` given to
+/// it is a usage error, not silently ignored (the harness passes one).
+#[test]
+fn demo_refuses_a_config_it_would_ignore() {
+    let out = run_cli(&plain().write(), &standard_env(), &["demo"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(out.stderr.contains("drop --config"), "{out:?}");
+}
+
 /// Operator review, defect 3: a bad `--since` day is the command used
 /// wrongly, as a bad `AMOUNT` is: exit 2 and one line saying what a day
 /// is, whatever else the command is asked.

@@ -232,7 +232,7 @@ impl ProcessConfig {
                 *upstream_roots != new.upstream_roots,
             ),
             ("[server] log_format", *log_format != new.log_format),
-            ("[ledger] path", *ledger != new.ledger),
+            ("[ledger] path", ledger.path != new.ledger.path),
             ("[cache] max_bytes", *cache_max_bytes != new.cache_max_bytes),
             ("[state]", *state != new.state),
         ];
