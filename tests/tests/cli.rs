@@ -683,6 +683,53 @@ fn check_accepts_a_good_config() {
     assert!(out.success(), "{out:?}");
 }
 
+/// The README is the manual: its sample `platforms.toml` is one `check`
+/// accepts (with this machine's plugin folder, and without the TLS and CA
+/// files it names as examples).
+#[test]
+fn the_readmes_sample_config_passes_check() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .expect("the README");
+    let section = &readme[readme.find("### Configuration").expect("the section")..];
+    let start = section.find("```toml\n").expect("a toml block") + "```toml\n".len();
+    let end = start + section[start..].find("```").expect("its end");
+    let plugin_dir = format!(
+        "plugin_dir = {}",
+        toml_str(&socialgate_tests::paths::display(&paths::target_dir()))
+    );
+    let text: Vec<String> = section[start..end]
+        .lines()
+        .filter(|line| !line.starts_with("tls_") && !line.starts_with("upstream_ca_file"))
+        .map(|line| match line.starts_with("plugin_dir") {
+            true => plugin_dir.clone(),
+            false => line.replace("https://...", "https://upstream.example"),
+        })
+        .collect();
+    let config = Config::from_toml(&text.join("\n"));
+    let mut env = standard_env();
+    for (name, value) in [
+        ("SHORTVIDEO_PRIMARY_KEY", "readme-primary-key"),
+        ("SHORTVIDEO_FALLBACK_KEY", "readme-fallback-key"),
+        (
+            "SOCIALGATE_CURSOR_KEY",
+            "a-cursor-key-of-at-least-32-characters",
+        ),
+        (
+            "SOCIALGATE_CURSOR_KEY_OLD",
+            "the-old-cursor-key-of-32-characters-too",
+        ),
+    ] {
+        env.push((name.into(), value.into()));
+    }
+    let out = run_cli(&config, &env, &["check"]);
+    assert!(out.success(), "{out:?}");
+    assert!(
+        out.stdout.contains("ok: 1 platform, 2 providers"),
+        "{out:?}"
+    );
+}
+
 /// The names in `dir` starting with `prefix`.
 fn entries_named(dir: &Path, prefix: &str) -> Vec<String> {
     std::fs::read_dir(dir)
