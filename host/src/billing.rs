@@ -409,30 +409,8 @@ impl Billing {
             });
         }
         // Boxed: the local path's future stays as small as it was.
-        let mut outcome =
+        let outcome =
             Box::pin(credits.reserve(key, reservation.held, config.free_credits, rate_limit)).await;
-        // Refused for credits while this replica has not yet written the
-        // release of a hold of the key's (a request before, refunded or
-        // charged less than it held): written now, and asked again once,
-        // so one request at a time is never refused for the one before.
-        // (A token of the bucket was taken with the first ask: this one
-        // takes none.)
-        if let Err(Refusal::Exhausted { standing, .. }) = outcome {
-            if credits.releases_unsettled(key) {
-                credits.settle_now().await;
-                outcome =
-                    Box::pin(credits.reserve(key, reservation.held, config.free_credits, None))
-                        .await;
-                // Where the bucket stands is the first ask's to say.
-                match &mut outcome {
-                    Ok(held) => held.standing = standing,
-                    Err(Refusal::Exhausted {
-                        standing: again, ..
-                    }) => *again = standing,
-                    Err(_) => {}
-                }
-            }
-        }
         match outcome {
             Ok(Held {
                 generation,
@@ -452,7 +430,7 @@ impl Billing {
                 reservation.forget();
                 Err(match refusal {
                     Refusal::Exhausted { balance, standing } => {
-                        self.know(key, balance);
+                        self.know(key, u64::try_from(balance).unwrap_or(0));
                         NoCredit::OutOfCredits(standing)
                     }
                     Refusal::Unavailable => NoCredit::Unavailable,

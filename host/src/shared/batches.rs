@@ -174,7 +174,7 @@ for g = 1, (#KEYS - 1) / 4 do
       tokens, wait = bucket_take(tokens, rate)
       left, reset = math.floor(tokens), bucket_reset(tokens, rate, burst)
     end
-    local balance = math.max(0, limit - held)
+    local balance = limit - held
     if wait > 0 then
       out[#out + 1] = {-2, wait}
     elseif free < 0 then
@@ -227,9 +227,11 @@ pub fn generation() -> u64 {
 }
 
 /// What an admitted request learned: its key's balance before it (0 when
-/// no credits were asked), and where its bucket stands when a token was
+/// no credits were asked; below 0 when more is spent and held than the key
+/// has, a lowered `free_credits` say: [`Credits`] settles what it has not
+/// written before it clamps), and where its bucket stands when a token was
 /// taken.
-pub type Granted = (u64, Option<Standing>);
+pub type Granted = (i64, Option<Standing>);
 
 /// One request's ask, waiting for its batch.
 pub struct Asked {
@@ -520,10 +522,10 @@ fn outcome(answer: &[i64], limited: bool) -> Result<Granted, Refusal> {
     match at(0) {
         -2 => Err(Refusal::RateLimited(Duration::from_millis(count(at(1))))),
         -1 => Err(Refusal::Exhausted {
-            balance: count(at(1)),
+            balance: at(1),
             standing,
         }),
-        _ => Ok((count(at(1)), standing)),
+        _ => Ok((at(1), standing)),
     }
 }
 

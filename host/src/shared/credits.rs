@@ -156,10 +156,11 @@ pub struct Held {
 /// Why a credit could not be reserved.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Refusal {
-    /// The key's balance (`balance` left) is less than the cost; the
-    /// bucket's token was taken all the same (`standing`).
+    /// The key's balance (`balance` left, below 0 when more is spent
+    /// and held than it has) is less than the cost; the bucket's token
+    /// was taken all the same (`standing`).
     Exhausted {
-        balance: u64,
+        balance: i64,
         standing: Option<Standing>,
     },
     /// Redis did not answer: no credit can be checked.
@@ -181,6 +182,10 @@ struct Pending {
     by_name: HashMap<String, Unsettled>,
     /// Whether the drop past [`MAX_PENDING`] was logged, for this outage.
     overflow_logged: bool,
+    /// How many times the entries above were taken to be written (kept
+    /// across takes): a key's entries seen twice with the same number were
+    /// not taken in between.
+    taken: u64,
 }
 
 /// One key's settled entries not yet written.
@@ -213,15 +218,10 @@ pub struct Credits {
     shared: Arc<Shared>,
     settle: Script,
     pending: Mutex<Pending>,
-    /// How many times [`Pending`] was taken to be written: a key's
-    /// unsettled entries seen twice with the same count were not written
-    /// in between.
-    taken: std::sync::atomic::AtomicU64,
     /// Wakes the writer before its time ([`Credits::settle_now`]).
     wake: tokio::sync::Notify,
-    /// A write is under way.
-    writing: std::sync::atomic::AtomicBool,
-    /// How many writes ended (landed or not), for [`Credits::settle_now`].
+    /// The number of the last take ([`Pending::taken`]) whose entries
+    /// landed, with all before it: batches land in order.
     written: tokio::sync::watch::Sender<u64>,
 }
 
@@ -231,9 +231,7 @@ impl Credits {
             shared,
             settle: Script::new(&format!("{GIVE_BACK}{SETTLE}")),
             pending: Mutex::new(Pending::default()),
-            taken: std::sync::atomic::AtomicU64::new(0),
             wake: tokio::sync::Notify::new(),
-            writing: std::sync::atomic::AtomicBool::new(false),
             written: tokio::sync::watch::Sender::new(0),
         }
     }
@@ -255,19 +253,39 @@ impl Credits {
         rate_limit: Option<RateLimitConfig>,
     ) -> Result<Held, Refusal> {
         let generation = batches::generation();
-        let credits = CreditAsk {
+        let credits = || CreditAsk {
             amount,
             free_credits,
             generation,
             owner: Arc::downgrade(self),
         };
-        let before = self.unsettled(name);
-        let asked = batches::ask(&self.shared, name, rate_limit, Some(credits)).await;
-        let known = |balance: u64| self.known_balance(balance, before);
+        let first = self.unsettled(name);
+        let asked = batches::ask(&self.shared, name, rate_limit, Some(credits())).await;
+        // Refused for credits where what this replica settled but has not
+        // written may be why (a request before, refunded or charged less
+        // than it held): written now, and asked again once, so one request
+        // at a time is never refused for the one before. (The first ask
+        // took the bucket's token: this one takes none.)
+        let (asked, before) = match asked {
+            Err(Refusal::Exhausted { balance, standing })
+                if self.unwritten_may_cover(balance, amount, first) =>
+            {
+                self.settle_now().await;
+                let before = self.unsettled(name);
+                let mut again = batches::ask(&self.shared, name, None, Some(credits())).await;
+                // Where the bucket stands is the first ask's to say.
+                if let Ok((_, at)) | Err(Refusal::Exhausted { standing: at, .. }) = &mut again {
+                    *at = standing;
+                }
+                (again, before)
+            }
+            asked => (asked, first),
+        };
+        let known = |balance: i64| self.known_balance(balance, before);
         match asked {
             Ok((balance, standing)) => Ok(Held {
                 generation,
-                balance: known(balance),
+                balance: u64::try_from(known(balance)).unwrap_or(0),
                 standing,
             }),
             Err(Refusal::Exhausted { balance, standing }) => Err(Refusal::Exhausted {
@@ -282,11 +300,15 @@ impl Credits {
     /// queue had been taken then.
     fn unsettled(&self, name: &str) -> (u64, Unsettled) {
         let pending = self.pending();
-        let taken = self.taken.load(std::sync::atomic::Ordering::Relaxed);
         (
-            taken,
+            pending.taken,
             pending.by_name.get(name).copied().unwrap_or_default(),
         )
+    }
+
+    /// How many times the queue has been taken.
+    fn taken(&self) -> u64 {
+        self.pending().taken
     }
 
     /// `balance`, as the store said it (what this replica settled but has
@@ -295,37 +317,45 @@ impl Credits {
     /// not the holds of the answers before it. Only when nothing was
     /// written in between (`before` is still all that is unsettled of
     /// them): then the store had their holds and not their release, and
-    /// the balance is never overstated.
-    fn known_balance(&self, balance: u64, before: (u64, Unsettled)) -> u64 {
+    /// the balance is never overstated. Signed, as the store counts it
+    /// (below 0 when more is spent and held than the key has).
+    fn known_balance(&self, balance: i64, before: (u64, Unsettled)) -> i64 {
         let (taken, unsettled) = before;
-        if self.taken.load(std::sync::atomic::Ordering::Relaxed) != taken {
+        if self.taken() != taken {
             return balance;
         }
-        (balance + unsettled.released).saturating_sub(unsettled.spent)
+        let signed = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        balance
+            .saturating_add(signed(unsettled.released))
+            .saturating_sub(signed(unsettled.spent))
     }
 
-    /// Whether this replica has releases of `name`'s holds not yet written:
-    /// a refusal for credits may be theirs.
-    pub fn releases_unsettled(&self, name: &str) -> bool {
-        self.unsettled(name).1.released > 0
+    /// Whether writing what this replica settled may let a refused ask of
+    /// `amount` through: the balance with those entries covers it, or they
+    /// were being written meanwhile (`before` no longer all there is) and
+    /// free more than they spend.
+    fn unwritten_may_cover(&self, balance: i64, amount: u32, before: (u64, Unsettled)) -> bool {
+        let (taken, unsettled) = before;
+        if self.taken() == taken {
+            self.known_balance(balance, before) >= i64::from(amount)
+        } else {
+            unsettled.released > unsettled.spent
+        }
     }
 
     /// Writes what is settled now, rather than at the writer's next turn,
-    /// and waits (at most a second) until a write that began after this
-    /// call has ended.
+    /// and waits (at most a second) until everything settled before this
+    /// call is written.
     pub async fn settle_now(&self) {
-        use std::sync::atomic::Ordering;
-        // A write under way may have taken the queue before the entries
-        // this call is for: then the one after it is wanted. (Read before
-        // the count: a write ending in between only makes this wait one
-        // more.)
-        let busy = self.writing.load(Ordering::Acquire);
+        // Entries settled before now were taken already (a take numbered
+        // up to `taken`), or will be by the next take: once the writes of
+        // the takes up to the next one have landed, they are written.
+        let taken = self.taken();
         let mut written = self.written.subscribe();
-        let wanted = *written.borrow_and_update() + if busy { 2 } else { 1 };
         self.wake.notify_one();
         let _ = tokio::time::timeout(
             Duration::from_secs(1),
-            written.wait_for(|ended| *ended >= wanted),
+            written.wait_for(|landed| *landed > taken),
         )
         .await;
     }
@@ -373,12 +403,13 @@ impl Credits {
                     .await
             })
             .await?;
-        let in_store = free_credits
-            .saturating_add(granted)
-            .saturating_sub(spent)
-            .saturating_sub(u64::try_from(reserved).unwrap_or(0));
+        let signed = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        let in_store = signed(free_credits)
+            .saturating_add(signed(granted))
+            .saturating_sub(signed(spent))
+            .saturating_sub(reserved.max(0));
         Ok(Statement {
-            remaining: self.known_balance(in_store, before),
+            remaining: u64::try_from(self.known_balance(in_store, before)).unwrap_or(0),
             used_today: today,
             used_total: spent,
         })
@@ -497,16 +528,7 @@ impl Credits {
                 () = writer.credits.wake.notified() => {}
                 () = shutdown.cancelled() => break,
             }
-            let credits = &writer.credits;
-            credits
-                .writing
-                .store(true, std::sync::atomic::Ordering::Release);
             let _ = writer.flush().await;
-            let credits = &writer.credits;
-            credits
-                .writing
-                .store(false, std::sync::atomic::Ordering::Release);
-            credits.written.send_modify(|ended| *ended += 1);
         }
         writer.credits.shared.asks_answered().await;
         // A batch that failed before goes first, then what is pending: each
@@ -613,21 +635,49 @@ struct Writer {
     credits: Arc<Credits>,
     seq: u64,
     /// A batch that did not land: sent again, as it was, before any other.
-    failed: Option<(u64, Vec<String>)>,
+    failed: Option<Batch>,
+}
+
+/// One write: its number (the script skips one it applied), the take its
+/// entries came from, and the script's arguments.
+struct Batch {
+    seq: u64,
+    take: u64,
+    args: Vec<String>,
 }
 
 impl Writer {
+    /// Sends the batch that failed before, if any, then what is pending.
     async fn flush(&mut self) -> Result<(), StateError> {
-        let (seq, args) = match self.failed.take() {
-            Some(batch) => batch,
-            None => {
-                let Some(args) = self.take() else {
-                    return Ok(());
-                };
-                self.seq += 1;
-                (self.seq, args)
-            }
+        if let Some(failed) = self.failed.take() {
+            self.send(failed).await?;
+        }
+        let (take, args) = self.take();
+        let Some(args) = args else {
+            // Nothing in this take, and every take before it landed.
+            self.landed(take);
+            return Ok(());
         };
+        self.seq += 1;
+        let seq = self.seq;
+        self.send(Batch { seq, take, args }).await
+    }
+
+    /// Says the entries of takes up to `take` are written.
+    fn landed(&self, take: u64) {
+        self.credits.written.send_if_modified(|landed| {
+            let later = take > *landed;
+            if later {
+                *landed = take;
+            }
+            later
+        });
+    }
+
+    /// Sends `batch` until it lands or fails; a failed one is kept, to be
+    /// sent again first.
+    async fn send(&mut self, batch: Batch) -> Result<(), StateError> {
+        let Batch { seq, take, args } = batch;
         let shared = &self.credits.shared;
         let marker = shared.named("batch:", shared.replica());
         let script = &self.credits.settle;
@@ -645,28 +695,33 @@ impl Writer {
         match result {
             Ok(_) => {
                 self.credits.pending().overflow_logged = false;
+                self.landed(take);
                 Ok(())
             }
             Err(e) => {
-                self.failed = Some((seq, args));
+                self.failed = Some(Batch { seq, take, args });
                 Err(e)
             }
         }
     }
 
-    /// What is pending, as the script's arguments; `None` when nothing is.
-    fn take(&self) -> Option<Vec<String>> {
-        let Pending {
-            usage, releases, ..
-        } = {
+    /// What is pending, as the script's arguments (`None` when nothing
+    /// is), with the number of this take.
+    fn take(&self) -> (u64, Option<Vec<String>>) {
+        let (
+            take,
+            Pending {
+                usage, releases, ..
+            },
+        ) = {
             let mut pending = self.credits.pending();
-            self.credits
-                .taken
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            std::mem::take(&mut *pending)
+            let take = pending.taken + 1;
+            let taken = std::mem::take(&mut *pending);
+            pending.taken = take;
+            (take, taken)
         };
         if usage.is_empty() && releases.is_empty() {
-            return None;
+            return (take, None);
         }
         let mut args = Vec::with_capacity((usage.len() + releases.len()) * 6);
         for ((day, name, endpoint), (requests, credits)) in usage {
@@ -689,6 +744,6 @@ impl Writer {
                 "-".to_owned(),
             ]);
         }
-        Some(args)
+        (take, Some(args))
     }
 }
