@@ -232,7 +232,12 @@ impl ProcessConfig {
                 *upstream_roots != new.upstream_roots,
             ),
             ("[server] log_format", *log_format != new.log_format),
-            ("[ledger] path", ledger.path != new.ledger.path),
+            // Where it is, not whether the file named it (a new field is
+            // to be compared, or not, here too).
+            ("[ledger] path", {
+                let crate::ledger::LedgerConfig { path, written: _ } = ledger;
+                *path != new.ledger.path
+            }),
             ("[cache] max_bytes", *cache_max_bytes != new.cache_max_bytes),
             ("[state]", *state != new.state),
         ];
