@@ -1,6 +1,7 @@
 //! The host side of the boundary: loading a library and checking its
 //! interface, and safe handles to the providers and attempts inside it.
 
+use std::borrow::Cow;
 use std::cell::Cell;
 use std::ops::Range;
 use std::sync::Arc;
@@ -277,18 +278,10 @@ impl AttemptHandle {
             FfiStep::Done {
                 output,
                 next_cursor,
-            } => {
-                let text = output.as_str();
-                let (output, written) = self.checked_output(text)?;
-                match written {
-                    Some(data) => self.keyless(&text[data])?,
-                    None => self.keyless(&output.data_json())?,
-                }
-                Ok(Next::Done(Done {
-                    output,
-                    next_cursor: self.next_cursor(next_cursor)?,
-                }))
-            }
+            } => Ok(Next::Done(Done {
+                output: self.checked_output(output.as_str())?.0,
+                next_cursor: self.next_cursor(next_cursor)?,
+            })),
             other => self.fetch_or_fail(other).map(Next::Fetch),
         }
     }
@@ -307,14 +300,9 @@ impl AttemptHandle {
                 output,
                 next_cursor,
             } => {
-                let text = output.as_str();
-                let data = match self.checked_output(text)? {
-                    (_, Some(written)) => text[written].to_owned(),
-                    (output, None) => output.data_json(),
-                };
-                self.keyless(&data)?;
+                let (_, data) = self.checked_output(output.as_str())?;
                 Ok(Advance::Done(Answer {
-                    data,
+                    data: data.into_owned(),
                     next_cursor: self.next_cursor(next_cursor)?,
                 }))
             }
@@ -338,11 +326,12 @@ impl AttemptHandle {
         }
     }
 
-    /// A plugin's answer, decoded and checked; with where its data lies
-    /// in `text` when `text` is in the one form serde_json writes (see
-    /// [`canonical`](crate::canonical)).
-    fn checked_output(&self, text: &str) -> Result<(Output, Option<Range<usize>>), ProviderError> {
-        let (output, data) = read_output(text).map_err(|e| {
+    /// A plugin's answer, decoded and checked, with its data as callers
+    /// get it: the plugin's own text of it when `text` is in the one form
+    /// serde_json writes (see [`canonical`](crate::canonical)), otherwise
+    /// written anew.
+    fn checked_output<'t>(&self, text: &'t str) -> Result<(Output, Cow<'t, str>), ProviderError> {
+        let (output, written) = read_output(text).map_err(|e| {
             ProviderError::bad_response(format!("plugin output does not fit the schema: {e}"))
         })?;
         if output.endpoint() != self.endpoint {
@@ -355,19 +344,18 @@ impl AttemptHandle {
         output.check(self.most_items).map_err(|problem| {
             ProviderError::bad_response(format!("plugin answer has {problem}"))
         })?;
-        Ok((output, data))
-    }
-
-    /// Fails when `data`, the answer's data as callers would get it, holds
-    /// the provider's upstream key: searched there, not in the plugin's own
-    /// text, whose JSON escapes could hide it.
-    fn keyless(&self, data: &str) -> Result<(), ProviderError> {
-        if self.key.is_in(data) {
+        let data = match written {
+            Some(data) => Cow::Borrowed(&text[data]),
+            None => Cow::Owned(output.data_json()),
+        };
+        // Looked for in the data callers get, not in the plugin's own text,
+        // whose JSON escapes could hide it.
+        if self.key.is_in(&data) {
             return Err(ProviderError::bad_response(
                 "the answer holds the upstream key (echoed by the upstream?)",
             ));
         }
-        Ok(())
+        Ok((output, data))
     }
 
     fn next_cursor(&self, next_cursor: ROption<RString>) -> Result<Option<String>, ProviderError> {
