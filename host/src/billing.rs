@@ -559,10 +559,7 @@ impl Billing {
 
 /// `key`'s account, created empty; allocates the name only the first time.
 fn account_of<'a>(accounts: &'a mut Accounts, key: &str) -> &'a mut Account {
-    if !accounts.contains_key(key) {
-        accounts.insert(key.to_owned(), Account::default());
-    }
-    accounts.get_mut(key).expect("inserted above")
+    crate::entry_or_default(accounts, key)
 }
 
 impl Reservation {

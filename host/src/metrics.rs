@@ -251,10 +251,7 @@ impl<T> Default for ByName<T> {
 
 impl<T: Default> ByName<T> {
     fn entry_for(&mut self, name: &str) -> &mut T {
-        if !self.0.contains_key(name) {
-            self.0.insert(name.to_owned(), T::default());
-        }
-        self.0.get_mut(name).expect("inserted above")
+        crate::entry_or_default(&mut self.0, name)
     }
 }
 

@@ -197,20 +197,24 @@ struct Unsettled {
     spent: u64,
 }
 
+impl Unsettled {
+    /// `balance`, as the store counts it, once these entries are written.
+    fn settled(self, balance: i64) -> i64 {
+        balance
+            .saturating_add(signed(self.released))
+            .saturating_sub(signed(self.spent))
+    }
+}
+
+/// A count as a balance's term (the store's balances are signed).
+fn signed(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
 impl Pending {
     fn len(&self) -> usize {
         self.usage.len() + self.releases.len()
     }
-}
-
-/// `name`'s entry in [`Pending::by_name`].
-fn unsettled_of<'a>(pending: &'a mut Pending, name: &str) -> &'a mut Unsettled {
-    if !pending.by_name.contains_key(name) {
-        pending
-            .by_name
-            .insert(name.to_owned(), Unsettled::default());
-    }
-    pending.by_name.get_mut(name).expect("inserted above")
 }
 
 /// Shared credit accounts and the queue of what was settled.
@@ -321,13 +325,11 @@ impl Credits {
     /// (below 0 when more is spent and held than the key has).
     fn known_balance(&self, balance: i64, before: (u64, Unsettled)) -> i64 {
         let (taken, unsettled) = before;
-        if self.taken() != taken {
-            return balance;
+        if self.taken() == taken {
+            unsettled.settled(balance)
+        } else {
+            balance
         }
-        let signed = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-        balance
-            .saturating_add(signed(unsettled.released))
-            .saturating_sub(signed(unsettled.spent))
     }
 
     /// Whether writing what this replica settled may let a refused ask of
@@ -337,7 +339,7 @@ impl Credits {
     fn unwritten_may_cover(&self, balance: i64, amount: u32, before: (u64, Unsettled)) -> bool {
         let (taken, unsettled) = before;
         if self.taken() == taken {
-            self.known_balance(balance, before) >= i64::from(amount)
+            unsettled.settled(balance) >= i64::from(amount)
         } else {
             unsettled.released > unsettled.spent
         }
@@ -370,7 +372,7 @@ impl Credits {
             let counts = pending.usage.entry(usage).or_default();
             counts.0 += 1;
             counts.1 += u64::from(amount);
-            unsettled_of(&mut pending, name).spent += u64::from(amount);
+            crate::entry_or_default(&mut pending.by_name, name).spent += u64::from(amount);
         }
         if let Some((generation, held)) = held {
             self.release(&mut pending, name, generation, held);
@@ -403,7 +405,6 @@ impl Credits {
                     .await
             })
             .await?;
-        let signed = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         let in_store = signed(free_credits)
             .saturating_add(signed(granted))
             .saturating_sub(signed(spent))
@@ -494,7 +495,7 @@ impl Credits {
         let key = (name.to_owned(), generation);
         if pending.releases.contains_key(&key) || !self.full(pending) {
             *pending.releases.entry(key).or_default() += u64::from(amount);
-            unsettled_of(pending, name).released += u64::from(amount);
+            crate::entry_or_default(&mut pending.by_name, name).released += u64::from(amount);
         }
     }
 

@@ -234,10 +234,7 @@ impl Client {
         connection.idle_since = Instant::now();
         let mut pool = self.this_threads_pool();
         // The target is copied only for its first connection.
-        if !pool.idle.contains_key(target) {
-            pool.idle.insert(target.clone(), Vec::new());
-        }
-        let connections = pool.idle.get_mut(target).expect("inserted above");
+        let connections = crate::entry_or_default(&mut pool.idle, target);
         // The oldest are first: those past the idle timeout go now, so a
         // quiet target does not keep them open until its next request.
         let expired = connections.iter().take_while(|c| self.expired(c)).count();
