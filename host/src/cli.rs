@@ -181,17 +181,7 @@ pub fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("socialgate: {e}");
-            // Used wrongly: a bad argument, a plugin or platform name
-            // outside its rule.
-            let usage = matches!(
-                e,
-                RunError::Usage(_)
-                    | RunError::Plugin(
-                        crate::scaffold::ScaffoldError::BadName(_)
-                            | crate::scaffold::ScaffoldError::BadPlatform(_)
-                    )
-            );
-            if usage {
+            if e.is_usage() {
                 ExitCode::from(2)
             } else {
                 ExitCode::FAILURE

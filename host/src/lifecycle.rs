@@ -111,6 +111,19 @@ pub enum RunError {
     Io(#[from] std::io::Error),
 }
 
+impl RunError {
+    /// The command was used wrongly (exit code 2): a bad argument, or a
+    /// plugin or platform name outside its rule.
+    pub fn is_usage(&self) -> bool {
+        use crate::scaffold::ScaffoldError;
+        matches!(
+            self,
+            RunError::Usage(_)
+                | RunError::Plugin(ScaffoldError::BadName(_) | ScaffoldError::BadPlatform(_))
+        )
+    }
+}
+
 /// What a successful [`load`] found, for `check`'s report.
 pub struct Loaded {
     pub snapshot: Snapshot,
