@@ -288,6 +288,7 @@ pub struct Cache {
 }
 
 impl Cache {
+    #[cfg(test)]
     pub fn new(max_bytes: u64) -> Arc<Cache> {
         Cache::with_shared(max_bytes, None)
     }
@@ -306,8 +307,8 @@ impl Cache {
         })
     }
 
-    /// [`Cache::get`], then (on a miss) the shared level, whose answer is
-    /// kept here too.
+    /// The stored answer for `key`, fresh or not: this replica's, then (on
+    /// a miss) the shared level's, which is kept here too.
     pub async fn lookup(&self, key: &Key) -> Option<Arc<Entry>> {
         if let Some(entry) = self.store.get(key) {
             return Some(entry);
@@ -318,7 +319,8 @@ impl Cache {
         Some(entry)
     }
 
-    /// The stored answer for `key`, fresh or not.
+    /// This replica's stored answer for `key`, fresh or not.
+    #[cfg(test)]
     pub fn get(&self, key: &Key) -> Option<Arc<Entry>> {
         self.store.get(key)
     }

@@ -32,7 +32,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -611,11 +610,6 @@ pub fn executable_dir() -> std::io::Result<PathBuf> {
 /// `value` as a TOML string literal, for configs written by code (the demo).
 pub fn toml_string(value: &str) -> String {
     toml::Value::String(value.to_owned()).to_string()
-}
-
-/// Address of the listeners' defaults, for the demo and the docs.
-pub fn loopback(port: u16) -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], port))
 }
 
 #[cfg(test)]

@@ -91,8 +91,8 @@ return {tonumber(a[1]) or 0, tonumber(a[2]) or 0, reserved,
 static STATEMENT_SCRIPT: std::sync::LazyLock<Script> =
     std::sync::LazyLock::new(|| Script::new(STATEMENT));
 
-/// KEYS[1]: this process's last applied batch number. ARGV[1]: the
-/// prefix, ARGV[2]: this batch's number, then groups of six: `u NAME DAY
+/// `KEYS[1]`: this process's last applied batch number. `ARGV[1]`: the
+/// prefix, `ARGV[2]`: this batch's number, then groups of six: `u NAME DAY
 /// ENDPOINT REQUESTS CREDITS` (usage) or `r NAME HOLDER AMOUNT - -` (what
 /// to release of the holder's hold on the account). A release takes no
 /// more than the holder holds: once a sweep freed an expired hold there is
