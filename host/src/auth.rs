@@ -437,23 +437,15 @@ impl KeysFileAt<'_> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(source) => return Err(failed(source)),
         };
-        let dir = self.dir();
-        let tmp = dir.join(format!(".{}.{}.tmp", self.name(), std::process::id()));
-        let result = (|| {
-            let mut file = crate::files::create_private(&tmp)?;
+        crate::files::replace_atomically(path, |file| {
             file.write_all(b"# socialgate API keys: names and SHA-256 hashes only.\n")?;
             file.write_all(body.as_bytes())?;
-            if let Some(meta) = &kept {
-                keep_owner_and_mode(&file, meta)?;
+            match &kept {
+                Some(meta) => keep_owner_and_mode(file, meta),
+                None => Ok(()),
             }
-            file.sync_all()?;
-            std::fs::rename(&tmp, path)?;
-            crate::files::sync_dir(dir)
-        })();
-        if result.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        result.map_err(failed)
+        })
+        .map_err(failed)
     }
 }
 

@@ -59,6 +59,33 @@ fn open_new(path: &Path) -> io::Result<File> {
     Ok(file)
 }
 
+/// Replaces `path` with a file `write` fills, so that a reader sees the old
+/// file or the new one, never half of one: written to a private temporary
+/// file beside it (`.NAME.PID.tmp`), synced, renamed into place, and the
+/// folder synced so the rename survives a crash. On failure the temporary
+/// file is removed and `path` is untouched.
+pub fn replace_atomically(
+    path: &Path,
+    write: impl FnOnce(&mut File) -> io::Result<()>,
+) -> io::Result<()> {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let result = create_private(&tmp).and_then(|mut file| {
+        write(&mut file)?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        sync_dir(dir)
+    });
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
 /// Opens `path` for reading, refusing a symbolic link at its last component.
 pub fn open_no_follow(path: &Path) -> io::Result<File> {
     let mut options = OpenOptions::new();
@@ -234,6 +261,31 @@ mod tests {
         let link = dir.join("link");
         std::os::unix::fs::symlink(&victim, &link).unwrap();
         assert!(open_no_follow(&link).is_err());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_replacement_that_fails_leaves_the_old_file_and_no_temporary_one() {
+        let dir = std::env::temp_dir().join(format!("sg-replace-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        create_private_dir_all(&dir).unwrap();
+        let path = dir.join("keys.toml");
+        replace_atomically(&path, |file| std::io::Write::write_all(file, b"old")).unwrap();
+
+        let refused = replace_atomically(&path, |file| {
+            std::io::Write::write_all(file, b"half")?;
+            Err(io::Error::other("disk full"))
+        });
+        assert!(refused.is_err());
+        assert_eq!(std::fs::read(&path).unwrap(), b"old");
+        let names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["keys.toml"], "no temporary file is left");
+
+        replace_atomically(&path, |file| std::io::Write::write_all(file, b"new")).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"new");
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -10,7 +10,7 @@
 //! a reload may still be running its code.
 
 use std::collections::{HashMap, HashSet};
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::SystemTime;
@@ -243,7 +243,8 @@ impl Loader {
             .file_stem()
             .and_then(|s| s.to_str())
             .unwrap_or("plugin");
-        let short: String = hash[..8].iter().map(|b| format!("{b:02x}")).collect();
+        let mut short = String::new();
+        crate::hex::push_hex(&mut short, &hash[..8]);
         let extension = path.extension().and_then(|e| e.to_str()).unwrap_or("so");
         let copy = dir.join(format!("{stem}-{short}.{extension}"));
         // A copy left by an earlier run is used only if it is a whole
@@ -263,19 +264,7 @@ impl Loader {
             source,
         };
         crate::files::create_private_dir_all(&dir).map_err(failed)?;
-        let tmp = dir.join(format!(".{stem}-{short}.{}.tmp", std::process::id()));
-        let write_synced = |tmp: &Path| -> std::io::Result<()> {
-            let mut file = crate::files::create_private(tmp)?;
-            std::io::Write::write_all(&mut file, bytes)?;
-            file.sync_all()
-        };
-        write_synced(&tmp)
-            .and_then(|()| std::fs::rename(&tmp, &copy))
-            .and_then(|()| crate::files::sync_dir(&dir))
-            .map_err(|e| {
-                let _ = std::fs::remove_file(&tmp);
-                failed(e)
-            })?;
+        crate::files::replace_atomically(&copy, |file| file.write_all(bytes)).map_err(failed)?;
         Ok(copy)
     }
 }

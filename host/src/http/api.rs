@@ -195,7 +195,6 @@ fn normalize_path(request: &mut Request<Incoming>, max_header_bytes: usize) {
 /// 6.2.2): `/v1/%73hortvideo/%70rofile` is `/v1/shortvideo/profile`;
 /// `%2F` stays what it is, not a `/`. `None` when nothing changes.
 fn decode_unreserved(uri: &hyper::Uri) -> Option<hyper::Uri> {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
     let bytes = uri.path().as_bytes();
     // Only ASCII escapes are rewritten, to ASCII: every other byte, a
     // UTF-8 sequence's included, is copied as it came.
@@ -213,9 +212,14 @@ fn decode_unreserved(uri: &hyper::Uri) -> Option<hyper::Uri> {
                 decoded.push(b);
                 i += 3;
             }
-            Some(b) => {
-                let (high, low) = (HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]);
-                decoded.extend_from_slice(&[b'%', high, low]);
+            Some(_) => {
+                // Two hex digits: upper-casing them is the whole rewrite.
+                let (high, low) = (bytes[i + 1], bytes[i + 2]);
+                decoded.extend_from_slice(&[
+                    b'%',
+                    high.to_ascii_uppercase(),
+                    low.to_ascii_uppercase(),
+                ]);
                 i += 3;
             }
             None => {

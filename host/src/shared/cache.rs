@@ -54,7 +54,8 @@ impl SharedCache {
         // Redis keys short whatever the caller's input.
         let text = serde_json::to_vec(key).unwrap_or_default();
         let hash = Sha256::digest(&text);
-        let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
+        let mut hex = String::new();
+        crate::hex::push_hex(&mut hex, &hash);
         self.shared.named("cache:", &hex)
     }
 
