@@ -4,13 +4,14 @@
 //! The input is split on `0xFF` (a byte no UTF-8 JSON holds) into one body
 //! per upstream response, so multi-request attempts (the primary's posts:
 //! profile, then page; comments: several pages) are explored too. A run
-//! fails on a panic, an attempt that does not end within [`MAX_STEPS`], or
-//! an answer the host would refuse for breaking the plugin protocol.
+//! fails on a panic, an attempt that does not end within [`MAX_STEPS`], a
+//! request that is not a GET of the configured upstream, or an answer the
+//! host's boundary would refuse: of another endpoint, failing
+//! [`Output::check`](plugin_api::Output::check) (list length, ID shapes,
+//! usernames), or with a cursor longer than [`MAX_CURSOR_LEN`].
 
+pub use plugin_api::ffi::{MAX_CURSOR_LEN, MAX_STEPS};
 use plugin_api::{Call, Next, Provider, ProviderConfig, UpstreamResponse};
-
-/// The host's own bound on one attempt's steps.
-pub const MAX_STEPS: usize = 16;
 
 /// Sets `P` up as the host would, against an upstream that is never
 /// reached: the fuzzer's bytes stand in for every response.
@@ -26,6 +27,7 @@ pub fn provider<P: Provider>() -> P {
 /// Drives one attempt at `call` through the bodies in `data`.
 pub fn drive<P: Provider>(provider: &P, call: Call, data: &[u8]) {
     let endpoint = call.endpoint();
+    let most_items = call.most_items();
     let mut attempt = provider.begin(call);
     let mut bodies = data.split(|&b| b == 0xFF);
     let mut response: Option<&[u8]> = None;
@@ -39,6 +41,11 @@ pub fn drive<P: Provider>(provider: &P, call: Call, data: &[u8]) {
                     endpoint,
                     "an answer of another endpoint"
                 );
+                if let Err(broken) = done.output.check(most_items) {
+                    panic!("an answer the host refuses: {broken}");
+                }
+                let cursor = done.next_cursor.as_deref().unwrap_or_default();
+                assert!(cursor.len() <= MAX_CURSOR_LEN, "a cursor the host refuses");
                 return;
             }
             Ok(Next::Fetch(request)) => {

@@ -22,20 +22,21 @@
 //! # Shutdown
 //!
 //! One [`CancellationToken`] is what the public listener, the admin
-//! listener, the reloader and the TLS files' follower wait on. On SIGTERM or ctrl-c, in this order:
+//! listener, the reloader, the TLS files' follower and (with `redis`) the
+//! shared keys' follower wait on. On SIGTERM or ctrl-c, in this order:
 //!
 //! 1. The server stops being ready (`/readyz` answers 503), for load
 //!    balancers still probing over open connections.
 //! 2. The token fires: both listeners stop accepting, and their open
 //!    connections finish the request in flight, for at most
-//!    `shutdown_grace_ms`; the reloader and the TLS follower stop. (A
+//!    `shutdown_grace_ms`; the reloader and the two followers stop. (A
 //!    serving thread closes what is still open once the work of step 3
 //!    that runs on it has ended.)
 //! 3. Work that callers who hung up left running ends, for at most
 //!    `shutdown_grace_ms` more: it holds credits until it ends.
 //! 4. The ledger writes what is pending and its writer thread ends (with
-//!    `redis`: the settling task writes what it holds, the keys follower
-//!    stops): last, once no request can count a credit any more.
+//!    `redis`: the settling task, on a token of its own, writes what it
+//!    holds): last, once no request can count a credit any more.
 
 use std::future::Future;
 use std::io::Write;
