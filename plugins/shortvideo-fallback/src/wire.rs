@@ -6,7 +6,9 @@
 //! becomes `None`. Unlisted fields are ignored, and `aweme_id` is never
 //! declared, so the opaque media key cannot leak out as a post ID.
 
-use plugin_api::json::{self, millis, non_empty, unix_time, Count, Field, Flag, Id, Seconds};
+use plugin_api::json::{
+    self, millis, non_empty, unix_time, Count, Field, Flag, Id, Required, Seconds,
+};
 use plugin_api::{Comment, ErrorKind, Post, Profile, ProviderError, UpstreamResponse};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -79,10 +81,6 @@ pub fn further_offset(has_more: Option<Flag>, cursor: Option<Id>, sent: &str) ->
     (next > sent).then_some(next)
 }
 
-fn required<T>(value: Option<T>, field: &str) -> Result<T, ProviderError> {
-    value.ok_or_else(|| ProviderError::missing(field))
-}
-
 fn count(value: Option<Count>) -> Option<u64> {
     value.map(|c| c.0)
 }
@@ -118,10 +116,10 @@ impl Account {
     pub fn into_profile(self) -> Result<Profile, ProviderError> {
         let (user, stats) = (self.user, self.stats);
         Ok(Profile {
-            username: required(json::handle(user.unique_id), "user.uniqueId")?,
-            display_name: required(user.nickname, "user.nickname")?,
-            followers: required(stats.follower_count, "stats.followerCount")?.0,
-            verified: required(user.verified, "user.verified")?.0,
+            username: json::handle(user.unique_id).required("user.uniqueId")?,
+            display_name: user.nickname.required("user.nickname")?,
+            followers: stats.follower_count.required("stats.followerCount")?.0,
+            verified: user.verified.required("user.verified")?.0,
             id: user.id.and_then(Id::non_empty),
             bio: non_empty(user.signature),
             following: count(stats.following_count),
@@ -200,10 +198,10 @@ impl Video {
             PostId::Id => (self.id, "id"),
         };
         Ok(Post {
-            id: required(id.and_then(Id::non_empty), field)?,
-            text: required(self.title, "title")?,
-            likes: required(self.digg_count, "digg_count")?.0,
-            comments: required(self.comment_count, "comment_count")?.0,
+            id: id.and_then(Id::non_empty).required(field)?,
+            text: self.title.required("title")?,
+            likes: self.digg_count.required("digg_count")?.0,
+            comments: self.comment_count.required("comment_count")?.0,
             views: count(self.play_count),
             shares: count(self.share_count),
             created_at: unix_time(self.create_time),
@@ -237,9 +235,9 @@ pub struct CommentItem {
 impl CommentItem {
     pub fn into_comment(self) -> Result<Comment, ProviderError> {
         Ok(Comment {
-            id: required(self.id.and_then(Id::non_empty), "id")?,
-            text: required(self.text, "text")?,
-            likes: required(self.digg_count, "digg_count")?.0,
+            id: self.id.and_then(Id::non_empty).required("id")?,
+            text: self.text.required("text")?,
+            likes: self.digg_count.required("digg_count")?.0,
             replies: count(self.reply_total),
             created_at: unix_time(self.create_time),
             author: handle(self.user),

@@ -9,7 +9,7 @@
 //! beyond 2^53 keep every digit. Fields not named here are ignored.
 
 use plugin_api::attempt::Page;
-use plugin_api::json::{self, Count, Field, Flag, Id, Millis};
+use plugin_api::json::{self, Count, Field, Flag, Id, Millis, Required};
 use plugin_api::{Comment, ErrorKind, Post, Profile, ProviderError};
 use serde::Deserialize;
 
@@ -43,10 +43,6 @@ fn soft_block(object: &str) -> ProviderError {
     ProviderError::bad_response(format!("soft block: status_code 0 without `{object}`"))
 }
 
-fn required<T>(value: Option<T>, field: &str) -> Result<T, ProviderError> {
-    value.ok_or_else(|| ProviderError::missing(field))
-}
-
 /// A page's items: absent is a soft block, `null` an empty page.
 fn items<T>(field: Field<Vec<T>>, name: &str) -> Result<Vec<T>, ProviderError> {
     field.items().ok_or_else(|| soft_block(name))
@@ -64,7 +60,7 @@ fn next_cursor(
     if empty || !has_more.is_some_and(|Flag(more)| more) {
         return Ok(None);
     }
-    required(cursor, name).map(|Count(c)| Some(c))
+    cursor.required(name).map(|Count(c)| Some(c))
 }
 
 /// P1 `/v1/user/profile`.
@@ -102,9 +98,9 @@ pub struct User {
 impl User {
     pub fn into_profile(self) -> Result<Profile, ProviderError> {
         Ok(Profile {
-            username: required(json::handle(self.unique_id), "user.unique_id")?,
-            display_name: required(self.nickname, "user.nickname")?,
-            followers: required(self.follower_count, "user.follower_count")?.0,
+            username: json::handle(self.unique_id).required("user.unique_id")?,
+            display_name: self.nickname.required("user.nickname")?,
+            followers: self.follower_count.required("user.follower_count")?.0,
             // `verification_type` is not a verified flag; these two are.
             verified: json::non_empty(self.custom_verify).is_some()
                 || json::non_empty(self.enterprise_verify_reason).is_some(),
@@ -221,10 +217,10 @@ impl Aweme {
     pub fn into_post(self) -> Result<Post, ProviderError> {
         let stats = self.statistics.unwrap_or_default();
         Ok(Post {
-            id: required(self.aweme_id.and_then(Id::non_empty), "aweme_id")?,
-            text: required(self.desc, "desc")?,
-            likes: required(stats.digg_count, "statistics.digg_count")?.0,
-            comments: required(stats.comment_count, "statistics.comment_count")?.0,
+            id: self.aweme_id.and_then(Id::non_empty).required("aweme_id")?,
+            text: self.desc.required("desc")?,
+            likes: stats.digg_count.required("statistics.digg_count")?.0,
+            comments: stats.comment_count.required("statistics.comment_count")?.0,
             views: stats.play_count.map(|Count(n)| n),
             shares: stats.share_count.map(|Count(n)| n),
             created_at: json::unix_time(self.create_time),
@@ -270,9 +266,9 @@ struct CommentItem {
 impl CommentItem {
     fn into_comment(self) -> Result<Comment, ProviderError> {
         Ok(Comment {
-            id: required(self.cid.and_then(Id::non_empty), "cid")?,
-            text: required(self.text, "text")?,
-            likes: required(self.digg_count, "digg_count")?.0,
+            id: self.cid.and_then(Id::non_empty).required("cid")?,
+            text: self.text.required("text")?,
+            likes: self.digg_count.required("digg_count")?.0,
             replies: self.reply_comment_total.map(|Count(n)| n),
             created_at: json::unix_time(self.create_time),
             author: handle(self.user),
