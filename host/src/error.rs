@@ -4,7 +4,19 @@
 //! Messages never name a provider, an upstream host, an upstream status or
 //! an upstream message: the caller must not learn who answered.
 
+use std::time::Duration;
+
 use hyper::StatusCode;
+use plugin_api::Endpoint;
+
+use crate::chain::ChainError;
+use crate::cursor::CursorError;
+use crate::http::answer::NoData;
+use crate::resilience::rate_limit;
+
+/// What a caller refused for a passing condition (the server busy, the
+/// shared store out of reach) is told to wait, in seconds.
+const RETRY_SOON_SECS: u64 = 1;
 
 /// An error answered to an API caller.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -180,15 +192,112 @@ impl ApiError {
         ApiError::invalid("cursor", "has expired; start the listing again")
     }
 
+    /// Too many requests in flight: retry soon.
+    pub fn overloaded() -> ApiError {
+        ApiError::Overloaded {
+            retry_after_secs: RETRY_SOON_SECS,
+        }
+    }
+
+    /// The shared store this request needs cannot answer: retry soon.
+    pub fn store_unavailable() -> ApiError {
+        ApiError::ServiceUnavailable {
+            retry_after_secs: RETRY_SOON_SECS,
+        }
+    }
+
+    /// This key's rate is exceeded; its bucket has room again in `wait`.
+    pub fn rate_limited(wait: Duration) -> ApiError {
+        ApiError::RateLimited {
+            retry_after_secs: rate_limit::retry_after_secs(wait),
+        }
+    }
+
+    /// Why a request to `endpoint` got no data, as its caller is told.
+    pub fn unanswered(error: NoData, endpoint: Endpoint) -> ApiError {
+        match error {
+            NoData::NotStored => ApiError::NotCached,
+            NoData::Chain(ChainError::NotFound) => ApiError::ResourceNotFound,
+            // A provider refuses the value of the endpoint's subject.
+            NoData::Chain(ChainError::InvalidInput(message)) => ApiError::InvalidParameter {
+                param: subject_param(endpoint).to_owned(),
+                message,
+            },
+            NoData::Chain(ChainError::Exhausted) => ApiError::UpstreamUnavailable {
+                retry_after_secs: None,
+            },
+            NoData::Chain(ChainError::Unavailable { retry_after }) => {
+                ApiError::UpstreamUnavailable {
+                    retry_after_secs: Some(rate_limit::retry_after_secs(retry_after)),
+                }
+            }
+            NoData::Chain(ChainError::DeadlineExceeded) => ApiError::UpstreamTimeout,
+            NoData::Chain(ChainError::Busy) => ApiError::overloaded(),
+        }
+    }
+
     /// A platform name echoed back, cut to a sane length.
     pub fn platform_not_found(name: &str) -> ApiError {
         ApiError::PlatformNotFound(name.chars().take(64).collect())
     }
 }
 
+/// plugin-api's verdict on a call's parameters, which names the one at
+/// fault.
+impl From<plugin_api::ParamError> for ApiError {
+    fn from(error: plugin_api::ParamError) -> ApiError {
+        ApiError::InvalidParameter {
+            param: error.name.to_owned(),
+            message: error.to_string(),
+        }
+    }
+}
+
+impl From<CursorError> for ApiError {
+    fn from(error: CursorError) -> ApiError {
+        match error {
+            CursorError::Invalid => ApiError::bad_cursor(),
+            CursorError::Expired => ApiError::expired_cursor(),
+        }
+    }
+}
+
+/// The query parameter that names what `endpoint` is about: the one a
+/// provider's refusal of the input is about, and the one a next page's
+/// link repeats.
+pub fn subject_param(endpoint: Endpoint) -> &'static str {
+    // Asked of plugin-api, which owns what each endpoint reads.
+    ["username", "id", "query"]
+        .into_iter()
+        .find(|&param| endpoint.reads(param))
+        .unwrap_or("id")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_endpoint_has_the_subject_its_call_names() {
+        for (endpoint, call) in [
+            (Endpoint::Profile, "/profile?username=luna"),
+            (Endpoint::Posts, "/posts?username=luna"),
+            (Endpoint::Post, "/post?id=1"),
+            (Endpoint::Comments, "/comments?id=1"),
+            (Endpoint::Search, "/search?query=luna"),
+        ] {
+            let param = subject_param(endpoint);
+            assert!(
+                call.contains(&format!("?{param}=")),
+                "{endpoint:?}: {param}"
+            );
+            let others = ["username", "id", "query"]
+                .into_iter()
+                .filter(|&p| p != param);
+            assert!(others.clone().all(|p| !endpoint.reads(p)), "{endpoint:?}");
+        }
+        assert_eq!(Endpoint::ALL.len(), 5, "a new endpoint: add it above");
+    }
 
     #[test]
     fn every_error_has_its_documented_code_and_status() {

@@ -39,21 +39,21 @@ use hyper::{Method, Request, Response, StatusCode, Version};
 use plugin_api::{Call, Endpoint};
 use tracing::Instrument;
 
-use super::answer::{self, Ask, NoData, Unanswered};
+use super::answer::{self, Ask, Unanswered};
 use super::encoding::{self, Precompressed};
 use super::response::{self, Body};
 use super::{cors, request_id};
 use crate::billing::{NoCredit, Reservation, Source};
 use crate::cache::freshness::Directives;
 use crate::cache::status::{CacheStatus, Forward};
-use crate::chain::{ChainError, Journal};
-use crate::cursor::{CursorError, Listing, Position};
-use crate::error::ApiError;
+use crate::chain::Journal;
+use crate::cursor::{Listing, Position};
+use crate::error::{subject_param, ApiError};
 use crate::logging::RequestLine;
 use crate::metrics::{self, RouteLabels};
 use crate::resilience::concurrency::InFlight;
 use crate::resilience::deadline::Deadline;
-use crate::resilience::rate_limit::{retry_after_secs, RateLimitConfig, Standing};
+use crate::resilience::rate_limit::{RateLimitConfig, Standing};
 use crate::routing::{Chain, Provider};
 use crate::state::{App, Snapshot};
 
@@ -365,9 +365,7 @@ async fn route<'s>(
     }
     // Held until the answer is built, or while the upstream work of an
     // abandoned request runs; past the limit, refuse at once.
-    let slot = app.in_flight.try_enter().ok_or(ApiError::Overloaded {
-        retry_after_secs: 1,
-    })?;
+    let slot = app.in_flight.try_enter().ok_or_else(ApiError::overloaded)?;
     if !reads {
         return Err(ApiError::MethodNotAllowed);
     }
@@ -448,12 +446,10 @@ async fn route<'s>(
                     }
                     ApiError::InsufficientCredits
                 }
-                NoCredit::Unavailable => ApiError::ServiceUnavailable {
-                    retry_after_secs: 1,
-                },
+                NoCredit::Unavailable => ApiError::store_unavailable(),
                 NoCredit::RateLimited(wait) => {
                     report.rate = Some(Standing::exhausted(wait));
-                    rate_limited(wait)
+                    ApiError::rate_limited(wait)
                 }
             })
         }
@@ -480,28 +476,7 @@ async fn route<'s>(
         Ok(found) => found,
         Err(Unanswered { error, status, age }) => {
             report.cache = status;
-            let error = match error {
-                NoData::NotStored => ApiError::NotCached,
-                NoData::Chain(ChainError::NotFound) => ApiError::ResourceNotFound,
-                // A provider refuses the value of the endpoint's subject.
-                NoData::Chain(ChainError::InvalidInput(message)) => ApiError::InvalidParameter {
-                    param: subject_param(endpoint).to_owned(),
-                    message,
-                },
-                NoData::Chain(ChainError::Exhausted) => ApiError::UpstreamUnavailable {
-                    retry_after_secs: None,
-                },
-                NoData::Chain(ChainError::Unavailable { retry_after }) => {
-                    ApiError::UpstreamUnavailable {
-                        retry_after_secs: Some(retry_after_secs(retry_after)),
-                    }
-                }
-                NoData::Chain(ChainError::DeadlineExceeded) => ApiError::UpstreamTimeout,
-                NoData::Chain(ChainError::Busy) => ApiError::Overloaded {
-                    retry_after_secs: 1,
-                },
-            };
-            let mut response = response::error(&error, id);
+            let mut response = response::error(&ApiError::unanswered(error, endpoint), id);
             if let Some(status) = status {
                 set_cache_headers(&mut response, &status, age);
             }
@@ -568,13 +543,6 @@ async fn route<'s>(
     Ok(response)
 }
 
-/// `429 RATE_LIMITED`, told to wait `wait`.
-fn rate_limited(wait: Duration) -> ApiError {
-    ApiError::RateLimited {
-        retry_after_secs: retry_after_secs(wait),
-    }
-}
-
 /// A rate limiter's verdict: where the bucket stands, in the report (none
 /// when the shared store could not say: it failed open), or a refusal.
 fn take_verdict(
@@ -588,7 +556,7 @@ fn take_verdict(
         }
         Err(wait) => {
             report.rate = Some(Standing::exhausted(wait));
-            Err(rate_limited(wait))
+            Err(ApiError::rate_limited(wait))
         }
     }
 }
@@ -645,10 +613,7 @@ fn parse<'a>(
         endpoint,
         params.iter().map(|(k, v)| (k.as_ref(), v.as_ref())),
     )
-    .map_err(|e| ApiError::InvalidParameter {
-        param: e.name.to_owned(),
-        message: e.to_string(),
-    })?;
+    .map_err(ApiError::from)?;
     let token = params
         .iter()
         .find(|(k, v)| k == "cursor" && !v.is_empty())
@@ -729,11 +694,7 @@ async fn account(
     let statement = match Box::pin(app.billing.shared_statement(key, billing)).await {
         None => app.billing.statement(key, billing),
         Some(Ok(statement)) => statement,
-        Some(Err(_)) => {
-            return Err(ApiError::ServiceUnavailable {
-                retry_after_secs: 1,
-            })
-        }
+        Some(Err(_)) => return Err(ApiError::store_unavailable()),
     };
     Ok(response::account(
         &response::Account {
@@ -911,16 +872,6 @@ fn head_size<B>(request: &Request<B>) -> usize {
         + line
 }
 
-/// The parameter that names what an endpoint looks up.
-fn subject_param(endpoint: plugin_api::Endpoint) -> &'static str {
-    use plugin_api::Endpoint;
-    match endpoint {
-        Endpoint::Profile | Endpoint::Posts => "username",
-        Endpoint::Post | Endpoint::Comments => "id",
-        Endpoint::Search => "query",
-    }
-}
-
 /// What a request holds while upstream work runs for it.
 struct Held {
     _slot: InFlight,
@@ -982,10 +933,7 @@ fn resume<'c>(
     let Position { provider, upstream } = app
         .cursors
         .open(listing_of(platform, call), token)
-        .map_err(|e| match e {
-            CursorError::Invalid => ApiError::bad_cursor(),
-            CursorError::Expired => ApiError::expired_cursor(),
-        })?;
+        .map_err(ApiError::from)?;
     // If the operator has since removed the issuer from this chain, the
     // token is dead.
     let issuer = chain
