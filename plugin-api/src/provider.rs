@@ -160,6 +160,16 @@ impl Output {
         written.expect("the schema's values always serialize")
     }
 
+    /// Whether this is a page of a list with nothing on it.
+    pub(crate) fn is_empty_page(&self) -> bool {
+        match self {
+            Output::Posts(posts) => posts.is_empty(),
+            Output::Comments(comments) => comments.is_empty(),
+            Output::Search(profiles) => profiles.is_empty(),
+            Output::Profile(_) | Output::Post(_) => false,
+        }
+    }
+
     /// Checks what the schema's types cannot say: every ID has the shape of
     /// one ([`schema::is_id`](crate::schema::is_id)), every profile has a
     /// `username` (not empty, since 1.4; [`json::handle`](crate::json::handle)

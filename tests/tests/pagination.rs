@@ -568,6 +568,36 @@ async fn unchecked_upstream_data_a_cursor_that_does_not_advance_ends_the_listing
     assert_eq!(a.next_cursor(), None, "fallback search: {a:?}");
 }
 
+#[tokio::test]
+async fn unchecked_upstream_data_an_empty_page_that_claims_more_ends_the_listing() {
+    // Each upstream page empty, "more" claimed, the cursor moving on: a
+    // caller following next_cursor would get empty pages for ever, each
+    // one paid for.
+    let stack = Stack::start().await;
+    stack.primary.fail_all(500).await;
+    let f = &stack.fallback;
+    let mut posts = fixtures::fallback_user_posts();
+    posts["data"]["videos"] = json!([]);
+    posts["data"]["cursor"] = json!("1761000000000");
+    posts["data"]["hasMore"] = json!(true);
+    f.user_posts(LUNA, 10, "0", &posts).await;
+    let a = stack.get(POSTS).await;
+    a.assert_success(true);
+    assert_eq!(a.json["data"], json!([]), "fallback posts: {a:?}");
+    assert_eq!(a.next_cursor(), None, "fallback posts: {a:?}");
+    assert_eq!(next_link(&a), None, "fallback posts: {a:?}");
+
+    let mut search = fixtures::fallback_user_search();
+    search["data"]["user_list"] = json!([]);
+    search["data"]["cursor"] = json!(10);
+    search["data"]["hasMore"] = json!(true);
+    f.search("luna", 10, "0", &search).await;
+    let a = stack.get("/v1/shortvideo/search?query=luna").await;
+    a.assert_success(true);
+    assert_eq!(a.json["data"], json!([]), "fallback search: {a:?}");
+    assert_eq!(a.next_cursor(), None, "fallback search: {a:?}");
+}
+
 // Audit finding 6: cursor crypto fit for a key that lives for years.
 
 const CURSOR_KEY_A: &str = "the-first-cursor-secret-of-32-chars-or-more";

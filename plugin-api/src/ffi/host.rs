@@ -271,17 +271,22 @@ impl AttemptHandle {
     /// decode strictly, one that breaks [`Output::check`], or one that holds
     /// the provider's upstream key (echoed by the upstream into a field the
     /// plugin passed on: every caller would get it) is a bad response. A
-    /// next cursor equal to the one this call continued from
-    /// would hand the caller the same page for ever: it ends the listing.
+    /// listing ends at a page with nothing on it, and at a next cursor
+    /// equal to the one this call continued from: an upstream that says
+    /// "more" there would hand the caller empty or repeated pages for ever,
+    /// each one paid for.
     pub fn step(&mut self, response: Option<UpstreamResponse<'_>>) -> Result<Next, ProviderError> {
         match self.call_step(response) {
             FfiStep::Done {
                 output,
                 next_cursor,
-            } => Ok(Next::Done(Done {
-                output: self.checked_output(output.as_str())?.0,
-                next_cursor: self.next_cursor(next_cursor)?,
-            })),
+            } => {
+                let (output, _) = self.checked_output(output.as_str())?;
+                Ok(Next::Done(Done {
+                    next_cursor: self.next_cursor(next_cursor, &output)?,
+                    output,
+                }))
+            }
             other => self.fetch_or_fail(other).map(Next::Fetch),
         }
     }
@@ -300,10 +305,10 @@ impl AttemptHandle {
                 output,
                 next_cursor,
             } => {
-                let (_, data) = self.checked_output(output.as_str())?;
+                let (output, data) = self.checked_output(output.as_str())?;
                 Ok(Advance::Done(Answer {
+                    next_cursor: self.next_cursor(next_cursor, &output)?,
                     data: data.into_owned(),
-                    next_cursor: self.next_cursor(next_cursor)?,
                 }))
             }
             other => self.fetch_or_fail(other).map(Advance::Fetch),
@@ -358,10 +363,17 @@ impl AttemptHandle {
         Ok((output, data))
     }
 
-    fn next_cursor(&self, next_cursor: ROption<RString>) -> Result<Option<String>, ProviderError> {
+    /// The plugin's next cursor for the page `output`, unless following it
+    /// could not move on (see [`step`](Self::step)).
+    fn next_cursor(
+        &self,
+        next_cursor: ROption<RString>,
+        output: &Output,
+    ) -> Result<Option<String>, ProviderError> {
         let next_cursor: Option<String> = next_cursor
             .as_ref()
             .into_option()
+            .filter(|_| !output.is_empty_page())
             .map(copied)
             .filter(|next| Some(next) != self.cursor.as_ref());
         if next_cursor
@@ -488,7 +500,7 @@ fn lending_headers<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Attempt, Call, Endpoint, Profile, Provider};
+    use crate::{Attempt, Call, Endpoint, Post, Profile, Provider};
     use abi_stable::prefix_type::PrefixTypeTrait;
     use abi_stable::std_types::{RResult, RStr};
 
@@ -572,14 +584,53 @@ mod tests {
     }
 
     /// An answer written as the plugin likes, whatever plugin-api writes.
-    struct Written(&'static str);
+    /// A plugin that answers its text at once, with a next cursor.
+    struct Written(&'static str, Option<&'static str>);
 
     impl super::super::FfiAttempt for Written {
         fn step(&mut self, _: ROption<FfiResponse<'_>>) -> FfiStep {
             FfiStep::Done {
                 output: self.0.into(),
-                next_cursor: ROption::RNone,
+                next_cursor: self.1.map(RString::from).into(),
             }
+        }
+    }
+
+    #[test]
+    fn a_listing_ends_at_an_empty_page_or_a_cursor_that_does_not_move() {
+        let post = Post {
+            id: "1".into(),
+            text: "t".into(),
+            likes: 0,
+            comments: 0,
+            views: None,
+            shares: None,
+            created_at: None,
+            duration_ms: None,
+            author: None,
+        };
+        let leak = |text: String| -> &'static str { Box::leak(text.into_boxed_str()) };
+        let page = leak(serde_json::to_string(&Output::Posts(vec![post])).unwrap());
+        let empty = leak(serde_json::to_string(&Output::Posts(vec![])).unwrap());
+        for (text, next, expected) in [
+            (page, "10", Some("10")),
+            (page, "5", None),
+            (empty, "10", None),
+        ] {
+            let mut attempt = AttemptHandle {
+                inner: super::super::FfiAttempt_TO::from_value(
+                    Written(text, Some(next)),
+                    abi_stable::sabi_trait::TD_Opaque,
+                ),
+                endpoint: Endpoint::Posts,
+                most_items: Some(10),
+                cursor: Some("5".into()),
+                key: Arc::new(KeyFinder::new("sk_live_abcdef")),
+            };
+            let Ok(Advance::Done(answer)) = attempt.advance(None) else {
+                panic!("refused: {text}");
+            };
+            assert_eq!(answer.next_cursor.as_deref(), expected, "{text} {next}");
         }
     }
 
@@ -590,7 +641,7 @@ mod tests {
     fn an_answer_holding_the_key_is_refused_however_the_plugin_wrote_it() {
         let attempt = |text: &'static str| AttemptHandle {
             inner: super::super::FfiAttempt_TO::from_value(
-                Written(text),
+                Written(text, None),
                 abi_stable::sabi_trait::TD_Opaque,
             ),
             endpoint: Endpoint::Profile,
