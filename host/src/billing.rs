@@ -136,6 +136,12 @@ impl Costs {
         self.cached.unwrap_or_else(|| self.fresh(endpoint))
     }
 
+    /// What an answer from the cache costs when the operator set it
+    /// (`[billing.costs] cached`); `None`: what its endpoint costs.
+    pub fn cached_override(&self) -> Option<u32> {
+        self.cached
+    }
+
     /// Every endpoint with its cost, in [`Endpoint::ALL`] order.
     pub fn per_endpoint(&self) -> impl Iterator<Item = (Endpoint, u32)> + '_ {
         Endpoint::ALL.into_iter().map(|e| (e, self.fresh(e)))

@@ -289,14 +289,7 @@ fn keys(config_path: &Path, command: KeysCommand) -> Result<(), RunError> {
         KeysCommand::Usage { since, by, json } => {
             let path = &files.ledger.path;
             let since = since.as_deref();
-            // Empty and absent read alike; only the operator knows which
-            // was meant (a typo in [ledger] path reads as no usage at all).
-            if !path.exists() {
-                eprintln!(
-                    "socialgate: no usage ledger at {} (nothing recorded yet, or [ledger] path points elsewhere)",
-                    path.display()
-                );
-            }
+            warn_if_no_ledger(path);
             if by == UsageBy::Endpoint {
                 let rows = crate::ledger::usage_by_endpoint(path, since)?;
                 if json {
@@ -537,12 +530,26 @@ fn credits(config_path: &Path, command: CreditsCommand) -> Result<(), RunError> 
             )?;
         }
         CreditsCommand::Show { name, json } => {
+            warn_if_no_ledger(path);
             let book = crate::ledger::book(path, &name)?;
             let known = file.records()?.iter().any(|r| r.name == name);
             print_book(&mut stdout, &name, known, &book, &files.billing, json)?;
         }
     }
     Ok(())
+}
+
+/// Says so on stderr when there is no ledger at `path`: empty and absent
+/// read alike (no usage, nothing spent, no grant), and only the operator
+/// knows which was meant; a typo in `[ledger] path` would otherwise show
+/// every key unspent.
+fn warn_if_no_ledger(path: &Path) {
+    if !path.exists() {
+        eprintln!(
+            "socialgate: no usage ledger at {} (nothing recorded yet, or [ledger] path points elsewhere)",
+            path.display()
+        );
+    }
 }
 
 /// A grant's AMOUNT and `--note`, checked.

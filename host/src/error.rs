@@ -39,7 +39,9 @@ pub enum ApiError {
     MethodNotAllowed,
     #[error("the requested user or post does not exist")]
     ResourceNotFound,
-    #[error("this key has fewer credits left than this request costs")]
+    /// What is set aside is the most the answer may cost (a fetch, unless
+    /// the request takes only a stored answer): see `billing`.
+    #[error("this key's balance does not cover what this request may cost")]
     InsufficientCredits,
     /// Every provider failed, or none may be asked now (then the caller is
     /// told when to retry).

@@ -147,6 +147,8 @@ async fn a_cached_answer_costs_what_billing_costs_cached_says() {
         "[billing]\nenforce = true\nfree_credits = 10\n\n[billing.costs]\nprofile = 3\ncached = 1",
     ))
     .await;
+    // The price of a stored answer is one a client can read beforehand.
+    assert_eq!(account(&stack.api).await["cached_cost"], 1);
     let fresh = stack.get(PROFILE).await;
     assert_eq!(fresh.json["meta"]["cached"], false, "{fresh:?}");
     assert_eq!(fresh.json["meta"]["credits_used"], 3, "{fresh:?}");
@@ -381,6 +383,7 @@ async fn the_account_matches_the_ledger_and_inactive_billing_only_reports() {
             "credits_used_total": 0,
             "billing_enforced": false,
             "costs": {"profile": 1, "posts": 1, "post": 1, "comments": 1, "search": 2},
+            "cached_cost": null,
             "rate_limit": {"per_second": 100.0, "burst": 50.0},
         })
     );

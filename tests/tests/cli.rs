@@ -163,8 +163,9 @@ fn keys_commands_work_while_another_section_is_broken() {
 }
 
 /// Operator QA sweep: a typo in `[ledger] path` must not pass for "no
-/// usage": a new ledger is said at start, and `keys usage` says when it
-/// finds none.
+/// usage": a new ledger is said at start, and `keys usage` and `credits
+/// show` (which would print a full, unspent balance) say when they find
+/// none.
 #[tokio::test]
 async fn a_missing_ledger_is_said_not_taken_for_no_usage() {
     let config = plain().raw("[ledger]\npath = \"usage.db\"").write();
@@ -173,6 +174,9 @@ async fn a_missing_ledger_is_said_not_taken_for_no_usage() {
     assert!(usage.success(), "{usage:?}");
     assert_eq!(usage.stdout.trim(), "no usage recorded");
     assert!(usage.stderr.contains("no usage ledger at "), "{usage:?}");
+    let show = run_cli(&config, &standard_env(), &["credits", "show", "gina"]);
+    assert!(show.success(), "{show:?}");
+    assert!(show.stderr.contains("no usage ledger at "), "{show:?}");
 
     let server = Server::start(&config);
     let line = socialgate_tests::operator::log_line_within(
@@ -192,6 +196,8 @@ async fn a_missing_ledger_is_said_not_taken_for_no_usage() {
     .await;
     let usage = keys(&config, &["usage"]);
     assert!(!usage.stderr.contains("no usage ledger"), "{usage:?}");
+    let show = run_cli(&config, &standard_env(), &["credits", "show", "gina"]);
+    assert!(!show.stderr.contains("no usage ledger"), "{show:?}");
 }
 
 #[tokio::test]

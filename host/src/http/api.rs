@@ -704,6 +704,7 @@ async fn account(
             credits_used_total: statement.used_total,
             billing_enforced: billing.enforce,
             costs: billing.costs,
+            cached_cost: billing.costs,
             rate_limit: snapshot.serving.rate_limit,
         },
         id,
