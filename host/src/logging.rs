@@ -91,7 +91,11 @@ pub fn init(format: LogFormat) -> Logging {
             let _ = done.send(());
         });
     let (targets, span_filter) = filter_from_env();
-    let builder = tracing_subscriber::fmt().with_writer(SinkWriter(sink.clone()));
+    // The builder's own level cap is INFO: lifted, so `SOCIALGATE_LOG`'s
+    // filter alone decides (its default is INFO too).
+    let builder = tracing_subscriber::fmt()
+        .with_max_level(tracing_subscriber::filter::LevelFilter::TRACE)
+        .with_writer(SinkWriter(sink.clone()));
     let direct_format = match format {
         // Colours for a terminal; otherwise the same lines, written by
         // `PlainLine` at a fraction of the cost.

@@ -278,6 +278,10 @@ async fn a_key_echoed_by_an_upstream_never_reaches_the_log() {
     eventually(Duration::from_secs(5), || async { failed() >= 4 }).await;
     let stderr = stack.server.stderr();
     assert_eq!(failed(), 4, "each echo is a failed attempt:\n{stderr}");
+    assert!(
+        !log_lines(&stack.server, "upstream request").is_empty(),
+        "debug lines are written (each upstream URL):\n{stderr}"
+    );
     for key in [PRIMARY_KEY, FALLBACK_KEY] {
         assert!(
             !stderr.contains(key),
