@@ -366,3 +366,25 @@ async fn a_key_echoed_into_an_answer_never_reaches_the_caller() {
     .await;
     assert!(!line.contains(PRIMARY_KEY), "{line}");
 }
+
+/// Abuse sweep: the key echoed URL-encoded (into a URL the plugin passes
+/// on) reached callers, as did one whose JSON escapes hid it.
+#[tokio::test]
+async fn a_key_echoed_url_encoded_into_an_answer_never_reaches_the_caller() {
+    let stack = Stack::start().await;
+    stack.fallback.serve_fixtures().await;
+    let encoded = PRIMARY_KEY.replace('-', "%2d");
+    let mut body = fixtures::primary_user_profile();
+    body["user"]["avatar_larger"]["url_list"] =
+        serde_json::json!([format!("https://cdn.example/a.webp?k={encoded}")]);
+    stack.primary.profile(LUNA, &body).await;
+
+    let a = stack.get(PATHS[0]).await;
+    a.assert_success(false);
+    a.assert_absent_exact(&encoded);
+    assert_eq!(
+        stack.fallback.request_count().await,
+        1,
+        "the fallback answered"
+    );
+}
