@@ -86,6 +86,24 @@ pub fn replace_atomically(
     result
 }
 
+/// Opens `path` for reading if it is a regular file (through links), and
+/// refuses anything else at once: opening a FIFO for reading would wait
+/// for a writer for ever, and a device or a folder is no library.
+pub fn open_regular(path: &Path) -> io::Result<File> {
+    let mut options = OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK);
+    }
+    let file = options.open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(io::Error::other("not a regular file"));
+    }
+    Ok(file)
+}
+
 /// Opens `path` for reading, refusing a symbolic link at its last component.
 pub fn open_no_follow(path: &Path) -> io::Result<File> {
     let mut options = OpenOptions::new();
@@ -261,6 +279,24 @@ mod tests {
         let link = dir.join("link");
         std::os::unix::fs::symlink(&victim, &link).unwrap();
         assert!(open_no_follow(&link).is_err());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn only_a_regular_file_is_opened_and_a_fifo_at_once() {
+        let dir = std::env::temp_dir().join(format!("sg-regular-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        create_private_dir_all(&dir).unwrap();
+        let fifo = dir.join("fifo");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        if made.is_ok_and(|s| s.success()) {
+            assert!(open_regular(&fifo).is_err(), "refused, not waited on");
+        }
+        assert!(open_regular(&dir).is_err(), "a folder");
+        let file = dir.join("lib.so");
+        std::fs::write(&file, b"x").unwrap();
+        assert!(open_regular(&file).is_ok());
         std::fs::remove_dir_all(dir).unwrap();
     }
 

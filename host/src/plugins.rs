@@ -155,7 +155,7 @@ impl Loader {
         };
         // Metadata and bytes from one open file, so they describe the same
         // content even if the path is replaced meanwhile.
-        let mut file = std::fs::File::open(path).map_err(read_failed)?;
+        let mut file = crate::files::open_regular(path).map_err(read_failed)?;
         let fingerprint = Fingerprint::of(&file.metadata().map_err(read_failed)?);
         // Holding the lock while loading keeps two reloads from mapping the
         // same content twice; loads are rare and quick.

@@ -361,6 +361,24 @@ fn a_redis_url_is_refused_for_what_is_wrong_with_it() {
     }
 }
 
+/// Abuse sweep: a proxy URL the client cannot use passed `check`, then
+/// `serve` failed with "builder error", naming nothing.
+#[test]
+fn a_proxy_url_the_client_cannot_use_is_refused_without_quoting_it() {
+    for proxy in [
+        "http://user:PROXYSECRET5@127.0.0.1:99999",
+        "http://user:PROXYSECRET5@",
+        "socks5://user:PROXYSECRET5@127.0.0.1:1080",
+    ] {
+        let text = with_server_line(&format!("upstream_proxy = \"{proxy}\""));
+        let e = parse(&text).unwrap_err().to_string();
+        assert!(e.contains("upstream_proxy"), "{proxy}: {e}");
+        assert!(!e.contains("PROXYSECRET5"), "{e}");
+    }
+    let text = with_server_line("upstream_proxy = \"http://user:pw@127.0.0.1:3128\"");
+    assert!(parse(&text).is_ok());
+}
+
 /// A syntax error names the line it is on, the first line of a table's
 /// key included (operator review: `bogus` on line 2 was called line 1).
 #[test]

@@ -180,10 +180,13 @@ fn is_plugin_api(dir: &Path) -> bool {
 /// `plugin inspect`: the library's name, version, plugin-api version,
 /// platform and endpoints, one per line.
 pub fn inspect(path: &Path) -> Result<String, ScaffoldError> {
-    let library = Library::load(path).map_err(|e| ScaffoldError::Inspect {
+    let refused = |reason: String| ScaffoldError::Inspect {
         path: path.to_owned(),
-        reason: e.to_string(),
-    })?;
+        reason,
+    };
+    // The loader would wait for ever on a FIFO.
+    crate::files::open_regular(path).map_err(|e| refused(format!("cannot be loaded: {e}")))?;
+    let library = Library::load(path).map_err(|e| refused(e.to_string()))?;
     let manifest = library.manifest();
     Ok(format!(
         "name: {}\nversion: {}\nplugin-api: {}\nplatform: {}\nendpoints: {}",

@@ -47,14 +47,21 @@ const REAP_EVERY: Duration = Duration::from_secs(15);
 const USER_AGENT_VALUE: &str = concat!("socialgate/", env!("CARGO_PKG_VERSION"));
 
 /// `[server] upstream_proxy`: `http://` or `https://` only, since the client
-/// is built without SOCKS support. Never echoed: it may carry credentials.
+/// is built without SOCKS support, and a URL the client can use (checked
+/// here as the client will read it, so `check` refuses what `serve` could
+/// not start with). Never echoed: it may carry credentials.
 pub fn proxy_from_raw(raw: &RawServer, cx: &Context) -> Result<Option<Secret>, ConfigError> {
+    const FIELD: &str = "[server] upstream_proxy";
     match &raw.upstream_proxy {
         None => Ok(None),
-        Some(proxy) if proxy.starts_with("http://") || proxy.starts_with("https://") => {
-            Ok(Some(Secret::new(proxy.clone())))
+        Some(proxy) if !(proxy.starts_with("http://") || proxy.starts_with("https://")) => {
+            Err(cx.invalid(FIELD, "not an http:// or https:// URL"))
         }
-        Some(_) => Err(cx.invalid("[server] upstream_proxy", "not an http:// or https:// URL")),
+        Some(proxy) if reqwest::Proxy::all(proxy.as_str()).is_err() => Err(cx.invalid(
+            FIELD,
+            "does not parse as a URL (is its host or port valid?)",
+        )),
+        Some(proxy) => Ok(Some(Secret::new(proxy.clone()))),
     }
 }
 

@@ -264,8 +264,15 @@ fn a_null_list_is_an_empty_page_and_a_missing_one_a_bad_response() {
 
 #[test]
 fn a_next_cursor_that_goes_back_ends_the_listing() {
+    // One item a page: an empty page ends the listing whatever its cursor.
+    let page = |name: &str, list: &str| {
+        let body: Value = serde_json::from_str(name).unwrap();
+        json!([body["data"][list][0].clone()])
+    };
+    let videos = page(fixture!("user_posts"), "videos");
+    let accounts = page(fixture!("user_search"), "user_list");
     let posts = |sent: &str, cursor: &str| {
-        let body = wrap(json!({"videos": [], "cursor": cursor, "hasMore": true}));
+        let body = wrap(json!({"videos": videos, "cursor": cursor, "hasMore": true}));
         let at = call(Endpoint::Posts, LUNA, "").with_cursor(Some(sent.to_owned()));
         ok(at, &body).2
     };
@@ -279,7 +286,7 @@ fn a_next_cursor_that_goes_back_ends_the_listing() {
     assert_eq!(posts("1762500000000", "0"), None);
     // Search's are offsets: only further on goes on.
     let search = |sent: &str, cursor: u64| {
-        let body = wrap(json!({"user_list": [], "cursor": cursor, "hasMore": 1}));
+        let body = wrap(json!({"user_list": accounts, "cursor": cursor, "hasMore": 1}));
         let at = call(Endpoint::Search, "luna", "").with_cursor(Some(sent.to_owned()));
         ok(at, &body).2
     };
@@ -336,6 +343,14 @@ fn config_derives_the_rapidapi_host() {
             host(bad, json!({})),
             Err("base_url has no host".into()),
             "{bad}"
+        );
+    }
+    // Abuse sweep: a header value every request would be refused for.
+    for bad in ["evil\r\nX-Injected: yes", "x.example com", "x.example\t"] {
+        let refused = host("http://h", json!({ "rapidapi_host": bad })).unwrap_err();
+        assert!(
+            refused.contains("rapidapi_host must be a host name"),
+            "{refused}"
         );
     }
     let typo = host("http://h", json!({"rapidapi_hots": "x"})).unwrap_err();
