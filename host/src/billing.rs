@@ -150,7 +150,7 @@ impl Costs {
 
 /// `[billing]` as written.
 #[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "the [billing] table")]
 pub struct RawBilling {
     enforce: Option<bool>,
     free_credits: Option<u64>,
@@ -159,7 +159,10 @@ pub struct RawBilling {
 
 /// `[billing.costs]` as written.
 #[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "the [billing.costs] table: credits by endpoint"
+)]
 struct RawCosts {
     profile: Option<u32>,
     posts: Option<u32>,

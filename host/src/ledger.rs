@@ -78,7 +78,7 @@ pub struct LedgerConfig {
 
 /// `[ledger]` as written.
 #[derive(serde::Deserialize, Default)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "the [ledger] table")]
 pub struct RawLedger {
     path: Option<PathBuf>,
 }

@@ -298,6 +298,19 @@ pub fn non_empty(text: Option<String>) -> Option<String> {
     text.filter(|t| !t.is_empty())
 }
 
+/// A link callers may follow or show (an `avatar_url`): an `http://` or
+/// `https://` URL, any other (`javascript:`, `data:`, a bare path) `None`,
+/// since a client may put it straight into a page.
+pub fn web_url(url: Option<String>) -> Option<String> {
+    url.filter(|url| match url.split_once("://") {
+        Some((scheme, rest)) => {
+            (scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https"))
+                && !rest.is_empty()
+        }
+        None => false,
+    })
+}
+
 /// A user's handle as the schema has it: without the leading `@`s some
 /// upstreams write (no handle begins with one); `None` when absent or
 /// nothing is left. Since plugin-api 1.4.
@@ -383,6 +396,27 @@ mod tests {
         assert!(error.message().contains("unexpected shape"), "{error}");
         let error = super::parse::<Wrapper>(b"<html>sk_live_SECRET").unwrap_err();
         assert!(!error.message().contains("SECRET"), "{error}");
+    }
+
+    /// Abuse sweep: an upstream's `javascript:` avatar reached callers.
+    #[test]
+    fn only_web_urls_are_links() {
+        let web_url = |text: &str| web_url(Some(text.to_owned()));
+        for kept in ["https://cdn.example/a.webp?x=1", "http://h", "HTTPS://H/a"] {
+            assert_eq!(web_url(kept).as_deref(), Some(kept));
+        }
+        for dropped in [
+            "javascript:alert(1)//https://x",
+            "data:image/png;base64,AAAA",
+            "//cdn.example/a.webp",
+            "/a.webp",
+            "https://",
+            "ftp://h/a",
+            "",
+        ] {
+            assert_eq!(web_url(dropped), None, "{dropped}");
+        }
+        assert_eq!(super::web_url(None), None);
     }
 
     #[test]

@@ -37,6 +37,7 @@ pub struct Profile {
     pub likes: Option<u64>,
     /// Number of posts.
     pub videos: Option<u64>,
+    /// An `http://` or `https://` URL ([`json::web_url`](crate::json::web_url)).
     pub avatar_url: Option<String>,
 }
 

@@ -88,7 +88,7 @@ impl CacheConfig {
 
 /// `[cache]` as written.
 #[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "the [cache] table")]
 pub struct RawCache {
     enabled: Option<bool>,
     max_bytes: Option<u64>,
@@ -100,7 +100,10 @@ pub struct RawCache {
 
 /// `[cache.ttl_s]` as written.
 #[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "the [cache.ttl_s] table: seconds by endpoint"
+)]
 struct RawTtls {
     profile: Option<u64>,
     posts: Option<u64>,

@@ -283,7 +283,7 @@ pub struct RawConfig {
 
 /// `[server]` as written: one table, whose keys several modules own.
 #[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "the [server] table")]
 pub struct RawServer {
     pub listen: Option<String>,
     pub admin_listen: Option<String>,
@@ -417,11 +417,31 @@ impl RawConfig {
 
 /// A TOML error in the file at `path`, whose text is `text`.
 fn syntax_error(path: &Path, text: &str, error: &toml::de::Error) -> ConfigError {
+    let message = error.message().trim().replace('\n', " ");
+    // A value's error ("expected u32") names no key; the line does.
+    let key = error
+        .span()
+        .and_then(|span| key_of_value_at(text, span.start));
     ConfigError::Syntax {
         path: path.to_owned(),
         line: syntax_error_line(text, error),
-        message: error.message().trim().replace('\n', " "),
+        message: match key {
+            Some(key) => format!("{key}: {message}"),
+            None => message,
+        },
     }
+}
+
+/// The key whose value starts at byte `at` of `text` (`comments` in
+/// `comments = -1` and in `costs = { comments = -1 }`); `None` when `at`
+/// is not in a value, or the text before it is not a plain key.
+fn key_of_value_at(text: &str, at: usize) -> Option<&str> {
+    let before = text.get(..at)?;
+    let line = &before[before.rfind('\n').map_or(0, |i| i + 1)..];
+    let (key, _) = line.rsplit_once('=')?;
+    let key = key.rsplit(['{', ',']).next()?.trim();
+    let plain = |b: u8| b.is_ascii_alphanumeric() || b"_-.\"' ".contains(&b);
+    (!key.is_empty() && key.bytes().all(plain)).then_some(key)
 }
 
 /// The 1-based line a TOML error in `text` points at (the first without a

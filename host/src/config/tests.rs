@@ -379,6 +379,34 @@ fn a_proxy_url_the_client_cannot_use_is_refused_without_quoting_it() {
     assert!(parse(&text).is_ok());
 }
 
+/// Cache and billing sweep: a value of the wrong type named a Rust type
+/// ("expected struct RawTtls", "expected u32") and no key.
+#[test]
+fn a_value_of_the_wrong_type_names_its_key_and_what_was_expected() {
+    for (text, said) in [
+        (
+            "[cache]\nttl_s = 5\n",
+            "ttl_s: invalid type: integer `5`, expected the [cache.ttl_s] table",
+        ),
+        (
+            "[billing.costs]\ncomments = -1\n",
+            "comments: invalid value: integer `-1`",
+        ),
+        (
+            "[billing]\ncosts = { comments = -1 }\n",
+            "comments: invalid value",
+        ),
+        ("[server]\nbogus = 1\n", "unknown field `bogus`"),
+    ] {
+        let e = RawConfig::parse(Path::new("p.toml"), text)
+            .err()
+            .unwrap_or_else(|| panic!("{text:?} parsed"))
+            .to_string();
+        assert!(e.contains(said), "{text:?}: {e}");
+        assert!(!e.contains("Raw"), "{e}");
+    }
+}
+
 /// A syntax error names the line it is on, the first line of a table's
 /// key included (operator review: `bogus` on line 2 was called line 1).
 #[test]

@@ -26,7 +26,7 @@ const PREFLIGHT_MAX_AGE: &str = "600";
 
 /// `[server.cors]` as written.
 #[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "the [server.cors] table")]
 pub struct RawCors {
     pub allowed_origins: Option<Vec<String>>,
 }

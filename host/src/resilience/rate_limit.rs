@@ -27,7 +27,7 @@ pub struct RateLimitConfig {
 
 /// `[rate_limit]` as written.
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "the [rate_limit] table")]
 pub struct RawRateLimit {
     per_second: f64,
     burst: Option<f64>,

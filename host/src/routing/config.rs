@@ -77,7 +77,7 @@ impl fmt::Debug for ProviderConfig {
 
 /// `[platforms.NAME]` as written.
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a [platforms.NAME] table")]
 pub struct RawPlatform {
     status: PlatformStatus,
     #[serde(default)]
@@ -88,7 +88,7 @@ pub struct RawPlatform {
 
 /// `[providers.NAME]` as written.
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a [providers.NAME] table")]
 pub struct RawProvider {
     library: String,
     base_url: String,

@@ -64,7 +64,7 @@ pub struct RedisConfig {
 
 /// `[state]` as written.
 #[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "the [state] table")]
 pub struct RawState {
     backend: Option<String>,
     url_env: Option<String>,

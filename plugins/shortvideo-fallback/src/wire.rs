@@ -125,7 +125,7 @@ impl Account {
             following: count(stats.following_count),
             likes: count(stats.heart_count),
             videos: count(stats.video_count),
-            avatar_url: non_empty(user.avatar_larger),
+            avatar_url: json::web_url(user.avatar_larger),
         })
     }
 }

@@ -109,10 +109,10 @@ impl User {
             following: self.following_count.map(|Count(n)| n),
             likes: self.total_favorited.map(|Count(n)| n),
             videos: self.aweme_count.map(|Count(n)| n),
-            avatar_url: self
-                .avatar_larger
-                .and_then(|image| image.url_list?.into_iter().next())
-                .filter(|url| !url.is_empty()),
+            avatar_url: json::web_url(
+                self.avatar_larger
+                    .and_then(|image| image.url_list?.into_iter().next()),
+            ),
         })
     }
 }
