@@ -225,9 +225,8 @@ type Accounts = FastMap<String, Account>;
 /// Every key's account since the ledger began, kept in memory, and the
 /// ledger that keeps it. The one place credits are booked.
 pub struct Billing {
-    /// `local`: every key's account. `redis`: the balance each key had when
-    /// this replica last asked the store (only `remaining` of each is used),
-    /// for the answers that reserve nothing.
+    /// Every key's account (`local` books; empty with `redis`, whose
+    /// accounts are the store's).
     accounts: Arc<Mutex<Accounts>>,
     books: Books,
 }
@@ -235,7 +234,12 @@ pub struct Billing {
 /// Where credits are booked.
 enum Books {
     Local(Ledger),
-    Shared(Arc<Credits>),
+    Shared {
+        credits: Arc<Credits>,
+        /// The balance each key had when this replica last asked the
+        /// store, for the answers that reserve nothing.
+        last_balance: Mutex<FastMap<String, u64>>,
+    },
 }
 
 /// The key has not enough credits left.
@@ -346,7 +350,10 @@ impl Billing {
     pub fn shared(credits: Arc<Credits>) -> Billing {
         Billing {
             accounts: Arc::default(),
-            books: Books::Shared(credits),
+            books: Books::Shared {
+                credits,
+                last_balance: Mutex::default(),
+            },
         }
     }
 
@@ -354,7 +361,7 @@ impl Billing {
     pub fn shared_credits(&self) -> Option<Arc<Credits>> {
         match &self.books {
             Books::Local(_) => None,
-            Books::Shared(credits) => Some(credits.clone()),
+            Books::Shared { credits, .. } => Some(credits.clone()),
         }
     }
 
@@ -363,7 +370,7 @@ impl Billing {
     fn ledger(&self) -> &Ledger {
         match &self.books {
             Books::Local(ledger) => ledger,
-            Books::Shared(_) => unreachable!("the unit tests keep local books"),
+            Books::Shared { .. } => unreachable!("the unit tests keep local books"),
         }
     }
 
@@ -371,7 +378,7 @@ impl Billing {
     /// [`Billing::reserve_for`] (shared books: one round trip for both)
     /// rather than on its own.
     pub fn checks_rate_limit(&self, config: BillingConfig) -> bool {
-        config.enforce && matches!(self.books, Books::Shared(_))
+        config.enforce && matches!(self.books, Books::Shared { .. })
     }
 
     /// Writes what is counted but not yet written: the last step of a
@@ -380,7 +387,7 @@ impl Billing {
     pub fn close(&self) -> Result<(), LedgerError> {
         match &self.books {
             Books::Local(ledger) => ledger.close(),
-            Books::Shared(_) => Ok(()),
+            Books::Shared { .. } => Ok(()),
         }
     }
 
@@ -407,7 +414,7 @@ impl Billing {
                     })
                     .map_err(|OutOfCredits| NoCredit::OutOfCredits(None));
             }
-            Books::Shared(credits) => credits,
+            Books::Shared { credits, .. } => credits,
         };
         let mut reservation = self.reservation(key, endpoint, source, config);
         if !config.enforce {
@@ -451,8 +458,9 @@ impl Billing {
 
     /// Remembers `key`'s balance as the shared store last said it.
     fn know(&self, key: &str, balance: u64) {
-        let mut accounts = self.lock();
-        account_of(&mut accounts, key).granted = balance;
+        if let Books::Shared { last_balance, .. } = &self.books {
+            *crate::entry_or_default(&mut lock(last_balance), key) = balance;
+        }
     }
 
     /// `key`'s account as the shared store keeps it (`redis`: one round
@@ -462,7 +470,7 @@ impl Billing {
         key: &str,
         config: BillingConfig,
     ) -> Option<Result<Statement, crate::shared::StateError>> {
-        let Books::Shared(credits) = &self.books else {
+        let Books::Shared { credits, .. } = &self.books else {
             return None;
         };
         let statement = credits.statement(key, config.free_credits).await;
@@ -506,8 +514,9 @@ impl Billing {
     /// larger of its fresh and cached costs when it may be either, the one
     /// it can be otherwise, nothing when no answer can be delivered. Under
     /// `enforce`, refuses when that is more than the balance left after
-    /// what is already held.
-    pub fn reserve(
+    /// what is already held. Local books only: [`Billing::reserve_for`]
+    /// chooses the books.
+    fn reserve(
         self: &Arc<Self>,
         key: &str,
         endpoint: Endpoint,
@@ -532,11 +541,11 @@ impl Billing {
 
     /// `key`'s balance now (`redis`: as this replica last heard it).
     pub fn remaining(&self, key: &str, config: BillingConfig) -> u64 {
-        if let Books::Shared(_) = self.books {
-            return self
-                .lock()
+        if let Books::Shared { last_balance, .. } = &self.books {
+            return lock(last_balance)
                 .get(key)
-                .map_or(config.free_credits, |a| a.granted);
+                .copied()
+                .unwrap_or(config.free_credits);
         }
         self.lock()
             .get(key)
@@ -591,7 +600,10 @@ impl Reservation {
                 ledger.record(&self.key, self.endpoint, credits);
                 remaining
             }
-            Books::Shared(credits_in_store) => {
+            Books::Shared {
+                credits: credits_in_store,
+                ..
+            } => {
                 self.settled = true;
                 credits_in_store.commit(
                     &self.key,
@@ -639,7 +651,7 @@ impl Reservation {
 
 impl Drop for Reservation {
     fn drop(&mut self) {
-        if let Books::Shared(credits) = &self.billing.books {
+        if let Books::Shared { credits, .. } = &self.billing.books {
             self.settled = true;
             if let Some(generation) = self.in_store.take() {
                 credits.refund(&self.key, generation, self.held);
