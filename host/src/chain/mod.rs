@@ -101,15 +101,22 @@ enum Verdict {
     Stop(ChainError),
 }
 
-/// Asks `providers` in order, within `deadline`, noting each attempt in
-/// `journal`. `held` is what the request holds while upstream work runs
-/// for it: an attempt its caller abandons keeps it to its end. It is handed
-/// back with the outcome.
+/// What every attempt of one request's chain is for: the call, the client
+/// its upstream requests go through, and the request's deadline.
+#[derive(Clone, Copy)]
+pub struct Job<'a> {
+    pub call: &'a Arc<Call>,
+    pub client: &'a UpstreamClient,
+    pub deadline: Deadline,
+}
+
+/// Asks `providers` in order for `job`, noting each attempt in `journal`.
+/// `held` is what the request holds while upstream work runs for it: an
+/// attempt its caller abandons keeps it to its end. It is handed back with
+/// the outcome.
 pub async fn serve<H: Send + 'static>(
     providers: &[Arc<Provider>],
-    call: &Arc<Call>,
-    client: &UpstreamClient,
-    deadline: Deadline,
+    job: Job<'_>,
     journal: &mut Journal,
     held: H,
 ) -> (Result<Served, ChainError>, H) {
@@ -117,23 +124,19 @@ pub async fn serve<H: Send + 'static>(
     let mut open = Vec::new();
     let mut busy = false;
     for provider in providers {
-        let Some(slot) = provider.in_flight.try_enter() else {
-            tracing::debug!(provider = %provider.name, "skipped: busy");
-            busy = true;
-            continue;
-        };
-        match provider.breaker.try_acquire(Instant::now()) {
-            Ok(permit) => {
-                let (verdict, back) = attempt_through(
-                    provider, permit, slot, call, client, deadline, journal, held,
-                )
-                .await;
+        match admit(provider) {
+            Ok(admitted) => {
+                let (verdict, back) = attempt_through(admitted, job, journal, held).await;
                 held = back;
                 if let Some(end) = verdict.end_of_chain(provider) {
                     return (end, held);
                 }
             }
-            Err(until) => {
+            Err(Skipped::Busy) => {
+                tracing::debug!(provider = %provider.name, "skipped: busy");
+                busy = true;
+            }
+            Err(Skipped::Open(until)) => {
                 tracing::debug!(provider = %provider.name, "skipped: breaker open");
                 open.push((provider, until));
             }
@@ -148,12 +151,14 @@ pub async fn serve<H: Send + 'static>(
         let now = Instant::now();
         let forced = open.iter().find_map(|(provider, _)| {
             let slot = provider.in_flight.try_enter()?;
-            provider
-                .breaker
-                .force_acquire(now)
-                .map(|permit| (*provider, permit, slot))
+            let permit = provider.breaker.force_acquire(now)?;
+            Some(Admitted {
+                provider,
+                permit,
+                slot,
+            })
         });
-        let Some((provider, permit, slot)) = forced else {
+        let Some(admitted) = forced else {
             if busy {
                 return (Err(ChainError::Busy), held);
             }
@@ -161,16 +166,14 @@ pub async fn serve<H: Send + 'static>(
             let retry_after = wait_for_any(open.iter().map(|(provider, _)| *provider), now);
             return (Err(ChainError::Unavailable { retry_after }), held);
         };
-        let (verdict, back) = attempt_through(
-            provider, permit, slot, call, client, deadline, journal, held,
-        )
-        .await;
+        let provider = admitted.provider;
+        let (verdict, back) = attempt_through(admitted, job, journal, held).await;
         held = back;
         if let Some(end) = verdict.end_of_chain(provider) {
             return (end, held);
         }
     }
-    if deadline.expired() {
+    if job.deadline.expired() {
         return (Err(ChainError::DeadlineExceeded), held);
     }
     // Every provider failed, and their failures (a rate limit, say) left
@@ -180,6 +183,35 @@ pub async fn serve<H: Send + 'static>(
         Duration::ZERO => (Err(ChainError::Exhausted), held),
         retry_after => (Err(ChainError::Unavailable { retry_after }), held),
     }
+}
+
+/// A provider that may be asked now: its breaker's permit and one of its
+/// in-flight slots, both held for the attempt.
+struct Admitted<'p> {
+    provider: &'p Arc<Provider>,
+    permit: Permit,
+    slot: InFlight,
+}
+
+/// Why a provider is passed over.
+enum Skipped {
+    /// `max_in_flight` attempts of its are running (no failure of its).
+    Busy,
+    /// Its breaker is open until then.
+    Open(Instant),
+}
+
+fn admit(provider: &Arc<Provider>) -> Result<Admitted<'_>, Skipped> {
+    let slot = provider.in_flight.try_enter().ok_or(Skipped::Busy)?;
+    let permit = provider
+        .breaker
+        .try_acquire(Instant::now())
+        .map_err(Skipped::Open)?;
+    Ok(Admitted {
+        provider,
+        permit,
+        slot,
+    })
 }
 
 /// How long until one of `providers` may be asked again (zero: one may be
@@ -212,24 +244,24 @@ impl Verdict {
     }
 }
 
-/// One attempt under a breaker permit and a slot of its provider. It runs
-/// on the request's own task; if the request is dropped (its caller hung
-/// up), the attempt goes on as a task of its own, so its outcome is still
-/// recorded on the breaker, and the slot and `held` are released only when
-/// it ends.
-#[allow(clippy::too_many_arguments)]
+/// One attempt of an admitted provider. It runs on the request's own
+/// task; if the request is dropped (its caller hung up), the attempt goes
+/// on as a task of its own, so its outcome is still recorded on the
+/// breaker, and the slot and `held` are released only when it ends.
 async fn attempt_through<H: Send + 'static>(
-    provider: &Arc<Provider>,
-    permit: Permit,
-    slot: InFlight,
-    call: &Arc<Call>,
-    client: &UpstreamClient,
-    deadline: Deadline,
+    admitted: Admitted<'_>,
+    job: Job<'_>,
     journal: &mut Journal,
     held: H,
 ) -> (Verdict, H) {
+    let Admitted {
+        provider,
+        permit,
+        slot,
+    } = admitted;
+    let deadline = job.deadline;
     let attempt = {
-        let (provider, call, client) = (provider.clone(), call.clone(), client.clone());
+        let (provider, call, client) = (provider.clone(), job.call.clone(), job.client.clone());
         async move {
             let started = Instant::now();
             let outcome = attempt(&provider, &call, &client, deadline).await;

@@ -12,7 +12,7 @@ use tracing::Instrument;
 use crate::cache::freshness::{self, Directives, Verdict};
 use crate::cache::status::{seconds_left, CacheStatus, Forward};
 use crate::cache::{CacheConfig, Data, Entry, Fetched, Key, Stored};
-use crate::chain::{self, ChainError, Journal, Served};
+use crate::chain::{self, ChainError, Job, Journal, Served};
 use crate::metrics;
 use crate::resilience::deadline::Deadline;
 use crate::routing::Provider;
@@ -94,15 +94,12 @@ pub async fn find<H: Send + 'static>(
             return (Err(not_stored(endpoint)), held);
         }
         metrics::cache(endpoint, "bypass");
-        let (served, held) = chain::serve(
-            ask.providers,
-            ask.call,
-            &app.upstream,
-            ask.deadline,
-            journal,
-            held,
-        )
-        .await;
+        let job = Job {
+            call: ask.call,
+            client: &app.upstream,
+            deadline: ask.deadline,
+        };
+        let (served, held) = chain::serve(ask.providers, job, journal, held).await;
         let found = served
             .map(|served| Found {
                 entry: Arc::new(Entry::unstored(Stored::Data(data_of(served)))),
@@ -176,8 +173,12 @@ async fn find_cached<H: Send + 'static>(
             // No caller owns the fetch, so it holds nothing of its own:
             // the wait of the caller that started it holds that caller's
             // slot and credits until it lands.
-            let (served, ()) =
-                chain::serve(&providers, &call, &client, deadline, &mut journal, ()).await;
+            let job = Job {
+                call: &call,
+                client: &client,
+                deadline,
+            };
+            let (served, ()) = chain::serve(&providers, job, &mut journal, ()).await;
             let outcome = match served {
                 Ok(served) => Ok(Stored::Data(data_of(served))),
                 Err(ChainError::NotFound) => Ok(Stored::NotFound),
