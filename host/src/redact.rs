@@ -55,9 +55,30 @@ impl fmt::Display for Redacted<'_> {
     }
 }
 
+/// A URL without what may be secret in it (user info, query), for logs.
+pub fn url(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let rest = rest.split(['?', '#']).next().unwrap_or("");
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    let query = if url.contains('?') { "?…" } else { "" };
+    format!("{scheme}://{host}{path}{query}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn urls_lose_their_user_info_and_query() {
+        assert_eq!(
+            url("https://user:pw@api.example:8443/v1/x?key=sk&u=1#f"),
+            "https://api.example:8443/v1/x?…"
+        );
+        assert_eq!(url("http://127.0.0.1:9"), "http://127.0.0.1:9");
+    }
 
     /// The forms and the replacing are plugin-api's (tested there); here,
     /// that keys remembered at different times are all taken out.

@@ -376,7 +376,7 @@ async fn attempt(
             };
             tracing::debug!(
                 provider = %provider.name,
-                url = %Redacted(&crate::config::redacted_url(request.url())),
+                url = %Redacted(&redact::url(request.url())),
                 "upstream request"
             );
             let url = provider.origin.admit(request.method(), request.url())?;

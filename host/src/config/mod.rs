@@ -246,18 +246,6 @@ impl ProcessConfig {
     }
 }
 
-/// A URL without what may be secret in it (user info, query), for logs.
-pub fn redacted_url(url: &str) -> String {
-    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
-    let rest = rest.split(['?', '#']).next().unwrap_or("");
-    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let host = authority
-        .rsplit_once('@')
-        .map_or(authority, |(_, host)| host);
-    let query = if url.contains('?') { "?…" } else { "" };
-    format!("{scheme}://{host}{path}{query}")
-}
-
 // The file as written. Every table refuses unknown keys; each section's
 // type is its owner's.
 

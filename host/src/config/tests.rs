@@ -140,12 +140,7 @@ fn errors_are_one_line_naming_file_and_reason() {
 }
 
 #[test]
-fn urls_are_redacted_for_logs() {
-    assert_eq!(
-        redacted_url("https://user:pw@api.example:8443/v1/x?key=sk&u=1#f"),
-        "https://api.example:8443/v1/x?…"
-    );
-    assert_eq!(redacted_url("http://127.0.0.1:9"), "http://127.0.0.1:9");
+fn secrets_and_urls_are_redacted_in_debug_output() {
     let c = parse(GOOD).unwrap();
     assert!(format!("{c:?}").contains("api_key: <redacted>"), "{c:?}");
     assert!(!format!("{c:?}").contains("secret-"), "{c:?}");

@@ -10,7 +10,7 @@ use std::time::Duration;
 use plugin_api::Endpoint;
 use serde::Deserialize;
 
-use crate::config::{redacted_url, ConfigError, Context, Secret};
+use crate::config::{ConfigError, Context, Secret};
 use crate::resilience::breaker::BreakerConfig;
 use crate::upstream::Origin;
 
@@ -64,7 +64,7 @@ impl fmt::Debug for ProviderConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ProviderConfig")
             .field("library", &self.library)
-            .field("base_url", &redacted_url(&self.base_url))
+            .field("base_url", &crate::redact::url(&self.base_url))
             .field("api_key", &self.api_key)
             .field("timeout", &self.timeout)
             .field("settings", &self.settings)
