@@ -290,21 +290,13 @@ fn keys(config_path: &Path, command: KeysCommand) -> Result<(), RunError> {
             let path = &files.ledger.path;
             let since = since.as_deref();
             warn_if_no_ledger(path);
-            if by == UsageBy::Endpoint {
-                let rows = crate::ledger::usage_by_endpoint(path, since)?;
-                if json {
-                    writeln!(stdout, "{}", to_json(&rows)?)?;
-                } else {
-                    print_usage_by_endpoint(&mut stdout, &rows)?;
+            let report = match by {
+                UsageBy::Endpoint => {
+                    UsageReport::ByEndpoint(crate::ledger::usage_by_endpoint(path, since)?)
                 }
-            } else {
-                let rows = crate::ledger::usage(path, since)?;
-                if json {
-                    writeln!(stdout, "{}", to_json(&rows)?)?;
-                } else {
-                    print_usage(&mut stdout, &rows)?;
-                }
-            }
+                UsageBy::Day => UsageReport::ByDay(crate::ledger::usage(path, since)?),
+            };
+            report.print(&mut stdout, json)?;
         }
     }
     Ok(())
@@ -367,17 +359,13 @@ async fn shared_keys(redis: &RedisConfig, command: KeysCommand) -> Result<(), Ru
         KeysCommand::Usage { since, by, json } => {
             let credits = Credits::new(shared.clone());
             let since = since.as_deref();
-            if by == UsageBy::Endpoint {
-                let rows = credits.usage_by_endpoint(since).await?;
-                if json {
-                    writeln!(stdout, "{}", to_json(&rows)?)?;
-                } else {
-                    print_usage_by_endpoint(&mut stdout, &rows)?;
+            let report = match by {
+                UsageBy::Endpoint => {
+                    UsageReport::ByEndpoint(credits.usage_by_endpoint(since).await?)
                 }
-            } else {
-                let rows = credits.usage(since).await?;
-                print_usage_rows(&mut stdout, &rows, json)?;
-            }
+                UsageBy::Day => UsageReport::ByDay(credits.usage(since).await?),
+            };
+            report.print(&mut stdout, json)?;
         }
     }
     Ok(())
@@ -424,22 +412,6 @@ fn print_keys(out: &mut impl Write, records: &[KeyRecord], json: bool) -> std::i
             )?;
         }
         Ok(())
-    }
-}
-
-fn print_usage_rows(
-    out: &mut impl Write,
-    rows: &[crate::ledger::UsageRow],
-    json: bool,
-) -> std::io::Result<()> {
-    if json {
-        writeln!(
-            out,
-            "{}",
-            serde_json::to_string(rows).map_err(std::io::Error::other)?
-        )
-    } else {
-        print_usage(out, rows)
     }
 }
 
@@ -643,37 +615,49 @@ fn print_book(
     Ok(())
 }
 
-/// A table per key: one line per day and endpoint, then the key's total.
-fn print_usage_by_endpoint(
-    out: &mut impl Write,
-    rows: &[crate::ledger::EndpointUsageRow],
-) -> std::io::Result<()> {
-    let lines: Vec<UsageLine<'_>> = rows
-        .iter()
-        .map(|r| UsageLine {
-            key: &r.key,
-            day: &r.day,
-            endpoint: Some(r.endpoint.as_deref().unwrap_or("-")),
-            requests: r.requests,
-            credits: r.credits,
-        })
-        .collect();
-    print_usage_table(out, &lines)
+/// What `keys usage` prints, from the ledger or the shared store alike.
+enum UsageReport {
+    /// One row per key and day.
+    ByDay(Vec<crate::ledger::UsageRow>),
+    /// One row per key, day and endpoint (`--by endpoint`).
+    ByEndpoint(Vec<crate::ledger::EndpointUsageRow>),
 }
 
-/// A table per key: one line per day, then the key's total.
-fn print_usage(out: &mut impl Write, rows: &[crate::ledger::UsageRow]) -> std::io::Result<()> {
-    let lines: Vec<UsageLine<'_>> = rows
-        .iter()
-        .map(|r| UsageLine {
-            key: &r.key,
-            day: &r.day,
-            endpoint: None,
-            requests: r.requests,
-            credits: r.credits,
-        })
-        .collect();
-    print_usage_table(out, &lines)
+impl UsageReport {
+    /// The rows as JSON, or a table per key (one line per row, then the
+    /// key's total).
+    fn print(&self, out: &mut impl Write, json: bool) -> std::io::Result<()> {
+        if json {
+            let text = match self {
+                UsageReport::ByDay(rows) => to_json(rows)?,
+                UsageReport::ByEndpoint(rows) => to_json(rows)?,
+            };
+            return writeln!(out, "{text}");
+        }
+        let lines: Vec<UsageLine<'_>> = match self {
+            UsageReport::ByDay(rows) => rows
+                .iter()
+                .map(|r| UsageLine {
+                    key: &r.key,
+                    day: &r.day,
+                    endpoint: None,
+                    requests: r.requests,
+                    credits: r.credits,
+                })
+                .collect(),
+            UsageReport::ByEndpoint(rows) => rows
+                .iter()
+                .map(|r| UsageLine {
+                    key: &r.key,
+                    day: &r.day,
+                    endpoint: Some(r.endpoint.as_deref().unwrap_or("-")),
+                    requests: r.requests,
+                    credits: r.credits,
+                })
+                .collect(),
+        };
+        print_usage_table(out, &lines)
+    }
 }
 
 /// One line of a usage table; `endpoint` is `None` in tables without that
