@@ -78,6 +78,16 @@ impl ConfigBuilder {
         ConfigBuilder::default()
     }
 
+    /// A valid config of both providers whose upstreams are never reached
+    /// (port 9, discard): for tests of the files and the command line.
+    pub fn unreached() -> ConfigBuilder {
+        ConfigBuilder::new()
+            .platform("shortvideo", "live", &[PRIMARY, FALLBACK])
+            .endpoint_order("shortvideo", "search", &[FALLBACK])
+            .primary("http://127.0.0.1:9")
+            .fallback("http://127.0.0.1:9")
+    }
+
     /// Loads plugins from `dir` instead of the build's folder.
     pub fn plugin_dir(mut self, dir: &Path) -> ConfigBuilder {
         self.plugin_dir = Some(dir.to_path_buf());

@@ -44,7 +44,7 @@ const GUARD_PRIORITY: u8 = 255;
 
 /// The sample payloads beside CONTRACT.md.
 pub mod fixtures {
-    use serde_json::Value;
+    use serde_json::{json, Value};
 
     fn parse(text: &str) -> Value {
         serde_json::from_str(text).expect("fixtures are JSON")
@@ -59,6 +59,17 @@ pub mod fixtures {
         parse(include_str!(
             "../../fixtures/upstreams/primary/user_posts.json"
         ))
+    }
+    /// A second page of [`primary_user_posts`]: one post (a copy of the
+    /// third with its own ID), the end.
+    pub fn primary_posts_page_two() -> Value {
+        let mut body = primary_user_posts();
+        let mut item = body["aweme_list"][2].clone();
+        item["aweme_id"] = json!("7312345678901220000");
+        body["aweme_list"] = json!([item]);
+        body["max_cursor"] = json!(1761000000000u64);
+        body["has_more"] = json!(0);
+        body
     }
     pub fn primary_aweme_detail() -> Value {
         parse(include_str!(

@@ -29,15 +29,6 @@ use socialgate_tests::{
     eventually, issue_key, paths, run_cli, run_cli_after, Api, CliOutput, Config, Server,
 };
 
-/// A valid config whose upstreams are never reached by these tests.
-fn plain() -> ConfigBuilder {
-    ConfigBuilder::new()
-        .platform("shortvideo", "live", &[PRIMARY, FALLBACK])
-        .endpoint_order("shortvideo", "search", &[FALLBACK])
-        .primary("http://127.0.0.1:9")
-        .fallback("http://127.0.0.1:9/")
-}
-
 /// A request that passes the key check and then fails on its parameters,
 /// so it tells an accepted key (400) from a refused one (401) without any
 /// upstream.
@@ -65,7 +56,7 @@ fn keys(config: &Config, args: &[&str]) -> CliOutput {
 
 #[tokio::test]
 async fn keys_are_issued_listed_and_revoked() {
-    let config = plain().write();
+    let config = ConfigBuilder::unreached().write();
     let alice = issue_key(&config, "alice");
     let bob = issue_key(&config, "bob");
     assert_ne!(alice, bob);
@@ -120,7 +111,7 @@ async fn keys_are_issued_listed_and_revoked() {
 
 #[tokio::test]
 async fn a_duplicate_name_or_an_unknown_revoke_fails() {
-    let config = plain().write();
+    let config = ConfigBuilder::unreached().write();
     let alice = issue_key(&config, "alice");
     let before = std::fs::read_to_string(config.keys_file()).unwrap();
 
@@ -143,7 +134,7 @@ async fn a_duplicate_name_or_an_unknown_revoke_fails() {
 /// leaked key can still be revoked; the command says what is wrong.
 #[test]
 fn keys_commands_work_while_another_section_is_broken() {
-    let config = plain().write();
+    let config = ConfigBuilder::unreached().write();
     issue_key(&config, "gina");
     let good = std::fs::read_to_string(config.path()).unwrap();
     std::fs::write(
@@ -168,7 +159,9 @@ fn keys_commands_work_while_another_section_is_broken() {
 /// none.
 #[tokio::test]
 async fn a_missing_ledger_is_said_not_taken_for_no_usage() {
-    let config = plain().raw("[ledger]\npath = \"usage.db\"").write();
+    let config = ConfigBuilder::unreached()
+        .raw("[ledger]\npath = \"usage.db\"")
+        .write();
     issue_key(&config, "gina");
     let usage = keys(&config, &["usage"]);
     assert!(usage.success(), "{usage:?}");
@@ -202,7 +195,7 @@ async fn a_missing_ledger_is_said_not_taken_for_no_usage() {
 
 #[tokio::test]
 async fn without_a_keys_file_no_key_is_valid() {
-    let config = plain().write();
+    let config = ConfigBuilder::unreached().write();
     assert!(!config.keys_file().exists());
     let server = Server::start(&config);
     assert_key_refused(&server, "sg_anything").await;
@@ -248,7 +241,7 @@ const FAKED: &str = "evil\n2026-01-01T00:00:00Z ERROR socialgate: all is well";
 /// under its own name. No message shows a hash or prints a name's newline.
 #[tokio::test]
 async fn a_keys_file_with_a_record_keys_issue_could_not_write_is_refused_whole() {
-    let config = plain().write();
+    let config = ConfigBuilder::unreached().write();
     let alice = issue_key(&config, "alice");
     let keys_file = config.keys_file();
     let good = std::fs::read_to_string(&keys_file).expect("keys_file was written");
@@ -347,7 +340,7 @@ async fn a_keys_file_with_a_record_keys_issue_could_not_write_is_refused_whole()
 /// saying what a name is, no key printed and no keys file written.
 #[test]
 fn keys_issue_refuses_a_bad_name_as_a_usage_error() {
-    let config = plain().write();
+    let config = ConfigBuilder::unreached().write();
     let before = std::fs::read_to_string(config.keys_file()).ok();
     for bad in ["bad name", "", "a/b", "evil\nline", &"x".repeat(65)] {
         let out = keys(&config, &["issue", &format!("--name={bad}")]);
@@ -367,7 +360,11 @@ fn keys_issue_refuses_a_bad_name_as_a_usage_error() {
 /// it is a usage error, not silently ignored (the harness passes one).
 #[test]
 fn demo_refuses_a_config_it_would_ignore() {
-    let out = run_cli(&plain().write(), &standard_env(), &["demo"]);
+    let out = run_cli(
+        &ConfigBuilder::unreached().write(),
+        &standard_env(),
+        &["demo"],
+    );
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(out.stderr.contains("drop --config"), "{out:?}");
 }
@@ -377,7 +374,7 @@ fn demo_refuses_a_config_it_would_ignore() {
 /// is, whatever else the command is asked.
 #[test]
 fn keys_usage_refuses_a_bad_day_as_a_usage_error() {
-    let config = plain().write();
+    let config = ConfigBuilder::unreached().write();
     for bad in ["2026-13-45", "2025-02-30", "yesterday", "2025-1-1", ""] {
         for extra in [&[][..], &["--json"], &["--by", "endpoint"]] {
             let mut args = vec!["usage", "--since", bad];
@@ -413,7 +410,7 @@ fn keys_import_checks_the_whole_file_and_imports_all_or_nothing() {
         CURSOR_KEY_ENV.into(),
         "an-import-test-cursor-key-0123456789".into(),
     ));
-    let config = plain()
+    let config = ConfigBuilder::unreached()
         .server_line(&format!("cursor_key_env = \"{CURSOR_KEY_ENV}\""))
         .raw(&format!(
             "[state]\nbackend = \"redis\"\nurl_env = \"{REDIS_URL_ENV}\""
@@ -426,7 +423,7 @@ fn keys_import_checks_the_whole_file_and_imports_all_or_nothing() {
     };
     let listed = || listed_names(&shared(&["list", "--json"]));
 
-    let local = plain().write();
+    let local = ConfigBuilder::unreached().write();
     for name in ["alice", ".dot", "-dash"] {
         let out = keys(&local, &["issue", &format!("--name={name}")]);
         assert!(out.success(), "{out:?}");
@@ -575,7 +572,7 @@ fn listed_names(list: &CliOutput) -> Vec<String> {
 /// rename). Three rounds of ten issues and five revokes at once.
 #[test]
 fn revocation_fails_closed_concurrent_issues_and_revokes_lose_no_update() {
-    let config = plain().write();
+    let config = ConfigBuilder::unreached().write();
     let mut expected = Vec::new();
     for round in 0..3 {
         let doomed: Vec<String> = (0..5).map(|i| format!("old-{round}-{i}")).collect();
@@ -614,7 +611,7 @@ fn revocation_fails_closed_concurrent_issues_and_revokes_lose_no_update() {
 #[tokio::test]
 async fn revocation_fails_closed_keys_commands_keep_the_files_owner_group_and_mode() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    let config = plain().write();
+    let config = ConfigBuilder::unreached().write();
     let alice = issue_key(&config, "alice");
     let path = config.keys_file();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
@@ -652,7 +649,7 @@ async fn revocation_fails_closed_keys_commands_keep_the_files_owner_group_and_mo
 #[test]
 fn trusted_files_the_keys_temp_file_is_never_written_through_a_planted_link() {
     use std::os::unix::fs::PermissionsExt;
-    let config = plain().write();
+    let config = ConfigBuilder::unreached().write();
     let victim = config.dir().join("victim.txt");
     std::fs::write(&victim, "not the keys file\n").unwrap();
     let planted = config.dir().join(".keys.toml.$$.tmp");
@@ -684,7 +681,7 @@ fn trusted_files_the_keys_temp_file_is_never_written_through_a_planted_link() {
 
 #[test]
 fn check_accepts_a_good_config() {
-    let config = plain().write();
+    let config = ConfigBuilder::unreached().write();
     let out = run_cli(&config, &standard_env(), &["check"]);
     assert!(out.success(), "{out:?}");
 }
@@ -817,7 +814,7 @@ const CONFIG_FILE: &str = "platforms.toml";
 
 #[test]
 fn an_unknown_key_in_the_config_is_refused_by_name() {
-    let text = plain().to_toml().replace(
+    let text = ConfigBuilder::unreached().to_toml().replace(
         "state_dir = \"state\"\n",
         "state_dir = \"state\"\nlisten_backlog = 5\n",
     );
@@ -828,7 +825,7 @@ fn an_unknown_key_in_the_config_is_refused_by_name() {
         &["listen_backlog"],
     );
 
-    let text = plain().to_toml().replace(
+    let text = ConfigBuilder::unreached().to_toml().replace(
         "timeout_ms = 2000\n",
         "timeout_ms = 2000\ntimeout_seconds = 2\n",
     );
@@ -842,7 +839,7 @@ fn an_unknown_key_in_the_config_is_refused_by_name() {
 
 #[test]
 fn an_unset_api_key_variable_is_refused_by_name() {
-    let config = plain()
+    let config = ConfigBuilder::unreached()
         .provider(
             "extra",
             "shortvideo_fallback",
@@ -860,7 +857,7 @@ fn an_unset_api_key_variable_is_refused_by_name() {
 
 #[test]
 fn a_missing_plugin_library_is_refused_by_name() {
-    let config = plain()
+    let config = ConfigBuilder::unreached()
         .provider(
             "extra",
             "no_such_plugin_lib",
@@ -888,9 +885,9 @@ fn a_chain_naming_an_undefined_provider_is_refused_by_name() {
 
 #[test]
 fn a_syntax_error_or_a_missing_file_is_refused() {
-    let text = format!("{}\n[server\n", plain().to_toml());
+    let text = format!("{}\n[server\n", ConfigBuilder::unreached().to_toml());
     assert_refused(&Config::from_toml(&text), &standard_env(), CONFIG_FILE, &[]);
-    let config = plain().write();
+    let config = ConfigBuilder::unreached().write();
     std::fs::remove_file(config.path()).unwrap();
     assert_refused(&config, &standard_env(), CONFIG_FILE, &[]);
 }
@@ -899,7 +896,7 @@ fn a_syntax_error_or_a_missing_file_is_refused() {
 fn a_busy_port_fails_the_start() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let busy = taken.local_addr().unwrap().to_string();
-    let config = plain().write();
+    let config = ConfigBuilder::unreached().write();
     let out = match Server::try_start(&config, &standard_env(), &["--listen", &busy]) {
         Ok(_) => panic!("serve must not start on a busy port"),
         Err(out) => out,
@@ -909,7 +906,7 @@ fn a_busy_port_fails_the_start() {
     assert!(line.contains("public listener, --listen"), "{line}");
     out.assert_one_stderr_line("serve");
     // The admin listener's: named, with the file that sets it.
-    let config = plain().write();
+    let config = ConfigBuilder::unreached().write();
     config.rewrite(&config.text().replace(
         "admin_listen = \"127.0.0.1:0\"",
         &format!("admin_listen = \"{busy}\""),
@@ -929,7 +926,7 @@ fn a_busy_port_fails_the_start() {
 fn listen_on_the_command_line_overrides_the_config() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let busy = taken.local_addr().unwrap().to_string();
-    let config = plain().write();
+    let config = ConfigBuilder::unreached().write();
     // The busy address in the file, a free one on the command line.
     config.rewrite(&config.text().replace(
         "\nlisten = \"127.0.0.1:0\"",

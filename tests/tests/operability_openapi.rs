@@ -16,7 +16,7 @@ use socialgate_tests::config::{standard_env, ConfigBuilder};
 use socialgate_tests::openapi::{self, Contract};
 use socialgate_tests::redis::Replicas;
 use socialgate_tests::upstream::{
-    fixtures, primary_comments_page, set, LUNA_SEC_UID, POSTS_NEXT_CURSOR, POST_ID,
+    fixtures, primary_comments_page, LUNA_SEC_UID, POSTS_NEXT_CURSOR, POST_ID,
 };
 use socialgate_tests::{issue_key, Answer, Api, Server, Stack};
 use wiremock::matchers::{path, query_param};
@@ -259,17 +259,6 @@ async fn the_document_is_served_without_a_key_byte_for_byte() {
     assert_eq!(stack.primary.request_count().await, 0);
 }
 
-/// The primary's second page of posts: one post, the end.
-fn primary_posts_page_two() -> Value {
-    let mut body = fixtures::primary_user_posts();
-    let mut item = body["aweme_list"][2].clone();
-    set(&mut item, "/aweme_id", json!("7312345678901220000"));
-    body["aweme_list"] = json!([item]);
-    body["max_cursor"] = json!(1761000000000u64);
-    body["has_more"] = json!(0);
-    body
-}
-
 /// The fallback's search answer for `baker`: `more` says whether a next
 /// page exists (at cursor 2).
 fn fallback_search_page(more: bool) -> Value {
@@ -290,7 +279,7 @@ async fn main_server(contract: &Contract) {
         LUNA_SEC_UID,
         10,
         POSTS_NEXT_CURSOR,
-        &primary_posts_page_two(),
+        &fixtures::primary_posts_page_two(),
     )
     .await;
     p.comments(POST_ID, 3, 3, &primary_comments_page(POST_ID, 3, 3, 6))

@@ -221,17 +221,6 @@ async fn comments_stop_at_the_end_when_fewer_exist() {
     assert_eq!(a.next_cursor(), None, "no more comments");
 }
 
-/// The primary's second page of posts: one post, the end.
-fn primary_posts_page_two() -> serde_json::Value {
-    let mut body = fixtures::primary_user_posts();
-    let mut item = body["aweme_list"][2].clone();
-    set(&mut item, "/aweme_id", json!("7312345678901220000"));
-    body["aweme_list"] = json!([item]);
-    body["max_cursor"] = json!(1761000000000u64);
-    body["has_more"] = json!(0);
-    body
-}
-
 /// The fallback's second page of posts: one post, the end.
 fn fallback_posts_page_two() -> serde_json::Value {
     let mut body = fixtures::fallback_user_posts();
@@ -252,7 +241,7 @@ async fn serve_primary_posts(stack: &Stack) {
         LUNA_SEC_UID,
         10,
         POSTS_NEXT_CURSOR,
-        &primary_posts_page_two(),
+        &fixtures::primary_posts_page_two(),
     )
     .await;
 }

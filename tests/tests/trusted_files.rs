@@ -9,19 +9,10 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use socialgate_tests::config::{standard_env, ConfigBuilder, FALLBACK, PRIMARY};
+use socialgate_tests::config::{standard_env, ConfigBuilder};
 use socialgate_tests::operator::{log_line_within, signal};
 use socialgate_tests::reload::{log_lines, mapped_files, wait_for_log, APPLIED};
 use socialgate_tests::{issue_key, paths, Api, Config, Server};
-
-/// A valid config whose upstreams are never reached by these tests.
-fn plain() -> ConfigBuilder {
-    ConfigBuilder::new()
-        .platform("shortvideo", "live", &[PRIMARY, FALLBACK])
-        .endpoint_order("shortvideo", "search", &[FALLBACK])
-        .primary("http://127.0.0.1:9")
-        .fallback("http://127.0.0.1:9")
-}
 
 /// What the server logs about a file others could change.
 const LOOSE: &str = "is writable by";
@@ -60,7 +51,7 @@ fn copy_of(dir: &Path, stem: &str) -> PathBuf {
 async fn trusted_files_private_copies_are_0600_in_a_0700_folder_whatever_the_umask() {
     paths::require_plugin("shortvideo_primary");
     paths::require_plugin("shortvideo_fallback");
-    let config = plain().write();
+    let config = ConfigBuilder::unreached().write();
     let server = Server::start_after(&config, &standard_env(), "umask 000");
     let state = config.dir().join("state");
     let copies = state.join("plugins");
@@ -79,7 +70,7 @@ async fn trusted_files_private_copies_are_0600_in_a_0700_folder_whatever_the_uma
 async fn trusted_files_a_link_planted_where_a_private_copy_goes_is_not_followed() {
     paths::require_plugin("shortvideo_primary");
     paths::require_plugin("shortvideo_fallback");
-    let config = plain().write();
+    let config = ConfigBuilder::unreached().write();
     let copies = config.dir().join("state/plugins");
     // A first run names the copies (their names hold a content hash).
     let mut first = Server::start(&config);
@@ -146,7 +137,9 @@ async fn trusted_files_group_writable_config_keys_and_plugin_folder_are_warned_a
         let library = paths::plugin_library(name);
         std::fs::copy(&library, plugins.path().join(library.file_name().unwrap())).unwrap();
     }
-    let config: Config = plain().plugin_dir(plugins.path()).write();
+    let config: Config = ConfigBuilder::unreached()
+        .plugin_dir(plugins.path())
+        .write();
     let key = issue_key(&config, "alice");
     let loose = [
         (config.path().to_owned(), 0o664),
