@@ -304,8 +304,26 @@ fn primary_comment(c: &Comment, aweme_id: &str) -> Value {
             "follower_count": 0, "verification_type": 1, "custom_verify": ""}})
 }
 
+/// The contract's error bodies, as its sample payloads (the fixtures the
+/// tests' doubles serve too) have them: one copy of each.
+mod contract_errors {
+    pub const PRIMARY_NO_USER: &str =
+        include_str!("../../../fixtures/upstreams/primary/error_user_not_found.json");
+    pub const PRIMARY_NO_VIDEO: &str =
+        include_str!("../../../fixtures/upstreams/primary/error_video_unavailable.json");
+    pub const FALLBACK_NO_USER: &str =
+        include_str!("../../../fixtures/upstreams/fallback/error_user_not_found.json");
+    pub const FALLBACK_NO_VIDEO: &str =
+        include_str!("../../../fixtures/upstreams/fallback/error_video_not_found.json");
+
+    /// One of the bodies above (a unit test reads each).
+    pub fn body(text: &str) -> serde_json::Value {
+        serde_json::from_str(text).unwrap_or_default()
+    }
+}
+
 fn primary_route(path: &str, q: &Query) -> Option<Value> {
-    let no_user = json!({"status_code": 2065, "status_msg": "User doesn't exist"});
+    let no_user = contract_errors::body(contract_errors::PRIMARY_NO_USER);
     Some(match path {
         "/v1/user/profile" => match find_user(q.get("unique_id")) {
             Some(u) => primary_ok(json!({"user": primary_user(u, true)})),
@@ -342,7 +360,7 @@ fn primary_route(path: &str, q: &Query) -> Option<Value> {
                     "cursor": pg.next, "has_more": u8::from(pg.more), "total": pg.total}),
                 )
             }
-            None => json!({"status_code": 2053, "status_msg": "This video is unavailable"}),
+            None => contract_errors::body(contract_errors::PRIMARY_NO_VIDEO),
         },
         "/v1/search/general" => {
             let kw = q.get("keyword").to_lowercase();
@@ -415,9 +433,8 @@ fn fallback_post(q: &Query) -> Option<(&'static User, &'static Post)> {
 }
 
 fn fallback_route(path: &str, q: &Query) -> Option<Value> {
-    let error = |msg: &str| json!({"code": -1, "msg": msg, "processed_time": 0.21});
-    let no_user = error("User doesn't exist");
-    let no_video = error("Url parsing is failed! Please check url.");
+    let no_user = contract_errors::body(contract_errors::FALLBACK_NO_USER);
+    let no_video = contract_errors::body(contract_errors::FALLBACK_NO_VIDEO);
     Some(match path {
         "/user/info" => {
             find_user(q.get("unique_id")).map_or(no_user, |u| fallback_ok(fallback_user(u)))
@@ -796,11 +813,19 @@ mod tests {
     #[tokio::test]
     async fn unknown_users_and_videos() {
         let sb = Sandbox::start(false).await.unwrap();
-        let no_user = json!({"status_code": 2065, "status_msg": "User doesn't exist"});
+        for text in [
+            contract_errors::PRIMARY_NO_USER,
+            contract_errors::PRIMARY_NO_VIDEO,
+            contract_errors::FALLBACK_NO_USER,
+            contract_errors::FALLBACK_NO_VIDEO,
+        ] {
+            assert!(contract_errors::body(text).is_object(), "{text}");
+        }
+        let no_user = json!([2065, "User doesn't exist"]);
         let profile = ask(&sb, false, "/v1/user/profile?unique_id=nosuchuser").await;
-        assert_eq!(profile, no_user);
+        assert_eq!(pick(&profile, ["status_code", "status_msg"]), no_user);
         let posts = ask(&sb, false, "/v1/user/posts?sec_user_id=MS4wLjABAAAAnope").await;
-        assert_eq!(posts, no_user);
+        assert_eq!(pick(&posts, ["status_code", "status_msg"]), no_user);
         let detail = ask(&sb, false, &format!("/v1/aweme/detail?aweme_id={NO_VIDEO}")).await;
         assert_eq!(
             pick(&detail, ["status_code", "aweme_detail"]),
@@ -808,8 +833,10 @@ mod tests {
         );
         assert_eq!(detail["filter_detail"]["aweme_id"], NO_VIDEO);
         let gone = ask(&sb, false, &format!("/v1/comment/list?aweme_id={NO_VIDEO}")).await;
-        let unavailable = json!({"status_code": 2053, "status_msg": "This video is unavailable"});
-        assert_eq!(gone, unavailable);
+        assert_eq!(
+            pick(&gone, ["status_code", "status_msg"]),
+            json!([2053, "This video is unavailable"])
+        );
         let bad_url = "Url parsing is failed! Please check url.";
         let fallback_errors = [
             ("/user/info?unique_id=nosuchuser", "User doesn't exist"),
