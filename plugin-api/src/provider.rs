@@ -374,19 +374,7 @@ impl std::error::Error for ProviderError {}
 mod tests {
     use super::*;
 
-    fn post(id: &str) -> Post {
-        Post {
-            id: id.into(),
-            text: String::new(),
-            likes: 0,
-            comments: 0,
-            views: None,
-            shares: None,
-            created_at: None,
-            duration_ms: None,
-            author: None,
-        }
-    }
+    use crate::schema::bare_post as post;
 
     #[test]
     fn check_bounds_lists_and_ids() {

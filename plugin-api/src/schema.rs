@@ -203,6 +203,22 @@ fn civil_from_days(days: i64) -> (i64, i64, i64) {
     (year, month, day)
 }
 
+/// A post with an ID and nothing else, for this crate's tests.
+#[cfg(test)]
+pub(crate) fn bare_post(id: &str) -> Post {
+    Post {
+        id: id.into(),
+        text: String::new(),
+        likes: 0,
+        comments: 0,
+        views: None,
+        shares: None,
+        created_at: None,
+        duration_ms: None,
+        author: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

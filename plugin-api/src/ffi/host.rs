@@ -500,7 +500,7 @@ fn lending_headers<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Attempt, Call, Endpoint, Post, Profile, Provider};
+    use crate::{Attempt, Call, Endpoint, Profile, Provider};
     use abi_stable::prefix_type::PrefixTypeTrait;
     use abi_stable::std_types::{RResult, RStr};
 
@@ -598,17 +598,7 @@ mod tests {
 
     #[test]
     fn a_listing_ends_at_an_empty_page_or_a_cursor_that_does_not_move() {
-        let post = Post {
-            id: "1".into(),
-            text: "t".into(),
-            likes: 0,
-            comments: 0,
-            views: None,
-            shares: None,
-            created_at: None,
-            duration_ms: None,
-            author: None,
-        };
+        let post = crate::schema::bare_post("1");
         let leak = |text: String| -> &'static str { Box::leak(text.into_boxed_str()) };
         let page = leak(serde_json::to_string(&Output::Posts(vec![post])).unwrap());
         let empty = leak(serde_json::to_string(&Output::Posts(vec![])).unwrap());

@@ -124,17 +124,7 @@ impl Provider for Toy {
                     )));
                 }
                 let output = match flaw {
-                    Flaw::WrongEndpoint => Output::Post(crate::Post {
-                        id: "1".into(),
-                        text: String::new(),
-                        likes: 0,
-                        comments: 0,
-                        views: None,
-                        shares: None,
-                        created_at: None,
-                        duration_ms: None,
-                        author: None,
-                    }),
+                    Flaw::WrongEndpoint => Output::Post(crate::schema::bare_post("1")),
                     Flaw::EchoHeaders => Output::Profile(Profile {
                         display_name: r
                             .headers
