@@ -501,6 +501,44 @@ async fn an_expired_answer_stands_in_for_a_failure_within_its_window_only() {
         .assert_error(502, "UPSTREAM_UNAVAILABLE");
 }
 
+/// Cache and billing sweep: requests that waited on a shared fetch that
+/// failed got the stored answer without `collapsed`, as if each had asked
+/// the providers itself.
+#[tokio::test]
+async fn a_stand_in_for_a_shared_fetch_that_failed_says_collapsed_to_its_joiners() {
+    let stack = cached_stack("stale_if_error_s = 30\n[cache.ttl_s]\npost = 1").await;
+    stack.get(POST).await.assert_success(false);
+    stack.primary.reset().await;
+    let slow_failure = wiremock::ResponseTemplate::new(503).set_delay(Duration::from_millis(400));
+    stack.primary.respond_all(slow_failure).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+
+    let base = stack.server.base_url();
+    let key = stack.key.clone();
+    let first = tokio::spawn(async move { send(&base, "GET", POST, &[("X-API-Key", &key)]).await });
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while stack.primary.request_count().await == 0 {
+        assert!(Instant::now() < deadline, "the first fetch went out");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let joined = stack.get(POST).await;
+    joined.assert_success(false);
+    assert!(cached(&joined), "{joined:?}");
+    let status = cache_status(&joined);
+    assert!(
+        status.starts_with("socialgate; fwd=stale; ttl=-") && status.ends_with("; collapsed"),
+        "{status}"
+    );
+    let first = first.await.expect("the request task finished");
+    first.assert_success(false);
+    let status = cache_status(&first);
+    assert!(
+        status.starts_with("socialgate; fwd=stale; ttl=-") && !status.contains("collapsed"),
+        "{status}"
+    );
+    assert_eq!(stack.primary.request_count().await, 1, "one fetch for both");
+}
+
 #[tokio::test]
 async fn a_fresh_answer_a_failed_refresh_falls_back_on_is_not_called_stale() {
     let stack = cached_stack("enabled = true").await;

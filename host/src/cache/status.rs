@@ -46,8 +46,13 @@ pub enum CacheStatus {
     /// The providers failed and the stored answer stood in: one that had
     /// expired (`forward` is `Stale`, `ttl` how long ago, negative), or one
     /// still fresh that the request asked to refresh (`Request`, `ttl` how
-    /// long it has left).
-    StoodIn { forward: Forward, ttl: i64 },
+    /// long it has left); `collapsed` when the failed fetch was another
+    /// request's, which this one waited on.
+    StoodIn {
+        forward: Forward,
+        ttl: i64,
+        collapsed: bool,
+    },
     /// Not answered: the request took only a stored answer
     /// (`only-if-cached`), and no fresh one was stored.
     NotStored,
@@ -84,8 +89,16 @@ impl CacheStatus {
                 }
                 value
             }
-            CacheStatus::StoodIn { forward, ttl } => {
-                format!("socialgate; fwd={}; ttl={ttl}", forward.token())
+            CacheStatus::StoodIn {
+                forward,
+                ttl,
+                collapsed,
+            } => {
+                let mut value = format!("socialgate; fwd={}; ttl={ttl}", forward.token());
+                if collapsed {
+                    value.push_str("; collapsed");
+                }
+                value
             }
             // Nothing went forward, so no `fwd`: RFC 9211's `detail` says why.
             CacheStatus::NotStored => {
@@ -160,15 +173,26 @@ mod tests {
         assert_eq!(
             CacheStatus::StoodIn {
                 forward: Forward::Stale,
-                ttl: -45
+                ttl: -45,
+                collapsed: false,
             }
             .header_value(),
             "socialgate; fwd=stale; ttl=-45"
         );
         assert_eq!(
             CacheStatus::StoodIn {
+                forward: Forward::Stale,
+                ttl: -1,
+                collapsed: true,
+            }
+            .header_value(),
+            "socialgate; fwd=stale; ttl=-1; collapsed"
+        );
+        assert_eq!(
+            CacheStatus::StoodIn {
                 forward: Forward::Request,
-                ttl: 296
+                ttl: 296,
+                collapsed: false,
             }
             .header_value(),
             "socialgate; fwd=request; ttl=296"

@@ -278,7 +278,11 @@ async fn find_cached<H: Send + 'static>(
                         );
                         Forward::Stale
                     };
-                    let status = CacheStatus::StoodIn { forward, ttl };
+                    let status = CacheStatus::StoodIn {
+                        forward,
+                        ttl,
+                        collapsed,
+                    };
                     metrics::cache(endpoint, status.log_value());
                     Ok(Found {
                         status,
