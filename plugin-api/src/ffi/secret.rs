@@ -87,12 +87,13 @@ fn json_string_body(text: &str) -> String {
         .to_owned()
 }
 
-/// Takes keys out of text: every form ([`key_forms`]) of every key it
-/// knows becomes [`REDACTED`].
+/// Takes keys out of text: every spelling of every key it knows (see
+/// [`KeyFinder`]) becomes [`REDACTED`].
 #[derive(Debug, Clone, Default)]
 pub struct Redactor {
-    /// Longest first, so a form that contains another is taken out whole.
-    forms: Vec<Arc<str>>,
+    /// Longest key first, so a key that contains another is taken out
+    /// whole.
+    keys: Vec<Arc<KeyFinder>>,
 }
 
 impl Redactor {
@@ -104,43 +105,57 @@ impl Redactor {
     /// This redactor knowing `key` too; `None` when it adds nothing (known
     /// already, or too short).
     pub fn with(&self, key: &str) -> Option<Redactor> {
-        let new: Vec<String> = key_forms(key)
-            .into_iter()
-            .filter(|form| !self.forms.iter().any(|known| **known == **form))
-            .collect();
-        if new.is_empty() {
+        if key.len() < SHORTEST_KEY || self.keys.iter().any(|known| *known.key == *key.as_bytes()) {
             return None;
         }
-        let mut forms = self.forms.clone();
-        forms.extend(new.into_iter().map(Arc::from));
-        forms.sort_by_key(|form| std::cmp::Reverse(form.len()));
-        Some(Redactor { forms })
+        let mut keys = self.keys.clone();
+        keys.push(Arc::new(KeyFinder::new(key)));
+        keys.sort_by_key(|known| std::cmp::Reverse(known.key.len()));
+        Some(Redactor { keys })
     }
 
     /// `text` with every known key taken out.
     pub fn text<'a>(&self, text: &'a str) -> Cow<'a, str> {
         let mut text = Cow::Borrowed(text);
-        for form in &self.forms {
-            if text.contains(&**form) {
-                text = Cow::Owned(text.replace(&**form, REDACTED));
+        for key in &self.keys {
+            let Some(first) = key.find(&text) else {
+                continue;
+            };
+            let mut redacted = String::with_capacity(text.len());
+            let mut rest = &text[..];
+            let mut found = Some(first);
+            while let Some(span) = found {
+                redacted.push_str(&rest[..span.start]);
+                redacted.push_str(REDACTED);
+                rest = &rest[span.end..];
+                found = key.find(rest);
             }
+            redacted.push_str(rest);
+            text = Cow::Owned(redacted);
         }
         text
     }
 }
 
-/// One key, to be found in a plugin's answers (JSON text): an upstream
-/// that echoes the key into a text field the plugin passes on (a name, a
-/// bio, a URL) would hand it to every caller. Looked for in every form
-/// ([`key_forms`]); a key shorter than [`SHORTEST_KEY`] is never found.
-/// It runs on every answer, so it first looks for the key's longest run of
-/// letters and digits, which every form holds as it is, and only where
-/// that is found for the forms themselves.
+/// One key, to be found in text: in a plugin's answers (an upstream that
+/// echoes the key into a text field the plugin passes on, a name, a bio, a
+/// URL, would hand it to every caller) and in what it says (a [`Redactor`]).
+///
+/// The key is found however each of its bytes is written: as it is, `%HH`
+/// in either case (whatever an encoder chose to leave as it is: every
+/// [`key_forms`] form, and any mix of them), `+` for a space, or as a JSON
+/// string escapes it (`\"`, `\\`, `\/`, `\u00HH`). A key shorter than
+/// [`SHORTEST_KEY`] is never found. It runs on every answer, so it first
+/// looks for the key's longest run of letters and digits, which every
+/// spelling but the most contrived holds as it is, and reads the rest of
+/// the key around that only where it is found.
 #[derive(Debug, Clone)]
 pub struct KeyFinder {
-    /// `None` when the key has no run long enough to be worth it.
-    anchor: Option<memchr::memmem::Finder<'static>>,
-    forms: Vec<memchr::memmem::Finder<'static>>,
+    key: Box<[u8]>,
+    /// The longest run of letters and digits and where it starts in the
+    /// key; `None` when the key has no run that long (every place a
+    /// spelling of its first byte may begin is then tried).
+    anchor: Option<(memchr::memmem::Finder<'static>, usize)>,
 }
 
 impl KeyFinder {
@@ -148,25 +163,186 @@ impl KeyFinder {
     const SHORTEST_ANCHOR: usize = 4;
 
     pub fn new(key: &str) -> KeyFinder {
-        let finder = |text: &str| memchr::memmem::Finder::new(text.as_bytes()).into_owned();
-        let forms: Vec<_> = key_forms(key).iter().map(|form| finder(form)).collect();
-        let anchor = key
-            .split(|c: char| !c.is_ascii_alphanumeric())
-            .max_by_key(|run| run.len())
-            .filter(|run| forms.len() > 1 && run.len() >= KeyFinder::SHORTEST_ANCHOR)
-            .map(finder);
-        KeyFinder { anchor, forms }
-    }
-
-    /// Whether `text` holds the key, in any form.
-    pub fn is_in(&self, text: &str) -> bool {
-        let text = text.as_bytes();
-        if let Some(anchor) = &self.anchor {
-            if anchor.find(text).is_none() {
-                return false;
+        let bytes = key.as_bytes();
+        let mut longest = (0, 0);
+        let mut start = 0;
+        for (i, byte) in bytes.iter().chain([&b'-']).enumerate() {
+            if !byte.is_ascii_alphanumeric() {
+                if i - start > longest.1 - longest.0 {
+                    longest = (start, i);
+                }
+                start = i + 1;
             }
         }
-        self.forms.iter().any(|form| form.find(text).is_some())
+        let anchor = (longest.1 - longest.0 >= KeyFinder::SHORTEST_ANCHOR).then(|| {
+            let run = &bytes[longest.0..longest.1];
+            (memchr::memmem::Finder::new(run).into_owned(), longest.0)
+        });
+        let key = if key.len() < SHORTEST_KEY {
+            Box::default()
+        } else {
+            bytes.into()
+        };
+        KeyFinder { key, anchor }
+    }
+
+    /// Whether `text` holds the key, in any spelling.
+    pub fn is_in(&self, text: &str) -> bool {
+        self.find(text).is_some()
+    }
+
+    /// Where in `text` the key first stands, in any spelling.
+    pub fn find(&self, text: &str) -> Option<std::ops::Range<usize>> {
+        if self.key.is_empty() {
+            return None;
+        }
+        let text = text.as_bytes();
+        match &self.anchor {
+            Some((run, offset)) => run.find_iter(text).find_map(|at| {
+                let end = self.spelled_forward(text, at, *offset)?;
+                let start = self.spelled_backward(text, at, *offset)?;
+                Some(start..end)
+            }),
+            None => {
+                // Only where a spelling of the first byte may begin.
+                let first = self.key[0];
+                let begins = |&at: &usize| {
+                    let b = text[at];
+                    b == first || b == b'%' || b == b'\\' || (first == b' ' && b == b'+')
+                };
+                (0..text.len()).filter(begins).find_map(|at| {
+                    let end = self.spelled_forward(text, at, 0)?;
+                    Some(at..end)
+                })
+            }
+        }
+    }
+
+    /// Where the key's bytes from `from` on, spelled any way, end when
+    /// they start at `at`; the farthest end when several spellings fit.
+    fn spelled_forward(&self, text: &[u8], at: usize, from: usize) -> Option<usize> {
+        let mut ends = vec![at];
+        for &byte in &self.key[from..] {
+            let mut next = Vec::with_capacity(ends.len());
+            for &at in &ends {
+                for end in spellings(byte).filter_map(|s| s.after(text, at, byte)) {
+                    if !next.contains(&end) {
+                        next.push(end);
+                    }
+                }
+            }
+            if next.is_empty() {
+                return None;
+            }
+            ends = next;
+        }
+        ends.into_iter().max()
+    }
+
+    /// Where the key's bytes before `upto`, spelled any way, start when
+    /// they end at `end`; the earliest start when several spellings fit.
+    fn spelled_backward(&self, text: &[u8], end: usize, upto: usize) -> Option<usize> {
+        let mut starts = vec![end];
+        for &byte in self.key[..upto].iter().rev() {
+            let mut next = Vec::with_capacity(starts.len());
+            for &end in &starts {
+                for start in spellings(byte).filter_map(|s| s.before(text, end, byte)) {
+                    if !next.contains(&start) {
+                        next.push(start);
+                    }
+                }
+            }
+            if next.is_empty() {
+                return None;
+            }
+            starts = next;
+        }
+        starts.into_iter().min()
+    }
+}
+
+/// A way a byte of a key may be written in text.
+#[derive(Clone, Copy)]
+enum Spelling {
+    /// As it is.
+    Raw,
+    /// `%HH`, hex digits of either case.
+    Percent,
+    /// `+`, for a space (form encoding).
+    Plus,
+    /// `\"`, `\\` or `\/` in a JSON string.
+    JsonEscape,
+    /// `\u00HH` in a JSON string.
+    JsonUnicode,
+}
+
+/// The spellings worth trying for `byte`.
+fn spellings(byte: u8) -> impl Iterator<Item = Spelling> {
+    use Spelling::*;
+    [Raw, Percent, Plus, JsonEscape, JsonUnicode]
+        .into_iter()
+        .filter(move |spelling| match spelling {
+            Raw | Percent => true,
+            Plus => byte == b' ',
+            JsonEscape => matches!(byte, b'"' | b'\\' | b'/'),
+            JsonUnicode => byte.is_ascii(),
+        })
+}
+
+impl Spelling {
+    /// The text this spelling writes `byte` as.
+    fn written(self, byte: u8, out: &mut [u8; 6]) -> &[u8] {
+        const HEX: &[u8; 16] = b"0123456789ABCDEF";
+        let hex = |b: u8| [HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]];
+        match self {
+            Spelling::Raw => {
+                out[0] = byte;
+                &out[..1]
+            }
+            Spelling::Percent => {
+                let [high, low] = hex(byte);
+                *out = [b'%', high, low, 0, 0, 0];
+                &out[..3]
+            }
+            Spelling::Plus => {
+                out[0] = b'+';
+                &out[..1]
+            }
+            Spelling::JsonEscape => {
+                out[..2].copy_from_slice(&[b'\\', byte]);
+                &out[..2]
+            }
+            Spelling::JsonUnicode => {
+                let [high, low] = hex(byte);
+                *out = [b'\\', b'u', b'0', b'0', high, low];
+                &out[..6]
+            }
+        }
+    }
+
+    /// Where `byte`, written this way, ends in `text` when it starts at
+    /// `at` (hex digits compared in either case).
+    fn after(self, text: &[u8], at: usize, byte: u8) -> Option<usize> {
+        let mut buffer = [0; 6];
+        let written = self.written(byte, &mut buffer);
+        let end = at.checked_add(written.len())?;
+        text.get(at..end)?
+            .eq_ignore_ascii_case(written)
+            .then_some(end)
+            .filter(|_| {
+                matches!(self, Spelling::Percent | Spelling::JsonUnicode)
+                    || text[at..end] == *written
+            })
+    }
+
+    /// Where `byte`, written this way, starts in `text` when it ends at
+    /// `end`.
+    fn before(self, text: &[u8], end: usize, byte: u8) -> Option<usize> {
+        let mut buffer = [0; 6];
+        let start = end.checked_sub(self.written(byte, &mut buffer).len())?;
+        self.after(text, start, byte)
+            .filter(|&e| e == end)
+            .map(|_| start)
     }
 }
 
@@ -195,9 +371,30 @@ mod tests {
         ] {
             assert!(finder.is_in(answer), "{answer}");
         }
+        // Encoders that leave other bytes as they are, and mixed cases.
+        for answer in [
+            "PrimSecret%2B/%3DKey~42",
+            "PrimSecret+%2F=Key~42",
+            "PrimSecret%2b%2F%3dKey%7e42",
+            r"PrimSecret\u002B\/=Key~42",
+        ] {
+            assert!(finder.is_in(answer), "{answer}");
+        }
         let quoted = KeyFinder::new(r#"sk"live\key"#);
         let answer = serde_json::json!({ "bio": r#"sk"live\key"# }).to_string();
         assert!(quoted.is_in(&answer), "{answer}");
+        // Every form `key_forms` lists, for keys with and without a run of
+        // letters long enough to look for first.
+        for key in ["PrimSecret+/=Key~42", "a+b/c=d.e f", r#"sk"live\key"#] {
+            let finder = KeyFinder::new(key);
+            for form in key_forms(key) {
+                let text = format!("before {form} after");
+                let span = finder
+                    .find(&text)
+                    .unwrap_or_else(|| panic!("{key}: {form}"));
+                assert_eq!(&text[span], form, "{key}");
+            }
+        }
         assert!(!finder.is_in(r#"{"bio":"PrimSecret Key 42"}"#));
     }
 
