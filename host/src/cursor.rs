@@ -28,6 +28,7 @@ use hkdf::Hkdf;
 use sha2::Sha256;
 
 use crate::config::{ConfigError, Context, RawServer, Secret};
+use crate::error::ApiError;
 
 /// The shortest cursor secret `cursor_key_env` may hold.
 const MIN_SECRET_LEN: usize = 32;
@@ -338,6 +339,17 @@ fn decode(plain: &[u8]) -> Option<(u64, Position)> {
             upstream: String::from_utf8(upstream.to_vec()).ok()?,
         },
     ))
+}
+
+/// A refused cursor, as its caller is told (the catalogue's
+/// `INVALID_PARAMETER` naming `cursor`).
+impl From<CursorError> for ApiError {
+    fn from(error: CursorError) -> ApiError {
+        match error {
+            CursorError::Invalid => ApiError::bad_cursor(),
+            CursorError::Expired => ApiError::expired_cursor(),
+        }
+    }
 }
 
 #[cfg(test)]

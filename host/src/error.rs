@@ -1,5 +1,9 @@
 //! The error catalogue: every error a caller can receive, with its code,
-//! HTTP status and message. Nothing else in the host decides these.
+//! HTTP status and message. Nothing else in the host makes one up: what an
+//! internal failure becomes is said beside the failure's own type (a
+//! refused cursor in `cursor`, why a request got no data in
+//! `http::answer`), naming one of these, so this module imports none of
+//! them.
 //!
 //! Messages never name a provider, an upstream host, an upstream status or
 //! an upstream message: the caller must not learn who answered.
@@ -7,11 +11,7 @@
 use std::time::Duration;
 
 use hyper::StatusCode;
-use plugin_api::Endpoint;
 
-use crate::chain::ChainError;
-use crate::cursor::CursorError;
-use crate::http::answer::NoData;
 use crate::resilience::rate_limit;
 
 /// What a caller refused for a passing condition (the server busy, the
@@ -215,29 +215,6 @@ impl ApiError {
         }
     }
 
-    /// Why a request to `endpoint` got no data, as its caller is told.
-    pub fn unanswered(error: NoData, endpoint: Endpoint) -> ApiError {
-        match error {
-            NoData::NotStored => ApiError::NotCached,
-            NoData::Chain(ChainError::NotFound) => ApiError::ResourceNotFound,
-            // A provider refuses the value of the endpoint's subject.
-            NoData::Chain(ChainError::InvalidInput(message)) => ApiError::InvalidParameter {
-                param: subject_param(endpoint).to_owned(),
-                message,
-            },
-            NoData::Chain(ChainError::Exhausted) => ApiError::UpstreamUnavailable {
-                retry_after_secs: None,
-            },
-            NoData::Chain(ChainError::Unavailable { retry_after }) => {
-                ApiError::UpstreamUnavailable {
-                    retry_after_secs: Some(rate_limit::retry_after_secs(retry_after)),
-                }
-            }
-            NoData::Chain(ChainError::DeadlineExceeded) => ApiError::UpstreamTimeout,
-            NoData::Chain(ChainError::Busy) => ApiError::overloaded(),
-        }
-    }
-
     /// A platform name echoed back, cut to a sane length.
     pub fn platform_not_found(name: &str) -> ApiError {
         ApiError::PlatformNotFound(name.chars().take(64).collect())
@@ -255,51 +232,9 @@ impl From<plugin_api::ParamError> for ApiError {
     }
 }
 
-impl From<CursorError> for ApiError {
-    fn from(error: CursorError) -> ApiError {
-        match error {
-            CursorError::Invalid => ApiError::bad_cursor(),
-            CursorError::Expired => ApiError::expired_cursor(),
-        }
-    }
-}
-
-/// The query parameter that names what `endpoint` is about: the one a
-/// provider's refusal of the input is about, and the one a next page's
-/// link repeats.
-pub fn subject_param(endpoint: Endpoint) -> &'static str {
-    // Asked of plugin-api, which owns what each endpoint reads.
-    ["username", "id", "query"]
-        .into_iter()
-        .find(|&param| endpoint.reads(param))
-        .unwrap_or("id")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn each_endpoint_has_the_subject_its_call_names() {
-        for (endpoint, call) in [
-            (Endpoint::Profile, "/profile?username=luna"),
-            (Endpoint::Posts, "/posts?username=luna"),
-            (Endpoint::Post, "/post?id=1"),
-            (Endpoint::Comments, "/comments?id=1"),
-            (Endpoint::Search, "/search?query=luna"),
-        ] {
-            let param = subject_param(endpoint);
-            assert!(
-                call.contains(&format!("?{param}=")),
-                "{endpoint:?}: {param}"
-            );
-            let others = ["username", "id", "query"]
-                .into_iter()
-                .filter(|&p| p != param);
-            assert!(others.clone().all(|p| !endpoint.reads(p)), "{endpoint:?}");
-        }
-        assert_eq!(Endpoint::ALL.len(), 5, "a new endpoint: add it above");
-    }
 
     #[test]
     fn every_error_has_its_documented_code_and_status() {

@@ -53,13 +53,22 @@ impl Endpoint {
         Endpoint::ALL.into_iter().find(|e| e.as_str() == segment)
     }
 
+    /// The query parameter that names what this endpoint is about (its
+    /// [`Call::subject`]): the one a provider's refusal of the input is
+    /// about, and the one a next page's request repeats. Since 1.6.
+    pub fn subject_param(self) -> &'static str {
+        match self {
+            Endpoint::Profile | Endpoint::Posts => "username",
+            Endpoint::Post | Endpoint::Comments => "id",
+            Endpoint::Search => "query",
+        }
+    }
+
     /// Whether this endpoint reads the query parameter `name`; it ignores
     /// any other.
     pub fn reads(self, name: &str) -> bool {
         match name {
-            "username" => matches!(self, Endpoint::Profile | Endpoint::Posts),
-            "id" => matches!(self, Endpoint::Post | Endpoint::Comments),
-            "query" => self == Endpoint::Search,
+            "username" | "id" | "query" => self.subject_param() == name,
             // `cursor` is the host's to resolve, but a duplicate is refused
             // here all the same.
             "count" | "cursor" => self.is_list(),

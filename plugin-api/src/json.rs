@@ -300,15 +300,22 @@ pub fn non_empty(text: Option<String>) -> Option<String> {
 
 /// A link callers may follow or show (an `avatar_url`): an `http://` or
 /// `https://` URL, any other (`javascript:`, `data:`, a bare path) `None`,
-/// since a client may put it straight into a page.
+/// since a client may put it straight into a page. The host refuses a
+/// profile whose `avatar_url` is anything else. Since 1.6.
 pub fn web_url(url: Option<String>) -> Option<String> {
-    url.filter(|url| match url.split_once("://") {
+    url.filter(|url| is_web_url(url))
+}
+
+/// Whether `url` is an `http://` or `https://` URL with something after
+/// the scheme.
+pub(crate) fn is_web_url(url: &str) -> bool {
+    match url.split_once("://") {
         Some((scheme, rest)) => {
             (scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https"))
                 && !rest.is_empty()
         }
         None => false,
-    })
+    }
 }
 
 /// A user's handle as the schema has it: without the leading `@`s some

@@ -173,7 +173,9 @@ impl Output {
     /// Checks what the schema's types cannot say: every ID has the shape of
     /// one ([`schema::is_id`](crate::schema::is_id)), every profile has a
     /// `username` (not empty, since 1.4; [`json::handle`](crate::json::handle)
-    /// also takes off the `@` the schema's handles are without), and a list
+    /// also takes off the `@` the schema's handles are without), every
+    /// `avatar_url` is an `http(s)` URL (since 1.6;
+    /// [`json::web_url`](crate::json::web_url) makes one so), and a list
     /// holds at most `most_items` ([`Call::most_items`](crate::Call::most_items)).
     /// The message says what is wrong without quoting upstream data.
     pub fn check(&self, most_items: Option<usize>) -> Result<(), String> {
@@ -196,15 +198,19 @@ impl Output {
         if !ids_fit {
             return Err(format!("an ID that is not 1-{MAX_ID_DIGITS} digits"));
         }
-        let named = match self {
-            Output::Profile(profile) => !profile.username.is_empty(),
-            Output::Search(profiles) => profiles.iter().all(|p| !p.username.is_empty()),
-            Output::Post(_) | Output::Posts(_) | Output::Comments(_) => true,
+        let profiles = match self {
+            Output::Profile(profile) => std::slice::from_ref(profile),
+            Output::Search(profiles) => profiles,
+            Output::Post(_) | Output::Posts(_) | Output::Comments(_) => &[],
         };
-        match named {
-            true => Ok(()),
-            false => Err("an empty username".into()),
+        if profiles.iter().any(|p| p.username.is_empty()) {
+            return Err("an empty username".into());
         }
+        let web_links = |p: &Profile| p.avatar_url.as_deref().is_none_or(crate::json::is_web_url);
+        if !profiles.iter().all(web_links) {
+            return Err("an avatar_url that is not an http(s) URL".into());
+        }
+        Ok(())
     }
 }
 
@@ -412,6 +418,14 @@ mod tests {
             Err("an empty username".into())
         );
         assert!(Output::Profile(nameless).check(None).is_err());
+        let mut linked = profile(None);
+        linked.avatar_url = Some("https://cdn.example/a.webp".into());
+        assert_eq!(Output::Profile(linked.clone()).check(None), Ok(()));
+        linked.avatar_url = Some("javascript:alert(1)".into());
+        assert_eq!(
+            Output::Search(vec![profile(None), linked]).check(None),
+            Err("an avatar_url that is not an http(s) URL".into())
+        );
     }
 
     #[test]

@@ -155,7 +155,7 @@ async fn plugin_new_builds_and_tests_out_of_tree_and_is_served() {
     for line in [
         "name: acme-kit",
         "version: 0.1.0",
-        "plugin-api: 1.5.0",
+        "plugin-api: 1.6.0",
         "platform: acme-kit",
         "endpoints: profile",
     ] {
@@ -172,7 +172,7 @@ async fn plugin_new_builds_and_tests_out_of_tree_and_is_served() {
     assert!(check.success(), "{check:?}");
     assert!(
         check.stdout.contains(
-            "provider acme-kit: plugin acme-kit 0.1.0 (plugin-api 1.5.0), serves profile"
+            "provider acme-kit: plugin acme-kit 0.1.0 (plugin-api 1.6.0), serves profile"
         ),
         "{}",
         check.stdout
@@ -216,7 +216,7 @@ fn inspect_names_a_library_or_why_it_cannot_load() {
     assert!(out.success(), "{out:?}");
     assert_eq!(
         out.stdout.trim(),
-        "name: shortvideo-primary\nversion: 1.0.0\nplugin-api: 1.5.0\n\
+        "name: shortvideo-primary\nversion: 1.0.0\nplugin-api: 1.6.0\n\
          platform: shortvideo\nendpoints: profile, posts, post, comments"
     );
     let incompatible = paths::plugin_library("incompatible_plugin");
@@ -247,7 +247,7 @@ async fn check_names_plugin_versions_and_refuses_an_endpoint_not_served() {
     let out = run_cli(&stack.config, &standard_env(), &["check"]);
     assert!(out.success(), "{out:?}");
     for provider in [PRIMARY, FALLBACK] {
-        let line = format!("provider {provider}: plugin {provider} 1.0.0 (plugin-api 1.5.0)");
+        let line = format!("provider {provider}: plugin {provider} 1.0.0 (plugin-api 1.6.0)");
         assert!(out.stdout.contains(&line), "{line}: {}", out.stdout);
     }
     assert!(!out.stdout.contains("no provider serves"), "{}", out.stdout);

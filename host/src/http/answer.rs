@@ -6,15 +6,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use plugin_api::Call;
+use plugin_api::{Call, Endpoint};
 use tracing::Instrument;
 
 use crate::cache::freshness::{self, Directives, Verdict};
 use crate::cache::status::{seconds_left, CacheStatus, Forward};
 use crate::cache::{CacheConfig, Data, Entry, Fetched, Key, Stored};
 use crate::chain::{self, ChainError, Job, Journal, Served};
+use crate::error::ApiError;
 use crate::metrics;
 use crate::resilience::deadline::Deadline;
+use crate::resilience::rate_limit;
 use crate::routing::Provider;
 use crate::state::{App, Snapshot};
 
@@ -54,6 +56,32 @@ pub enum NoData {
     /// The request took only a stored answer (`only-if-cached`), and no
     /// fresh one was stored.
     NotStored,
+}
+
+impl NoData {
+    /// Why a request to `endpoint` got no data, as its caller is told:
+    /// the catalogue's error for it.
+    pub fn into_api_error(self, endpoint: Endpoint) -> ApiError {
+        match self {
+            NoData::NotStored => ApiError::NotCached,
+            NoData::Chain(ChainError::NotFound) => ApiError::ResourceNotFound,
+            // A provider refuses the value of the endpoint's subject.
+            NoData::Chain(ChainError::InvalidInput(message)) => ApiError::InvalidParameter {
+                param: endpoint.subject_param().to_owned(),
+                message,
+            },
+            NoData::Chain(ChainError::Exhausted) => ApiError::UpstreamUnavailable {
+                retry_after_secs: None,
+            },
+            NoData::Chain(ChainError::Unavailable { retry_after }) => {
+                ApiError::UpstreamUnavailable {
+                    retry_after_secs: Some(rate_limit::retry_after_secs(retry_after)),
+                }
+            }
+            NoData::Chain(ChainError::DeadlineExceeded) => ApiError::UpstreamTimeout,
+            NoData::Chain(ChainError::Busy) => ApiError::overloaded(),
+        }
+    }
 }
 
 /// Shared fetches a request may join that end by their starter's deadline
@@ -307,7 +335,7 @@ async fn find_cached<H: Send + 'static>(
 }
 
 /// What `only-if-cached` gets when no fresh answer is stored.
-fn not_stored(endpoint: plugin_api::Endpoint) -> Unanswered {
+fn not_stored(endpoint: Endpoint) -> Unanswered {
     metrics::cache(endpoint, "not_stored");
     Unanswered {
         error: NoData::NotStored,

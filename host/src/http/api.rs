@@ -47,7 +47,7 @@ use crate::cache::freshness::Directives;
 use crate::cache::status::{CacheStatus, Forward};
 use crate::chain::Journal;
 use crate::cursor::{Listing, Position};
-use crate::error::{subject_param, ApiError};
+use crate::error::ApiError;
 use crate::logging::RequestLine;
 use crate::metrics::{self, RouteLabels};
 use crate::resilience::concurrency::InFlight;
@@ -408,7 +408,7 @@ async fn route<'s>(
         Ok(found) => found,
         Err(Unanswered { error, status, age }) => {
             report.cache = status;
-            let mut response = response::error(&ApiError::unanswered(error, endpoint), id);
+            let mut response = response::error(&error.into_api_error(endpoint), id);
             if let Some(status) = status {
                 set_cache_headers(&mut response, &status, age);
             }
@@ -636,7 +636,7 @@ async fn account(
             credits_used_total: statement.used_total,
             billing_enforced: billing.enforce,
             costs: billing.costs,
-            cached_cost: billing.costs,
+            cached_cost: billing.costs.cached_override(),
             rate_limit: snapshot.serving.rate_limit,
         },
         id,
@@ -758,7 +758,7 @@ fn listing_of<'a>(platform: &'a str, call: &'a Call) -> Listing<'a> {
 fn next_page_link(platform: &str, call: &Call, token: &str) -> Option<HeaderValue> {
     let endpoint = call.endpoint();
     let mut query = form_urlencoded::Serializer::new(String::new());
-    query.append_pair(subject_param(endpoint), call.subject());
+    query.append_pair(endpoint.subject_param(), call.subject());
     if let Some(count) = call.count() {
         query.append_pair("count", itoa::Buffer::new().format(count));
     }

@@ -172,7 +172,7 @@ impl Library {
         &self.manifest
     }
 
-    /// The plugin-api version the library was built against (`1.5.0`).
+    /// The plugin-api version the library was built against (`1.6.0`).
     pub fn plugin_api_version(&self) -> &str {
         &self.plugin_api
     }
@@ -583,8 +583,8 @@ mod tests {
         );
     }
 
-    /// An answer written as the plugin likes, whatever plugin-api writes.
-    /// A plugin that answers its text at once, with a next cursor.
+    /// A plugin that answers its text at once (written as it likes,
+    /// whatever plugin-api writes), with a next cursor.
     struct Written(&'static str, Option<&'static str>);
 
     impl super::super::FfiAttempt for Written {
