@@ -74,12 +74,13 @@ pub fn replace_atomically(
         .unwrap_or(Path::new("."));
     let name = path.file_name().unwrap_or_default().to_string_lossy();
     let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    let result = create_private(&tmp).and_then(|mut file| {
-        write(&mut file)?;
-        file.sync_all()?;
-        std::fs::rename(&tmp, path)?;
-        sync_dir(dir)
-    });
+    // Removed on failure only once this call made it: a file it could not
+    // make is not its own.
+    let mut file = create_private(&tmp)?;
+    let result = write(&mut file)
+        .and_then(|()| file.sync_all())
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .and_then(|()| sync_dir(dir));
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
@@ -289,10 +290,10 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         create_private_dir_all(&dir).unwrap();
         let fifo = dir.join("fifo");
-        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
-        if made.is_ok_and(|s| s.success()) {
-            assert!(open_regular(&fifo).is_err(), "refused, not waited on");
-        }
+        let path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path that outlives the call.
+        assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0, "made");
+        assert!(open_regular(&fifo).is_err(), "refused, not waited on");
         assert!(open_regular(&dir).is_err(), "a folder");
         let file = dir.join("lib.so");
         std::fs::write(&file, b"x").unwrap();

@@ -1,4 +1,5 @@
-//! Upstream keys taken out of what plugins say, process-wide.
+//! Upstream keys taken out of what plugins say, process-wide, and URLs
+//! stripped of their user info and query for logs ([`url()`]).
 //!
 //! A plugin holds its upstream key, and a hurried one puts it into an error
 //! message or a log line (the kit's `no-key-in-errors` rule catches that in

@@ -509,7 +509,9 @@ async fn a_stand_in_for_a_shared_fetch_that_failed_says_collapsed_to_its_joiners
     let stack = cached_stack("stale_if_error_s = 30\n[cache.ttl_s]\npost = 1").await;
     stack.get(POST).await.assert_success(false);
     stack.primary.reset().await;
-    let slow_failure = wiremock::ResponseTemplate::new(503).set_delay(Duration::from_millis(400));
+    // Time enough for the second request to join the first's fetch, even
+    // on a loaded machine; well inside the request timeout.
+    let slow_failure = wiremock::ResponseTemplate::new(503).set_delay(Duration::from_millis(1500));
     stack.primary.respond_all(slow_failure).await;
     tokio::time::sleep(Duration::from_millis(1200)).await;
 

@@ -18,8 +18,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use socialgate_tests::config::{
-    standard_env, toml_str, ConfigBuilder, FALLBACK, FALLBACK_KEY, PRIMARY, PRIMARY_KEY,
-    PRIMARY_KEY_ENV,
+    standard_env, toml_str, ConfigBuilder, FALLBACK_KEY, PRIMARY, PRIMARY_KEY, PRIMARY_KEY_ENV,
 };
 use socialgate_tests::operator::{admin_addr, scrape, send};
 use socialgate_tests::process::PROCESS_TIMEOUT;
@@ -750,10 +749,7 @@ fn entries_named(dir: &Path, prefix: &str) -> Vec<String> {
 async fn check_opens_no_ledger_and_prunes_no_plugin_copy() {
     paths::require_plugin("shortvideo_primary");
     paths::require_plugin("shortvideo_fallback");
-    let config = ConfigBuilder::new()
-        .platform("shortvideo", "live", &[PRIMARY, FALLBACK])
-        .primary("http://127.0.0.1:9")
-        .fallback("http://127.0.0.1:9")
+    let config = ConfigBuilder::unreached()
         .raw("[ledger]\npath = \"usage.db\"")
         .write();
     // A copy left by an earlier run, which a starting server would prune.

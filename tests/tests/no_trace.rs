@@ -368,7 +368,8 @@ async fn a_key_echoed_into_an_answer_never_reaches_the_caller() {
 }
 
 /// Abuse sweep: the key echoed URL-encoded (into a URL the plugin passes
-/// on) reached callers, as did one whose JSON escapes hid it.
+/// on) reached callers. (Every other spelling, JSON escapes included, is
+/// plugin-api's `secret` tests'.)
 #[tokio::test]
 async fn a_key_echoed_url_encoded_into_an_answer_never_reaches_the_caller() {
     let stack = Stack::start().await;

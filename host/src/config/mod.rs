@@ -407,8 +407,10 @@ impl RawConfig {
 fn syntax_error(path: &Path, text: &str, error: &toml::de::Error) -> ConfigError {
     let message = error.message().trim().replace('\n', " ");
     // A value's error ("expected u32") names no key; the line does.
+    let of_a_value = message.starts_with("invalid type") || message.starts_with("invalid value");
     let key = error
         .span()
+        .filter(|_| of_a_value)
         .and_then(|span| key_of_value_at(text, span.start));
     ConfigError::Syntax {
         path: path.to_owned(),
@@ -422,13 +424,17 @@ fn syntax_error(path: &Path, text: &str, error: &toml::de::Error) -> ConfigError
 
 /// The key whose value starts at byte `at` of `text` (`comments` in
 /// `comments = -1` and in `costs = { comments = -1 }`); `None` when `at`
-/// is not in a value, or the text before it is not a plain key.
+/// is not in a value, or the text before it is not a plain key. Never a
+/// piece of a string: a line with a quote before `at` names no key.
 fn key_of_value_at(text: &str, at: usize) -> Option<&str> {
     let before = text.get(..at)?;
     let line = &before[before.rfind('\n').map_or(0, |i| i + 1)..];
+    if line.contains(['"', '\'']) {
+        return None;
+    }
     let (key, _) = line.rsplit_once('=')?;
     let key = key.rsplit(['{', ',']).next()?.trim();
-    let plain = |b: u8| b.is_ascii_alphanumeric() || b"_-.\"' ".contains(&b);
+    let plain = |b: u8| b.is_ascii_alphanumeric() || b"_-. ".contains(&b);
     (!key.is_empty() && key.bytes().all(plain)).then_some(key)
 }
 

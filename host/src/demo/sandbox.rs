@@ -305,29 +305,44 @@ fn primary_comment(c: &Comment, aweme_id: &str) -> Value {
 }
 
 /// The contract's error bodies, as its sample payloads (the fixtures the
-/// tests' doubles serve too) have them: one copy of each.
+/// tests' doubles serve too) have them: one copy of each, read once.
 mod contract_errors {
-    pub const PRIMARY_NO_USER: &str =
-        include_str!("../../../fixtures/upstreams/primary/error_user_not_found.json");
-    pub const PRIMARY_NO_VIDEO: &str =
-        include_str!("../../../fixtures/upstreams/primary/error_video_unavailable.json");
-    pub const FALLBACK_NO_USER: &str =
-        include_str!("../../../fixtures/upstreams/fallback/error_user_not_found.json");
-    pub const FALLBACK_NO_VIDEO: &str =
-        include_str!("../../../fixtures/upstreams/fallback/error_video_not_found.json");
+    use std::sync::LazyLock;
 
-    /// One of the bodies above (a unit test reads each).
-    pub fn body(text: &str) -> serde_json::Value {
-        serde_json::from_str(text).unwrap_or_default()
+    use serde_json::Value;
+
+    fn parsed(text: &str) -> Value {
+        serde_json::from_str(text).expect("the contract's fixtures are JSON")
     }
+
+    pub static PRIMARY_NO_USER: LazyLock<Value> = LazyLock::new(|| {
+        parsed(include_str!(
+            "../../../fixtures/upstreams/primary/error_user_not_found.json"
+        ))
+    });
+    pub static PRIMARY_NO_VIDEO: LazyLock<Value> = LazyLock::new(|| {
+        parsed(include_str!(
+            "../../../fixtures/upstreams/primary/error_video_unavailable.json"
+        ))
+    });
+    pub static FALLBACK_NO_USER: LazyLock<Value> = LazyLock::new(|| {
+        parsed(include_str!(
+            "../../../fixtures/upstreams/fallback/error_user_not_found.json"
+        ))
+    });
+    pub static FALLBACK_NO_VIDEO: LazyLock<Value> = LazyLock::new(|| {
+        parsed(include_str!(
+            "../../../fixtures/upstreams/fallback/error_video_not_found.json"
+        ))
+    });
 }
 
 fn primary_route(path: &str, q: &Query) -> Option<Value> {
-    let no_user = contract_errors::body(contract_errors::PRIMARY_NO_USER);
+    let no_user = || contract_errors::PRIMARY_NO_USER.clone();
     Some(match path {
         "/v1/user/profile" => match find_user(q.get("unique_id")) {
             Some(u) => primary_ok(json!({"user": primary_user(u, true)})),
-            None => no_user,
+            None => no_user(),
         },
         "/v1/user/posts" => match find_sec_uid(q.get("sec_user_id")) {
             Some(u) => {
@@ -344,7 +359,7 @@ fn primary_route(path: &str, q: &Query) -> Option<Value> {
                     "min_cursor": shown.first().map_or(cursor, |p| ms(p)),
                     "has_more": u8::from(older.len() > shown.len())}))
             }
-            None => no_user,
+            None => no_user(),
         },
         "/v1/aweme/detail" => match find_post(q.get("aweme_id")) {
             Some((u, p)) => primary_ok(json!({"aweme_detail": aweme(u, p)})),
@@ -360,7 +375,7 @@ fn primary_route(path: &str, q: &Query) -> Option<Value> {
                     "cursor": pg.next, "has_more": u8::from(pg.more), "total": pg.total}),
                 )
             }
-            None => contract_errors::body(contract_errors::PRIMARY_NO_VIDEO),
+            None => contract_errors::PRIMARY_NO_VIDEO.clone(),
         },
         "/v1/search/general" => {
             let kw = q.get("keyword").to_lowercase();
@@ -433,11 +448,11 @@ fn fallback_post(q: &Query) -> Option<(&'static User, &'static Post)> {
 }
 
 fn fallback_route(path: &str, q: &Query) -> Option<Value> {
-    let no_user = contract_errors::body(contract_errors::FALLBACK_NO_USER);
-    let no_video = contract_errors::body(contract_errors::FALLBACK_NO_VIDEO);
+    let no_user = || contract_errors::FALLBACK_NO_USER.clone();
+    let no_video = || contract_errors::FALLBACK_NO_VIDEO.clone();
     Some(match path {
         "/user/info" => {
-            find_user(q.get("unique_id")).map_or(no_user, |u| fallback_ok(fallback_user(u)))
+            find_user(q.get("unique_id")).map_or_else(no_user, |u| fallback_ok(fallback_user(u)))
         }
         "/user/posts" => match find_user(q.get("unique_id")) {
             Some(u) => {
@@ -449,7 +464,7 @@ fn fallback_route(path: &str, q: &Query) -> Option<Value> {
                     "hasMore": older.len() > batch.len()}),
                 )
             }
-            None => no_user,
+            None => no_user(),
         },
         "/" => match fallback_post(q) {
             Some((u, p)) => {
@@ -457,7 +472,7 @@ fn fallback_route(path: &str, q: &Query) -> Option<Value> {
                 video["hdplay"] = json!(format!("https://v16.cdn.example/{}-hd.mp4", p.id));
                 fallback_ok(video)
             }
-            None => no_video,
+            None => no_video(),
         },
         "/comment/list" => match fallback_post(q) {
             Some((_, p)) => {
@@ -465,7 +480,7 @@ fn fallback_route(path: &str, q: &Query) -> Option<Value> {
                 fallback_ok(json!({"comments": list(&pg.items, fallback_comment),
                     "total": pg.total, "cursor": pg.next, "hasMore": pg.more}))
             }
-            None => no_video,
+            None => no_video(),
         },
         "/user/search" => {
             let kw = q.get("keywords").to_lowercase();
@@ -813,14 +828,6 @@ mod tests {
     #[tokio::test]
     async fn unknown_users_and_videos() {
         let sb = Sandbox::start(false).await.unwrap();
-        for text in [
-            contract_errors::PRIMARY_NO_USER,
-            contract_errors::PRIMARY_NO_VIDEO,
-            contract_errors::FALLBACK_NO_USER,
-            contract_errors::FALLBACK_NO_VIDEO,
-        ] {
-            assert!(contract_errors::body(text).is_object(), "{text}");
-        }
         let no_user = json!([2065, "User doesn't exist"]);
         let profile = ask(&sb, false, "/v1/user/profile?unique_id=nosuchuser").await;
         assert_eq!(pick(&profile, ["status_code", "status_msg"]), no_user);

@@ -2,10 +2,10 @@
 //! listener ([`server`], with [`tls`], [`refusal`] of heads hyper
 //! cannot read and the time limits of HTTP/2 connections, [`h2_limits`]),
 //! what a head hyper read may still get wrong ([`head`]), the checks every
-//! request passes in order ([`api`]), request IDs ([`request_id`]), the JSON envelopes
-//! ([`response`]), and how an answer is represented ([`encoding`]: codings
-//! and entity tags; [`cors`]: browsers). Operators': the [`admin`]
-//! listener.
+//! request passes in order ([`api`]), request IDs ([`request_id`]), the
+//! JSON envelopes ([`response`]), and how an answer is represented
+//! ([`encoding`]: codings and entity tags; [`cors`]: browsers).
+//! Operators': the [`admin`] listener.
 
 pub mod admin;
 pub mod answer;

@@ -102,8 +102,7 @@ pub struct Account<'a> {
     pub costs: Costs,
     /// What an answer from the cache costs (stale ones too), whatever its
     /// endpoint; `null`: what its endpoint costs.
-    #[serde(serialize_with = "cached_cost_json")]
-    pub cached_cost: Costs,
+    pub cached_cost: Option<u32>,
     /// `null` when no rate limit is set.
     #[serde(serialize_with = "rate_limit_json")]
     pub rate_limit: Option<RateLimitConfig>,
@@ -117,10 +116,6 @@ fn costs_json<S: Serializer>(costs: &Costs, s: S) -> Result<S::Ok, S::Error> {
         map.serialize_entry(endpoint.as_str(), &cost)?;
     }
     map.end()
-}
-
-fn cached_cost_json<S: Serializer>(costs: &Costs, s: S) -> Result<S::Ok, S::Error> {
-    costs.cached_override().serialize(s)
 }
 
 fn rate_limit_json<S: Serializer>(

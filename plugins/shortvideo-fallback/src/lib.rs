@@ -66,6 +66,21 @@ fn host_of(base_url: &str) -> Option<&str> {
     (!host.is_empty()).then_some(host)
 }
 
+/// `settings.rapidapi_host` as given, if it can be sent: it is a header
+/// value on every request, and one the host would refuse would fail every
+/// request, so `check` refuses it instead.
+fn rapidapi_host(host: String) -> Result<String, String> {
+    if host.trim().is_empty() {
+        return Err("settings.rapidapi_host is empty".into());
+    }
+    if !host.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(
+            "settings.rapidapi_host must be a host name: no spaces or control characters".into(),
+        );
+    }
+    Ok(host)
+}
+
 impl Provider for Fallback {
     fn manifest() -> Manifest {
         Manifest {
@@ -80,20 +95,10 @@ impl Provider for Fallback {
         let settings: Settings = config.settings()?;
         // The URL is not echoed: it might carry credentials as userinfo.
         let base_host = host_of(&config.base_url).ok_or("base_url has no host")?;
-        let host =
-            match settings.rapidapi_host {
-                Some(host) if host.trim().is_empty() => {
-                    return Err("settings.rapidapi_host is empty".into())
-                }
-                // Sent as a header value on every request: one the host would
-                // refuse would fail every request, so `check` refuses it.
-                Some(host) if !host.bytes().all(|b| b.is_ascii_graphic()) => return Err(
-                    "settings.rapidapi_host must be a host name: no spaces or control characters"
-                        .into(),
-                ),
-                Some(host) => host,
-                None => base_host.to_owned(),
-            };
+        let host = match settings.rapidapi_host {
+            Some(host) => rapidapi_host(host)?,
+            None => base_host.to_owned(),
+        };
         Ok(Fallback {
             upstream: Arc::new(Upstream {
                 base_url: config.base_url,
