@@ -10,7 +10,8 @@
 //!   last; [`http::server`] accepts
 //!   connections (for every listener, with the same hardening; HTTP/1.1
 //!   and HTTP/2, over [`http::tls`] when configured; heads hyper refuses
-//!   made envelopes by [`http::refusal`]);
+//!   made envelopes by [`http::refusal`]); [`http::head`] refuses what a
+//!   head hyper read may still get wrong and gives the path one spelling;
 //!   [`http::api`] runs each request's checks in order (method, key,
 //!   platform, endpoint, parameters), answers a key's `GET /v1/account`,
 //!   and answers with [`http::response`]'s envelopes, represented for the
