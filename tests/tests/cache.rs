@@ -49,6 +49,28 @@ async fn answer_post_after(stack: &Stack, delay: Duration) {
     stack.primary.respond(route, slow).await;
 }
 
+/// `POST` requested on a task of its own (with `cache_control`, if any),
+/// once its fetch has reached the upstream: an identical request made now
+/// joins it.
+async fn post_in_flight(
+    stack: &Stack,
+    cache_control: Option<&'static str>,
+) -> tokio::task::JoinHandle<Answer> {
+    let base = stack.server.base_url();
+    let key = stack.key.clone();
+    let first = tokio::spawn(async move {
+        let mut headers = vec![("X-API-Key", key.as_str())];
+        headers.extend(cache_control.map(|value| ("Cache-Control", value)));
+        send(&base, "GET", POST, &headers).await
+    });
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while stack.primary.request_count().await == 0 {
+        assert!(Instant::now() < deadline, "the first fetch went out");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    first
+}
+
 fn cache_status(a: &Answer) -> &str {
     a.header("cache-status")
         .unwrap_or_else(|| panic!("no Cache-Status: {a:?}"))
@@ -426,22 +448,7 @@ async fn no_store_fetches_without_storing_and_leaves_what_is_stored() {
 async fn a_fetch_started_with_no_store_is_shared_and_kept_by_no_one() {
     let stack = cached_stack("enabled = true").await;
     answer_post_after(&stack, Duration::from_millis(400)).await;
-    let base = stack.server.base_url();
-    let key = stack.key.clone();
-    let first = tokio::spawn(async move {
-        send(
-            &base,
-            "GET",
-            POST,
-            &[("X-API-Key", &key), ("Cache-Control", "no-store")],
-        )
-        .await
-    });
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while stack.primary.request_count().await == 0 {
-        assert!(Instant::now() < deadline, "the first fetch went out");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let first = post_in_flight(&stack, Some("no-store")).await;
     let joined = stack.get(POST).await;
     joined.assert_success(false);
     assert_eq!(cache_status(&joined), "socialgate; fwd=miss; collapsed");
@@ -515,14 +522,7 @@ async fn a_stand_in_for_a_shared_fetch_that_failed_says_collapsed_to_its_joiners
     stack.primary.respond_all(slow_failure).await;
     tokio::time::sleep(Duration::from_millis(1200)).await;
 
-    let base = stack.server.base_url();
-    let key = stack.key.clone();
-    let first = tokio::spawn(async move { send(&base, "GET", POST, &[("X-API-Key", &key)]).await });
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while stack.primary.request_count().await == 0 {
-        assert!(Instant::now() < deadline, "the first fetch went out");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let first = post_in_flight(&stack, None).await;
     let joined = stack.get(POST).await;
     joined.assert_success(false);
     assert!(cached(&joined), "{joined:?}");
