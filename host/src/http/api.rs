@@ -38,11 +38,11 @@ use hyper::{Method, Request, Response, StatusCode};
 use plugin_api::{Call, Endpoint};
 use tracing::Instrument;
 
-use super::answer::{self, Ask, Unanswered};
+use super::answer::{self, Ask, Found, Unanswered};
 use super::encoding::{self, Precompressed};
 use super::response::{self, Body};
 use super::{cors, head, request_id};
-use crate::billing::{NoCredit, Reservation, Source};
+use crate::billing::{NoCredit, Reservation, Reserved, Source};
 use crate::cache::freshness::Directives;
 use crate::cache::status::{CacheStatus, Forward};
 use crate::chain::Journal;
@@ -362,30 +362,7 @@ async fn route<'s>(
         .billing
         .reserve_for(key, endpoint, source, billing, deferred_limit)
         .await;
-    let credits = match reserved {
-        Ok(reserved) => {
-            if reserved.standing.is_some() {
-                report.rate = reserved.standing;
-            }
-            report.remaining = reserved.balance;
-            reserved.reservation
-        }
-        Err(refused) => {
-            return Err(match refused {
-                NoCredit::OutOfCredits(standing) => {
-                    if standing.is_some() {
-                        report.rate = standing;
-                    }
-                    ApiError::InsufficientCredits
-                }
-                NoCredit::Unavailable => ApiError::store_unavailable(),
-                NoCredit::RateLimited(wait) => {
-                    report.rate = Some(Standing::exhausted(wait));
-                    ApiError::rate_limited(wait)
-                }
-            })
-        }
-    };
+    let credits = take_reservation(reserved, report)?;
 
     let ask = Ask {
         platform,
@@ -415,6 +392,74 @@ async fn route<'s>(
             return Ok(response);
         }
     };
+    deliver(
+        app,
+        request,
+        Delivery {
+            platform,
+            call: &call,
+            found,
+            credits,
+        },
+        report,
+        id,
+    )
+}
+
+/// The held credits, and where the key stands, in the report; or the
+/// refusal the reservation came back with.
+fn take_reservation(
+    reserved: Result<Reserved, NoCredit>,
+    report: &mut Report<'_>,
+) -> Result<Reservation, ApiError> {
+    match reserved {
+        Ok(reserved) => {
+            if reserved.standing.is_some() {
+                report.rate = reserved.standing;
+            }
+            report.remaining = reserved.balance;
+            Ok(reserved.reservation)
+        }
+        Err(NoCredit::OutOfCredits(standing)) => {
+            if standing.is_some() {
+                report.rate = standing;
+            }
+            Err(ApiError::InsufficientCredits)
+        }
+        Err(NoCredit::Unavailable) => Err(ApiError::store_unavailable()),
+        Err(NoCredit::RateLimited(wait)) => {
+            report.rate = Some(Standing::exhausted(wait));
+            Err(ApiError::rate_limited(wait))
+        }
+    }
+}
+
+/// A data answer found for a request, and the credits held for it.
+struct Delivery<'a> {
+    platform: &'a str,
+    call: &'a Call,
+    found: Found,
+    credits: Reservation,
+}
+
+/// The answer to a request that found data: its next page's cursor
+/// sealed, its `ETag`, then the preconditions (`If-Match`, then
+/// `If-None-Match`), the charge (none for a `304`, whose reservation is
+/// refunded), and its headers.
+fn deliver(
+    app: &App,
+    request: &Request<Incoming>,
+    delivery: Delivery<'_>,
+    report: &mut Report<'_>,
+    id: &str,
+) -> Result<Response<Body>, ApiError> {
+    let Delivery {
+        platform,
+        call,
+        found,
+        credits,
+    } = delivery;
+    let endpoint = call.endpoint();
     let data = found.data();
     report.provider = Some(data.provider.clone());
     report.cache = Some(found.status);
@@ -425,7 +470,7 @@ async fn route<'s>(
                 provider: data.provider.to_string(),
                 upstream: upstream.clone(),
             };
-            app.cursors.seal(listing_of(platform, &call), &position)
+            app.cursors.seal(listing_of(platform, call), &position)
         })
     });
     // The tag covers what the answer says (its data, and where its next
@@ -464,7 +509,7 @@ async fn route<'s>(
     );
     response.headers_mut().insert(ETAG, etag);
     if let Some(Some(token)) = &next_cursor {
-        if let Some(link) = next_page_link(platform, &call, token) {
+        if let Some(link) = next_page_link(platform, call, token) {
             response.headers_mut().insert(LINK, link);
         }
     }
