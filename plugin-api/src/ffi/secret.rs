@@ -143,12 +143,15 @@ impl Redactor {
 ///
 /// The key is found however each of its bytes is written: as it is, `%HH`
 /// in either case (whatever an encoder chose to leave as it is: every
-/// [`key_forms`] form, and any mix of them), `+` for a space, or as a JSON
-/// string escapes it (`\"`, `\\`, `\/`, `\u00HH`). A key shorter than
-/// [`SHORTEST_KEY`] is never found. It runs on every answer, so it first
-/// looks for the key's longest run of letters and digits, which every
-/// spelling but the most contrived holds as it is, and reads the rest of
-/// the key around that only where it is found.
+/// [`key_forms`] form, and any mix of them), `+` for a space, or as JSON
+/// strings escape it (`\"`, `\\`, `\/`, `\u00HH`), a JSON string within a
+/// JSON string too (up to eight backslashes before a byte).
+/// A key shorter than [`SHORTEST_KEY`] is never found. It runs on every
+/// answer, so it first looks for the key's longest run of letters and
+/// digits, which those spellings keep as it is (no URL encoder escapes a
+/// letter or a digit), and reads the rest of the key around that only
+/// where it is found: a key whose letters were escaped on purpose is not
+/// found, as a key transformed otherwise (base64, reversed) is not.
 #[derive(Debug, Clone)]
 pub struct KeyFinder {
     key: Box<[u8]>,
@@ -221,128 +224,129 @@ impl KeyFinder {
     /// Where the key's bytes from `from` on, spelled any way, end when
     /// they start at `at`; the farthest end when several spellings fit.
     fn spelled_forward(&self, text: &[u8], at: usize, from: usize) -> Option<usize> {
-        let mut ends = vec![at];
+        let mut ends = Readings::at(at);
         for &byte in &self.key[from..] {
-            let mut next = Vec::with_capacity(ends.len());
-            for &at in &ends {
-                for end in spellings(byte).filter_map(|s| s.after(text, at, byte)) {
-                    if !next.contains(&end) {
-                        next.push(end);
-                    }
-                }
+            let mut next = Readings::default();
+            for at in ends.iter() {
+                byte_ends(text, at, byte, &mut next);
             }
-            if next.is_empty() {
-                return None;
-            }
-            ends = next;
+            ends = next.nonempty()?;
         }
-        ends.into_iter().max()
+        ends.iter().max()
     }
 
     /// Where the key's bytes before `upto`, spelled any way, start when
     /// they end at `end`; the earliest start when several spellings fit.
     fn spelled_backward(&self, text: &[u8], end: usize, upto: usize) -> Option<usize> {
-        let mut starts = vec![end];
+        let mut starts = Readings::at(end);
         for &byte in self.key[..upto].iter().rev() {
-            let mut next = Vec::with_capacity(starts.len());
-            for &end in &starts {
-                for start in spellings(byte).filter_map(|s| s.before(text, end, byte)) {
-                    if !next.contains(&start) {
-                        next.push(start);
-                    }
-                }
+            let mut next = Readings::default();
+            for end in starts.iter() {
+                byte_starts(text, end, byte, &mut next);
             }
-            if next.is_empty() {
-                return None;
-            }
-            starts = next;
+            starts = next.nonempty()?;
         }
-        starts.into_iter().min()
+        starts.iter().min()
     }
 }
 
-/// A way a byte of a key may be written in text.
-#[derive(Clone, Copy)]
-enum Spelling {
-    /// As it is.
-    Raw,
-    /// `%HH`, hex digits of either case.
-    Percent,
-    /// `+`, for a space (form encoding).
-    Plus,
-    /// `\"`, `\\` or `\/` in a JSON string.
-    JsonEscape,
-    /// `\u00HH` in a JSON string.
-    JsonUnicode,
+/// Escape layers (backslashes before a byte, a JSON string within a JSON
+/// string) read through; deeper ones are not a spelling anyone writes.
+const MOST_BACKSLASHES: usize = 8;
+
+/// Where the key may have been read to so far, without allocating: its
+/// readings rarely differ, and a few more than ever do are kept.
+#[derive(Default, Clone, Copy)]
+struct Readings {
+    at: [usize; 8],
+    len: usize,
 }
 
-/// The spellings worth trying for `byte`.
-fn spellings(byte: u8) -> impl Iterator<Item = Spelling> {
-    use Spelling::*;
-    [Raw, Percent, Plus, JsonEscape, JsonUnicode]
-        .into_iter()
-        .filter(move |spelling| match spelling {
-            Raw | Percent => true,
-            Plus => byte == b' ',
-            JsonEscape => matches!(byte, b'"' | b'\\' | b'/'),
-            JsonUnicode => byte.is_ascii(),
-        })
-}
+impl Readings {
+    fn at(position: usize) -> Readings {
+        let mut readings = Readings::default();
+        readings.push(position);
+        readings
+    }
 
-impl Spelling {
-    /// The text this spelling writes `byte` as.
-    fn written(self, byte: u8, out: &mut [u8; 6]) -> &[u8] {
-        const HEX: &[u8; 16] = b"0123456789ABCDEF";
-        let hex = |b: u8| [HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]];
-        match self {
-            Spelling::Raw => {
-                out[0] = byte;
-                &out[..1]
-            }
-            Spelling::Percent => {
-                let [high, low] = hex(byte);
-                *out = [b'%', high, low, 0, 0, 0];
-                &out[..3]
-            }
-            Spelling::Plus => {
-                out[0] = b'+';
-                &out[..1]
-            }
-            Spelling::JsonEscape => {
-                out[..2].copy_from_slice(&[b'\\', byte]);
-                &out[..2]
-            }
-            Spelling::JsonUnicode => {
-                let [high, low] = hex(byte);
-                *out = [b'\\', b'u', b'0', b'0', high, low];
-                &out[..6]
-            }
+    fn push(&mut self, position: usize) {
+        if self.len < self.at.len() && !self.at[..self.len].contains(&position) {
+            self.at[self.len] = position;
+            self.len += 1;
         }
     }
 
-    /// Where `byte`, written this way, ends in `text` when it starts at
-    /// `at` (hex digits compared in either case).
-    fn after(self, text: &[u8], at: usize, byte: u8) -> Option<usize> {
-        let mut buffer = [0; 6];
-        let written = self.written(byte, &mut buffer);
-        let end = at.checked_add(written.len())?;
-        text.get(at..end)?
-            .eq_ignore_ascii_case(written)
-            .then_some(end)
-            .filter(|_| {
-                matches!(self, Spelling::Percent | Spelling::JsonUnicode)
-                    || text[at..end] == *written
-            })
+    fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+        self.at[..self.len].iter().copied()
     }
 
-    /// Where `byte`, written this way, starts in `text` when it ends at
-    /// `end`.
-    fn before(self, text: &[u8], end: usize, byte: u8) -> Option<usize> {
-        let mut buffer = [0; 6];
-        let start = end.checked_sub(self.written(byte, &mut buffer).len())?;
-        self.after(text, start, byte)
-            .filter(|&e| e == end)
-            .map(|_| start)
+    fn nonempty(self) -> Option<Readings> {
+        (self.len > 0).then_some(self)
+    }
+}
+
+/// The byte two hex digits (either case) write.
+fn hex_byte(digits: &[u8]) -> Option<u8> {
+    let digit = |b: u8| char::from(b).to_digit(16);
+    match digits {
+        [high, low] => Some((digit(*high)? * 16 + digit(*low)?) as u8),
+        _ => None,
+    }
+}
+
+/// Where `byte`, spelled any way, ends in `text` when it starts at `at`:
+/// behind up to [`MOST_BACKSLASHES`] escaping backslashes, as it is, `%HH`,
+/// `+` for a space, or (behind one backslash at least) `u00HH`.
+fn byte_ends(text: &[u8], at: usize, byte: u8, ends: &mut Readings) {
+    let backslashes = text
+        .get(at..)
+        .unwrap_or_default()
+        .iter()
+        .take(MOST_BACKSLASHES)
+        .take_while(|&&b| b == b'\\')
+        .count();
+    for escaped in 0..=backslashes {
+        let p = at + escaped;
+        if text.get(p) == Some(&byte) || (byte == b' ' && text.get(p) == Some(&b'+')) {
+            ends.push(p + 1);
+        }
+        if text.get(p) == Some(&b'%') && text.get(p + 1..p + 3).and_then(hex_byte) == Some(byte) {
+            ends.push(p + 3);
+        }
+        if escaped > 0
+            && text.get(p..p + 3) == Some(b"u00")
+            && text.get(p + 3..p + 5).and_then(hex_byte) == Some(byte)
+        {
+            ends.push(p + 5);
+        }
+    }
+}
+
+/// Where `byte`, spelled any way ([`byte_ends`]), starts in `text` when it
+/// ends at `end`.
+fn byte_starts(text: &[u8], end: usize, byte: u8, starts: &mut Readings) {
+    let before = |n: usize| end.checked_sub(n).and_then(|start| text.get(start..end));
+    let mut spelled = Readings::default();
+    if before(1) == Some(&[byte]) || (byte == b' ' && before(1) == Some(b"+")) {
+        spelled.push(end - 1);
+    }
+    if before(3).is_some_and(|t| t[0] == b'%' && hex_byte(&t[1..]) == Some(byte)) {
+        spelled.push(end - 3);
+    }
+    let unicode = before(6)
+        .is_some_and(|t| t[0] == b'\\' && &t[1..4] == b"u00" && hex_byte(&t[4..]) == Some(byte));
+    for start in spelled.iter().chain(unicode.then(|| end - 6)) {
+        // Behind any escaping backslashes: each is a place the byte
+        // before may end.
+        let backslashes = text[..start]
+            .iter()
+            .rev()
+            .take(MOST_BACKSLASHES)
+            .take_while(|&&b| b == b'\\')
+            .count();
+        for escaped in 0..=backslashes {
+            starts.push(start - escaped);
+        }
     }
 }
 
@@ -383,6 +387,21 @@ mod tests {
         let quoted = KeyFinder::new(r#"sk"live\key"#);
         let answer = serde_json::json!({ "bio": r#"sk"live\key"# }).to_string();
         assert!(quoted.is_in(&answer), "{answer}");
+        // A JSON string within a JSON string (its value holds `\/`), and
+        // `\u00HH` in a value: what callers read is one decoding away.
+        let nested = serde_json::json!({ "bio": r"PrimSecret+\/=Key\u007e42" }).to_string();
+        assert!(finder.is_in(&nested), "{nested}");
+        let twice = serde_json::json!({ "debug": serde_json::json!({ "k": "x\"PrimSecret+/=Key~42" }).to_string() });
+        assert!(finder.is_in(&twice.to_string()), "{twice}");
+        assert!(quoted.is_in(&serde_json::json!({ "d": answer }).to_string()));
+        // Near misses are not the key.
+        for near in [
+            "PrimSecret+/=Key~43",
+            "PrimSecret+/Key~42",
+            "PrimSecre+/=Key~42",
+        ] {
+            assert!(!finder.is_in(near), "{near}");
+        }
         // Every form `key_forms` lists, for keys with and without a run of
         // letters long enough to look for first.
         for key in ["PrimSecret+/=Key~42", "a+b/c=d.e f", r#"sk"live\key"#] {
