@@ -160,14 +160,19 @@ impl Output {
         written.expect("the schema's values always serialize")
     }
 
+    /// How many items this page of a list holds; `None` for one item.
+    fn page_len(&self) -> Option<usize> {
+        match self {
+            Output::Posts(posts) => Some(posts.len()),
+            Output::Comments(comments) => Some(comments.len()),
+            Output::Search(profiles) => Some(profiles.len()),
+            Output::Profile(_) | Output::Post(_) => None,
+        }
+    }
+
     /// Whether this is a page of a list with nothing on it.
     pub(crate) fn is_empty_page(&self) -> bool {
-        match self {
-            Output::Posts(posts) => posts.is_empty(),
-            Output::Comments(comments) => comments.is_empty(),
-            Output::Search(profiles) => profiles.is_empty(),
-            Output::Profile(_) | Output::Post(_) => false,
-        }
+        self.page_len() == Some(0)
     }
 
     /// Checks what the schema's types cannot say: every ID has the shape of
@@ -179,12 +184,7 @@ impl Output {
     /// holds at most `most_items` ([`Call::most_items`](crate::Call::most_items)).
     /// The message says what is wrong without quoting upstream data.
     pub fn check(&self, most_items: Option<usize>) -> Result<(), String> {
-        let items = match self {
-            Output::Posts(posts) => posts.len(),
-            Output::Comments(comments) => comments.len(),
-            Output::Search(profiles) => profiles.len(),
-            Output::Profile(_) | Output::Post(_) => 0,
-        };
+        let items = self.page_len().unwrap_or(0);
         if let Some(most) = most_items.filter(|&most| items > most) {
             return Err(format!("{items} items where at most {most} were asked"));
         }
