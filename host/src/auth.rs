@@ -370,10 +370,7 @@ impl KeysFileAt<'_> {
 
     /// The file's folder.
     fn dir(&self) -> &Path {
-        self.0
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."))
+        crate::config::folder_of(self.0)
     }
 
     /// The file's name, for the names of its lock and temporary files.

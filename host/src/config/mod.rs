@@ -457,8 +457,10 @@ fn read(path: &Path) -> Result<String, ConfigError> {
     })
 }
 
-/// The folder relative paths resolve against.
-fn folder_of(path: &Path) -> &Path {
+/// The folder `path` names a file in (`.` for a bare name): the one the
+/// config's relative paths resolve against, and the one a file is
+/// replaced or locked in.
+pub fn folder_of(path: &Path) -> &Path {
     path.parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."))
