@@ -299,20 +299,29 @@ pub fn non_empty(text: Option<String>) -> Option<String> {
 }
 
 /// A link callers may follow or show (an `avatar_url`): an `http://` or
-/// `https://` URL, any other (`javascript:`, `data:`, a bare path) `None`,
-/// since a client may put it straight into a page. The host refuses a
-/// profile whose `avatar_url` is anything else. Since 1.6.
+/// `https://` URL with a host, written only with characters a URL may
+/// hold; any other (`javascript:`, `data:`, a bare path, one with a space,
+/// a quote, an angle bracket or a control character in it) `None`, since
+/// a client may put it straight into a page. The host refuses a profile
+/// whose `avatar_url` is anything else. Since 1.6.
 pub fn web_url(url: Option<String>) -> Option<String> {
     url.filter(|url| is_web_url(url))
 }
 
-/// Whether `url` is an `http://` or `https://` URL with something after
-/// the scheme.
+/// Whether `url` is an `http://` or `https://` URL with a host, and none of
+/// the characters RFC 3986 leaves out of every URL that could end an HTML
+/// attribute or a line: controls, space, `"`, `<`, `>`, `\` and `` ` ``.
+/// (Characters beyond ASCII stay: browsers take them, percent-encoded.)
 pub(crate) fn is_web_url(url: &str) -> bool {
+    let written_as_url = |byte: u8| {
+        !(byte.is_ascii_control() || matches!(byte, b' ' | b'"' | b'<' | b'>' | b'\\' | b'`'))
+    };
     match url.split_once("://") {
         Some((scheme, rest)) => {
             (scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https"))
                 && !rest.is_empty()
+                && !rest.starts_with(['/', '?', '#'])
+                && url.bytes().all(written_as_url)
         }
         None => false,
     }
@@ -409,7 +418,14 @@ mod tests {
     #[test]
     fn only_web_urls_are_links() {
         let web_url = |text: &str| web_url(Some(text.to_owned()));
-        for kept in ["https://cdn.example/a.webp?x=1", "http://h", "HTTPS://H/a"] {
+        for kept in [
+            "https://cdn.example/a.webp?x=1",
+            "http://h",
+            "HTTPS://H/a",
+            "https://p16.cdn.example/tos~tplv-0:100:100.jpeg?x-expires=1&sig=a%2Bb%3D&f=a|b",
+            "https://cdn.example/café.jpg",
+            "https://cdn.example/it's(1)[2]{3}^.jpg",
+        ] {
             assert_eq!(web_url(kept).as_deref(), Some(kept));
         }
         for dropped in [
@@ -420,6 +436,17 @@ mod tests {
             "https://",
             "ftp://h/a",
             "",
+            // No host.
+            "https:///a.webp",
+            "http://?x",
+            // What could end an HTML attribute or a header line.
+            "https://cdn.example/a.webp\"><script>alert(1)</script>",
+            "https://cdn.example/a<b",
+            "https://cdn.example/a\u{0}b",
+            "https://cdn.example/a\r\nSet-Cookie: x",
+            "https://cdn.example/a b",
+            "https://cdn.example/a`b",
+            "https://cdn.example\\@evil/",
         ] {
             assert_eq!(web_url(dropped), None, "{dropped}");
         }

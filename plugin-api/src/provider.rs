@@ -421,11 +421,14 @@ mod tests {
         let mut linked = profile(None);
         linked.avatar_url = Some("https://cdn.example/a.webp".into());
         assert_eq!(Output::Profile(linked.clone()).check(None), Ok(()));
-        linked.avatar_url = Some("javascript:alert(1)".into());
-        assert_eq!(
-            Output::Search(vec![profile(None), linked]).check(None),
-            Err("an avatar_url that is not an http(s) URL".into())
-        );
+        for link in ["javascript:alert(1)", "https://cdn.example/a\"><b>"] {
+            linked.avatar_url = Some(link.into());
+            assert_eq!(
+                Output::Search(vec![profile(None), linked.clone()]).check(None),
+                Err("an avatar_url that is not an http(s) URL".into()),
+                "{link}"
+            );
+        }
     }
 
     #[test]

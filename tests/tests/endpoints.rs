@@ -172,6 +172,45 @@ async fn primary_verified_comes_from_custom_verify_or_enterprise_reason_only() {
     }
 }
 
+/// Abuse sweep: an upstream's avatar link is passed on only when it is an
+/// `http(s)` URL a page may hold as it is; one that would end an HTML
+/// attribute, or a line, is `null`, and the rest of the profile is kept.
+#[tokio::test]
+async fn an_avatar_that_is_no_clean_web_url_is_null() {
+    let stack = Stack::start().await;
+    stack.fallback.fail_all(500).await;
+    let links = [
+        (
+            "quoted",
+            "https://cdn.example/a.webp\"><script>alert(1)</script>",
+        ),
+        ("spaced", "https://cdn.example/a b.webp"),
+        ("broken", "https://cdn.example/a.webp\r\nX: y"),
+        ("hostless", "https:///a.webp"),
+        ("scripted", "javascript:alert(1)"),
+    ];
+    for (username, link) in links {
+        let mut body = socialgate_tests::upstream::fixtures::primary_user_profile();
+        body["user"]["unique_id"] = json!(username);
+        body["user"]["avatar_larger"]["url_list"] = json!([link]);
+        stack.primary.profile(username, &body).await;
+    }
+    for (username, _) in links {
+        let a = stack
+            .get(&format!("/v1/shortvideo/profile?username={username}"))
+            .await;
+        a.assert_success(false);
+        assert_eq!(a.data()["username"], username);
+        assert_eq!(a.data()["followers"], 5479588, "{username}: {a:?}");
+        assert_eq!(a.data()["avatar_url"], Value::Null, "{username}: {a:?}");
+    }
+    assert_eq!(
+        stack.fallback.request_count().await,
+        0,
+        "the primary answered"
+    );
+}
+
 #[tokio::test]
 async fn posts_via_primary() {
     let stack = primary_up().await;
