@@ -149,12 +149,13 @@ fn secrets_are_redacted_in_debug_output() {
 }
 
 #[test]
-fn a_base_url_takes_no_credentials_query_or_fragment() {
+fn a_base_url_takes_no_credentials_query_fragment_or_port_0() {
     for (base_url, part) in [
         ("https://u:topsecret@example.test/", "a user or password"),
         ("https://u@example.test/", "a user or password"),
         ("https://example.test/api?key=topsecret", "a query"),
         ("https://example.test/api#topsecret", "a fragment"),
+        ("https://example.test:0/api/", "port 0"),
     ] {
         let bad = GOOD.replace("https://example.test/api/", base_url);
         let message = parse(&bad).unwrap_err().to_string();
@@ -364,6 +365,7 @@ fn a_proxy_url_the_client_cannot_use_is_refused_without_quoting_it() {
         "http://user:PROXYSECRET5@127.0.0.1:99999",
         "http://user:PROXYSECRET5@",
         "socks5://user:PROXYSECRET5@127.0.0.1:1080",
+        "http://user:PROXYSECRET5@127.0.0.1:0",
     ] {
         let text = with_server_line(&format!("upstream_proxy = \"{proxy}\""));
         let e = parse(&text).unwrap_err().to_string();

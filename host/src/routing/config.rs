@@ -214,7 +214,8 @@ impl ProviderConfig {
 
 /// A part of `base_url` no request can be built on: userinfo (requests
 /// would go out without it, and the origin check refuses them), a query or
-/// a fragment (a plugin's path lands after them, and goes nowhere).
+/// a fragment (a plugin's path lands after them, and goes nowhere), or port
+/// 0 (nothing listens there).
 fn unusable_part(base_url: &str) -> Option<&'static str> {
     let url = url::Url::parse(base_url).ok()?;
     if !url.username().is_empty() || url.password().is_some() {
@@ -223,6 +224,9 @@ fn unusable_part(base_url: &str) -> Option<&'static str> {
         Some("a query")
     } else if url.fragment().is_some() {
         Some("a fragment")
+    } else if url.port() == Some(0) {
+        // Port 0 only means "any" when binding: nothing can be reached there.
+        Some("port 0")
     } else {
         None
     }

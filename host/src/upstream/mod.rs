@@ -61,6 +61,10 @@ pub fn proxy_from_raw(raw: &RawServer, cx: &Context) -> Result<Option<Secret>, C
             FIELD,
             "does not parse as a URL (is its host or port valid?)",
         )),
+        // Port 0 only means "any" when binding: no proxy listens there.
+        Some(proxy) if url::Url::parse(proxy).is_ok_and(|url| url.port() == Some(0)) => {
+            Err(cx.invalid(FIELD, "has port 0, where no proxy can listen"))
+        }
         Some(proxy) => Ok(Some(Secret::new(proxy.clone()))),
     }
 }
