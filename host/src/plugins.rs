@@ -83,8 +83,11 @@ pub enum PluginError {
     },
     #[error("{path}: not a usable plugin: {source}")]
     Load { path: PathBuf, source: LoadError },
-    #[error("{path}: provider `{provider}` failed to set up: {reason}")]
+    /// The plugin refused what `[providers.NAME]` gives it (its settings,
+    /// say): the table is named first, since that is what to fix.
+    #[error("{config}: [providers.{provider}] refused by its plugin ({path}): {reason}")]
     Setup {
+        config: String,
         path: PathBuf,
         provider: String,
         reason: String,
@@ -269,16 +272,19 @@ impl Loader {
     }
 }
 
-/// Sets up the provider `name` from `library` with its configuration.
+/// Sets up the provider `name` from `library` with its configuration (from
+/// the config file `config_path`).
 pub fn instantiate(
     library: &Library,
     path: &Path,
     name: &str,
     config: &PluginConfig,
+    config_path: &Path,
 ) -> Result<ProviderHandle, PluginError> {
     library
         .instantiate(config, HostServices { log: plugin_log })
         .map_err(|reason| PluginError::Setup {
+            config: config_path.display().to_string(),
             path: path.to_owned(),
             provider: name.to_owned(),
             reason: crate::redact::text(&reason).into_owned(),

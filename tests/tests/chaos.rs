@@ -161,6 +161,14 @@ async fn a_provider_refusing_to_set_up_fails_the_start_with_its_reason() {
             line.contains("chaos refuses to set up"),
             "{what}: the plugin's reason: {line}"
         );
+        // What to fix is the provider's table, in this file.
+        let file = config.path().display().to_string();
+        assert!(
+            line.contains(&format!(
+                "{file}: [providers.{CHAOS}] refused by its plugin"
+            )),
+            "{what}: names the config and its table first: {line}"
+        );
     }
     check.assert_one_stderr_line("check");
     out.assert_one_stderr_line("serve");

@@ -168,7 +168,13 @@ impl Routes {
                         api_key: config.api_key.expose().to_owned(),
                         settings: config.settings.clone(),
                     };
-                    plugins::instantiate(&library, &config.library, name, &plugin_config)
+                    plugins::instantiate(
+                        &library,
+                        &config.library,
+                        name,
+                        &plugin_config,
+                        config_path,
+                    )
                 })?;
             manifests.insert(name.as_str(), library.manifest().clone());
             providers.insert(name.clone(), slot);
