@@ -283,47 +283,12 @@ async fn find_cached<H: Send + 'static>(
             if let (Some(issuer), false) = (ask.issuer, error == ChainError::Busy) {
                 app.cache.forget_first_page(ask.platform, ask.call, issuer);
             }
-            // Its age now, after the fetch, read once.
-            let standing_in = stored.map(|entry| (entry.age(), entry));
-            match standing_in.filter(|(age, entry)| {
-                matches!(entry.answer, Stored::Data(_))
-                    && freshness::usable_when_failing(*age, entry.ttl(), config.stale_if_error)
-            }) {
-                Some((age, entry)) => {
-                    let ttl = seconds_left(entry.ttl(), age);
-                    // Stored and still fresh, yet fetched: the request
-                    // asked for a fresher answer than the one it gets.
-                    let forward = if forward == Forward::Request && age < entry.ttl() {
-                        tracing::warn!(
-                            ttl,
-                            "the providers could not answer; serving the stored answer the request asked to refresh"
-                        );
-                        Forward::Request
-                    } else {
-                        tracing::warn!(
-                            expired_secs = -ttl,
-                            "the providers could not answer; serving a stored answer past its time to live"
-                        );
-                        Forward::Stale
-                    };
-                    let status = CacheStatus::StoodIn {
-                        forward,
-                        ttl,
-                        collapsed,
-                    };
-                    metrics::cache(endpoint, status.log_value());
-                    Ok(Found {
-                        status,
-                        entry,
-                        age: Some(age),
-                    })
-                }
-                None => Err(Unanswered {
-                    error: NoData::Chain(error),
-                    status: None,
-                    age: None,
-                }),
-            }
+            let landed = Landed { forward, collapsed };
+            stand_in(stored, landed, config.stale_if_error, endpoint).ok_or(Unanswered {
+                error: NoData::Chain(error),
+                status: None,
+                age: None,
+            })
         }
         Err(error) => Err(Unanswered {
             error: NoData::Chain(error),
@@ -332,6 +297,57 @@ async fn find_cached<H: Send + 'static>(
         }),
     };
     (result, held)
+}
+
+/// How a fetch this request waited on went: why it was forwarded, and
+/// whether it was another request's.
+#[derive(Clone, Copy)]
+struct Landed {
+    forward: Forward,
+    collapsed: bool,
+}
+
+/// The stored answer that stands in when the providers could not answer,
+/// if `stored` (read before the fetch; its age is read again now) holds
+/// data still within `stale_if_error` of its time to live.
+fn stand_in(
+    stored: Option<Arc<Entry>>,
+    landed: Landed,
+    stale_if_error: Duration,
+    endpoint: Endpoint,
+) -> Option<Found> {
+    let entry = stored.filter(|entry| matches!(entry.answer, Stored::Data(_)))?;
+    let age = entry.age();
+    if !freshness::usable_when_failing(age, entry.ttl(), stale_if_error) {
+        return None;
+    }
+    let ttl = seconds_left(entry.ttl(), age);
+    // Stored and still fresh, yet fetched: the request asked for a fresher
+    // answer than the one it gets.
+    let forward = if landed.forward == Forward::Request && age < entry.ttl() {
+        tracing::warn!(
+            ttl,
+            "the providers could not answer; serving the stored answer the request asked to refresh"
+        );
+        Forward::Request
+    } else {
+        tracing::warn!(
+            expired_secs = -ttl,
+            "the providers could not answer; serving a stored answer past its time to live"
+        );
+        Forward::Stale
+    };
+    let status = CacheStatus::StoodIn {
+        forward,
+        ttl,
+        collapsed: landed.collapsed,
+    };
+    metrics::cache(endpoint, status.log_value());
+    Some(Found {
+        status,
+        entry,
+        age: Some(age),
+    })
 }
 
 /// What `only-if-cached` gets when no fresh answer is stored.
