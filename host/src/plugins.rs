@@ -94,6 +94,31 @@ pub enum PluginError {
     },
 }
 
+/// Whether `name` is one [`Loader::private_copy`] writes: `STEM-HASH.EXT`
+/// with 16 lower-case hex digits of the library's SHA-256, or the
+/// temporary file of one (`.STEM-HASH.EXT.PID.tmp`, from
+/// [`crate::files::replace_atomically`]).
+fn is_copy_name(name: &str) -> bool {
+    let copy = match name
+        .strip_prefix('.')
+        .and_then(|rest| rest.strip_suffix(".tmp"))
+    {
+        Some(temporary) => match temporary.rsplit_once('.') {
+            Some((copy, pid)) if !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()) => copy,
+            _ => return false,
+        },
+        None => name,
+    };
+    let Some((stem_and_hash, extension)) = copy.rsplit_once('.') else {
+        return false;
+    };
+    let Some((stem, hash)) = stem_and_hash.rsplit_once('-') else {
+        return false;
+    };
+    let lower_hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
+    !stem.is_empty() && !extension.is_empty() && hash.len() == 16 && hash.bytes().all(lower_hex)
+}
+
 /// A library's SHA-256: what makes two library files the same library.
 pub type ContentHash = [u8; 32];
 
@@ -208,7 +233,9 @@ impl Loader {
     }
 
     /// Deletes private copies this process has not mapped: left by earlier
-    /// runs, each a library-sized file. Call once, after the first load.
+    /// runs, each a library-sized file (and their temporary files, left by
+    /// a crash mid-copy). Files named otherwise are never touched. Call
+    /// once, after the first load.
     /// (Deleting a file another process has mapped is harmless: its mapping
     /// stays until that process ends.)
     pub fn prune(&self) {
@@ -219,7 +246,13 @@ impl Loader {
         let loaded = self.lock();
         for entry in entries.flatten() {
             let path = entry.path();
-            if entry.file_type().is_ok_and(|t| t.is_file()) && !loaded.copies.contains(&path) {
+            // Only what this loader writes there: the folder may be one an
+            // operator also keeps libraries or notes in.
+            let ours = entry.file_name().to_str().is_some_and(is_copy_name);
+            if ours
+                && entry.file_type().is_ok_and(|t| t.is_file())
+                && !loaded.copies.contains(&path)
+            {
                 match std::fs::remove_file(&path) {
                     Ok(()) => tracing::debug!(copy = %path.display(), "stale plugin copy removed"),
                     Err(e) => {
@@ -250,6 +283,7 @@ impl Loader {
         crate::hex::push_hex(&mut short, &hash[..8]);
         let extension = path.extension().and_then(|e| e.to_str()).unwrap_or("so");
         let copy = dir.join(format!("{stem}-{short}.{extension}"));
+        debug_assert!(is_copy_name(&format!("{stem}-{short}.{extension}")));
         // A copy left by an earlier run is used only if it is a whole
         // regular file, not a link to somewhere else.
         let intact = crate::files::open_no_follow(&copy).is_ok_and(|mut file| {

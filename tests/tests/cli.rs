@@ -757,6 +757,14 @@ async fn check_opens_no_ledger_and_prunes_no_plugin_copy() {
     std::fs::create_dir_all(&copies).expect("can create the copies folder");
     let stale = copies.join("libstale_plugin-0123456789abcdef.so");
     std::fs::write(&stale, b"left by an earlier run").expect("can write a stale copy");
+    let half_copied = copies.join(".libstale_plugin-0123456789abcdef.so.4242.tmp");
+    std::fs::write(&half_copied, b"a crash mid-copy").expect("can write a temporary copy");
+    // Operator sweep: the same folder used as the plugin folder lost the
+    // operator's own libraries, and anything else in it, at start.
+    let theirs = ["libtheir_plugin.so", "README.txt", "libx-0123.so"];
+    for name in theirs {
+        std::fs::write(copies.join(name), b"the operator's").expect("can write a file");
+    }
 
     let out = run_cli(&config, &standard_env(), &["check"]);
     assert!(out.success(), "check passes: {out:?}");
@@ -772,11 +780,14 @@ async fn check_opens_no_ledger_and_prunes_no_plugin_copy() {
     let server = Server::start(&config);
     assert!(
         eventually(Duration::from_secs(10), || async {
-            config.dir().join("usage.db").exists() && !stale.exists()
+            config.dir().join("usage.db").exists() && !stale.exists() && !half_copied.exists()
         })
         .await,
         "serve opens the ledger and prunes the stale copy"
     );
+    for name in theirs {
+        assert!(copies.join(name).exists(), "{name} is not a copy: kept");
+    }
     drop(server);
 }
 
