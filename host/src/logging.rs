@@ -90,7 +90,12 @@ pub fn init(format: LogFormat) -> Logging {
             writer_sink.write_out(&mut std::io::stderr());
             let _ = done.send(());
         });
-    let (targets, span_filter) = filter_from_env();
+    let spec = std::env::var("SOCIALGATE_LOG").unwrap_or_default();
+    let Filter {
+        targets,
+        span_filter,
+        unreadable,
+    } = filter_from(&spec);
     // The builder's own level cap is INFO: lifted, so `SOCIALGATE_LOG`'s
     // filter alone decides (its default is INFO too).
     let builder = tracing_subscriber::fmt()
@@ -138,6 +143,13 @@ pub fn init(format: LogFormat) -> Logging {
     }
     if let Err(error) = &spawned {
         tracing::error!(%error, "cannot start the log writer thread; log lines are dropped");
+    }
+    if unreadable {
+        // A typo must not silence the server: say so, at the default level.
+        tracing::warn!(
+            SOCIALGATE_LOG = %spec,
+            "not a log filter (levels: error, warn, info, debug, trace, off; or target=level, comma-separated); logging at info"
+        );
     }
     Logging {
         sink,
@@ -319,22 +331,52 @@ impl RequestLine<'_> {
 /// a [`Targets`], which costs nothing as a request's span is entered and
 /// left; only a filter that needs span context (`[request{id=...}]=debug`)
 /// takes an [`EnvFilter`], which tracks every span behind a shared lock.
-fn filter_from_env() -> (Option<Targets>, Option<EnvFilter>) {
-    filter_from(&std::env::var("SOCIALGATE_LOG").unwrap_or_default())
-}
-
-fn filter_from(spec: &str) -> (Option<Targets>, Option<EnvFilter>) {
-    let by_default = || Targets::new().with_default(tracing::Level::INFO);
+fn filter_from(spec: &str) -> Filter {
+    let by_default = |unreadable| Filter {
+        targets: Some(Targets::new().with_default(tracing::Level::INFO)),
+        span_filter: None,
+        unreadable,
+    };
     if spec.trim().is_empty() {
-        return (Some(by_default()), None);
+        return by_default(false);
+    }
+    // A bare word is a level or a target; as a target (`verbose`, a typo
+    // of a level) it would turn every other line off, errors included.
+    let level = |word: &str| {
+        ["error", "warn", "info", "debug", "trace", "off"]
+            .iter()
+            .any(|level| word.trim().eq_ignore_ascii_case(level))
+    };
+    let bare_words_are_levels = spec
+        .split(',')
+        .filter(|directive| !directive.contains(['=', '[']) && !directive.trim().is_empty())
+        .all(level);
+    if !bare_words_are_levels {
+        return by_default(true);
     }
     if let Ok(targets) = spec.parse::<Targets>() {
-        return (Some(targets), None);
+        return Filter {
+            targets: Some(targets),
+            span_filter: None,
+            unreadable: false,
+        };
     }
     match EnvFilter::try_new(spec) {
-        Ok(filter) => (None, Some(filter)),
-        Err(_) => (Some(by_default()), None),
+        Ok(filter) => Filter {
+            targets: None,
+            span_filter: Some(filter),
+            unreadable: false,
+        },
+        Err(_) => by_default(true),
     }
+}
+
+/// The filter `SOCIALGATE_LOG` sets: one of the two, and whether it had to
+/// be the default because the variable did not read as a filter.
+struct Filter {
+    targets: Option<Targets>,
+    span_filter: Option<EnvFilter>,
+    unreadable: bool,
 }
 
 /// tracing-subscriber's default ("full") line without colours, byte for
@@ -700,15 +742,37 @@ mod tests {
 
     #[test]
     fn levels_by_target_filter_without_span_context_and_the_rest_with_it() {
-        let (targets, span_filter) = filter_from("socialgate=debug,hyper=warn");
+        let Filter {
+            targets,
+            span_filter,
+            unreadable,
+        } = filter_from("socialgate=debug,hyper=warn");
+        assert!(!unreadable);
         let targets = targets.expect("levels by target");
         assert!(span_filter.is_none());
         assert!(targets.would_enable("socialgate::http::api", &Level::DEBUG));
         assert!(!targets.would_enable("hyper::proto", &Level::INFO));
-        let (targets, span_filter) = filter_from("info,[request{id=7}]=debug");
-        assert!(targets.is_none() && span_filter.is_some(), "span context");
-        for unset_or_unreadable in ["", "  ", "socialgate=loud["] {
-            let (targets, span_filter) = filter_from(unset_or_unreadable);
+        let filter = filter_from("info,[request{id=7}]=debug");
+        assert!(
+            filter.targets.is_none() && filter.span_filter.is_some(),
+            "span context"
+        );
+        assert!(filter.targets.is_none() && !filter.unreadable);
+        assert!(!filter_from("WARN").unreadable && !filter_from("off").unreadable);
+        // Operator sweep: `verbose` (read as a target) silenced every line.
+        for (spec, unreadable) in [
+            ("", false),
+            ("  ", false),
+            ("socialgate=loud[", true),
+            ("verbose", true),
+            ("debug,verbose", true),
+        ] {
+            let Filter {
+                targets,
+                span_filter,
+                unreadable: said,
+            } = filter_from(spec);
+            assert_eq!(said, unreadable, "{spec:?}");
             let targets = targets.expect("the default");
             assert!(span_filter.is_none());
             assert!(targets.would_enable("socialgate", &Level::INFO));

@@ -462,3 +462,21 @@ fn key_commands_read_their_sections_whatever_is_wrong_elsewhere() {
     assert!(load("[server\n").is_err());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Operator sweep: `per_second = 1e-300` passed `check`, then every keyed
+/// request panicked making a `Duration` of its wait, and answered 500.
+#[test]
+fn a_rate_too_slow_to_say_when_is_refused_and_the_slowest_allowed_works() {
+    for rate in ["0", "-1", "1e-300", "0.0000009", "nan", "inf"] {
+        let text = format!("{GOOD}\n[rate_limit]\nper_second = {rate}\nburst = 1\n");
+        let e = parse(&text).unwrap_err().to_string();
+        assert!(e.contains("[rate_limit] per_second"), "{rate}: {e}");
+    }
+    let text = format!("{GOOD}\n[rate_limit]\nper_second = 0.000001\nburst = 1\n");
+    let limit = parse(&text).unwrap().serving.rate_limit.expect("a limit");
+    let limiter = crate::resilience::rate_limit::RateLimiter::new(limit);
+    let now = tokio::time::Instant::now();
+    limiter.check("a", now).expect("the burst's one token");
+    let wait = limiter.check("a", now).expect_err("no token left");
+    assert_eq!(wait.as_secs(), 1_000_000);
+}

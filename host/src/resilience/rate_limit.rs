@@ -33,6 +33,9 @@ pub struct RawRateLimit {
     burst: Option<f64>,
 }
 
+/// The slowest rate a key may be held to: one request in about 11.6 days.
+const MIN_PER_SECOND: f64 = 1e-6;
+
 impl RateLimitConfig {
     /// `[rate_limit]`; absent means no limit. `burst` defaults to one
     /// second's worth, and at least 1.
@@ -42,8 +45,13 @@ impl RateLimitConfig {
     ) -> Result<Option<RateLimitConfig>, ConfigError> {
         let Some(raw) = raw else { return Ok(None) };
         let burst = raw.burst.unwrap_or(raw.per_second.max(1.0));
-        if !(raw.per_second.is_finite() && raw.per_second > 0.0) {
-            return Err(cx.invalid("[rate_limit] per_second", "must be above 0"));
+        // Below this, a wait for the next token is longer than any
+        // `Duration` or `Retry-After` can say, and every request would fail.
+        if !(raw.per_second.is_finite() && raw.per_second >= MIN_PER_SECOND) {
+            return Err(cx.invalid(
+                "[rate_limit] per_second",
+                "must be at least 0.000001 (a request in about 11.6 days)",
+            ));
         }
         if !(burst.is_finite() && burst >= 1.0) {
             return Err(cx.invalid("[rate_limit] burst", "must be at least 1"));
