@@ -421,8 +421,16 @@ impl KeysFileAt<'_> {
 
     /// Replaces the file atomically, keeping its owner, group and mode
     /// (a new file is its creator's, mode 0600). Call with the lock held.
+    ///
+    /// A keys file that is a symbolic link (the README allows one) is
+    /// replaced where the link leads: replacing the link would leave the
+    /// file the operator keeps, revoked keys and all, where it was.
     fn write(&self, keys: Vec<KeyRecord>) -> Result<(), KeysError> {
-        let path = self.0;
+        let is_link = std::fs::symlink_metadata(self.0).is_ok_and(|m| m.file_type().is_symlink());
+        let resolved = is_link
+            .then(|| std::fs::canonicalize(self.0).ok())
+            .flatten();
+        let path = resolved.as_deref().unwrap_or(self.0);
         let failed = |source| KeysError::Write {
             path: path.to_owned(),
             source,

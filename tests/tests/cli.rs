@@ -641,6 +641,32 @@ async fn revocation_fails_closed_keys_commands_keep_the_files_owner_group_and_mo
     assert_key_refused(&server, &alice).await;
 }
 
+/// Operator sweep: with the keys file a symbolic link (which the README
+/// allows), `keys revoke` replaced the link with a file, and the file it
+/// led to, the one the operator keeps, still held the revoked key.
+#[test]
+fn a_keys_file_that_is_a_link_is_updated_where_it_leads() {
+    let config = ConfigBuilder::unreached().write();
+    let real = config.dir().join("real");
+    std::fs::create_dir_all(&real).unwrap();
+    let target = real.join("keys-v1.toml");
+    assert!(keys(&config, &["issue", "--name", "alice"]).success());
+    assert!(keys(&config, &["issue", "--name", "bob"]).success());
+    std::fs::rename(config.keys_file(), &target).unwrap();
+    std::os::unix::fs::symlink(&target, config.keys_file()).unwrap();
+
+    assert!(keys(&config, &["revoke", "alice"]).success());
+    assert!(keys(&config, &["issue", "--name", "carol"]).success());
+    let link = std::fs::symlink_metadata(config.keys_file()).unwrap();
+    assert!(link.file_type().is_symlink(), "the link stays a link");
+    let kept = std::fs::read_to_string(&target).unwrap();
+    assert!(
+        !kept.contains("alice") && kept.contains("bob") && kept.contains("carol"),
+        "{kept}"
+    );
+    assert_eq!(key_names(&config), ["bob", "carol"]);
+}
+
 /// Audit finding 8: the keys file's temporary file is created exclusively
 /// and not through a link: one planted at its name (which holds the
 /// command's PID) is removed, not written through, and the keys file is a
