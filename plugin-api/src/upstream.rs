@@ -10,6 +10,48 @@ use serde::Deserialize;
 use std::fmt;
 use std::time::Duration;
 
+/// Headers the host writes itself, or that would change how the request
+/// or its connection is framed: a plugin may not set them.
+pub const RESERVED_HEADERS: [&str; 9] = [
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "te",
+    "trailer",
+    "upgrade",
+    "proxy-connection",
+];
+
+/// What the host (and the test kit) make of a header a plugin asks to
+/// send: `None` when it may, else why not. A name must be an HTTP token
+/// and not [reserved](RESERVED_HEADERS); a value may hold no control
+/// character but a tab. The reason names the header (never its value,
+/// which may carry the key). Since 1.6.
+pub fn header_refusal(name: &str, value: &str) -> Option<String> {
+    let is_token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    if name.is_empty() || !name.bytes().all(is_token) {
+        return Some("plugin asked for a request header whose name is not an HTTP token".into());
+    }
+    if RESERVED_HEADERS
+        .iter()
+        .any(|reserved| name.eq_ignore_ascii_case(reserved))
+    {
+        return Some(format!(
+            "plugin asked for the request header `{name}`, which the host sets itself"
+        ));
+    }
+    let value_ok = value
+        .bytes()
+        .all(|b| b == b'\t' || (b >= b' ' && b != 0x7f));
+    (!value_ok).then(|| {
+        format!(
+            "plugin asked for the request header `{name}` with a control character in its value"
+        )
+    })
+}
+
 /// A GET request for the host to perform.
 #[derive(Clone, PartialEq, Eq)]
 pub struct UpstreamRequest {

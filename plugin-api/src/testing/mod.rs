@@ -22,7 +22,7 @@
 //! #     }
 //! #     fn new(_: ProviderConfig) -> Result<Self, String> { Ok(Mine) }
 //! #     fn begin(&self, _: Call) -> Box<dyn Attempt> {
-//! #         attempt::single(UpstreamRequest::get("http://u", "/posts"), |r| {
+//! #         attempt::single(UpstreamRequest::get(plugin_api::testing::BASE_URL, "/posts"), |r| {
 //! #             r.json::<serde_json::Value>()?;
 //! #             Ok(Done::last(Output::Posts(vec![])))
 //! #         })
@@ -32,7 +32,7 @@
 //!
 //! let kit = Kit::new::<Mine>(serde_json::json!({})).unwrap();
 //! let run = kit.run(&plugin_api::testing::sample(Endpoint::Posts), &Upstream::replies([Reply::ok("[]")]));
-//! assert_eq!(run.urls(), ["http://u/posts"]);
+//! assert_eq!(run.urls(), ["http://upstream.test/api/posts"]);
 //! assert_eq!(run.done().output, Output::Posts(vec![]));
 //! ```
 //!
@@ -271,6 +271,8 @@ pub struct Kit {
     library: Library,
     provider: ProviderHandle,
     api_key: String,
+    /// Where the provider's requests may go: its `base_url`'s origin.
+    origin: Option<Origin>,
 }
 
 impl Kit {
@@ -307,6 +309,7 @@ impl Kit {
             library,
             provider,
             api_key: config.api_key,
+            origin: Origin::of(&config.base_url),
         })
     }
 
@@ -377,6 +380,11 @@ impl Kit {
                     return run;
                 }
                 Ok(Next::Fetch(request)) => {
+                    if let Some(refusal) = self.host_refusal(&request) {
+                        run.requests.push(request);
+                        run.outcome = Err(refusal);
+                        return run;
+                    }
                     let n = run.requests.len();
                     let reply = upstream.reply(&request, n);
                     let url = request.url().to_owned();
@@ -407,9 +415,87 @@ impl Kit {
         run
     }
 
+    /// What the host would refuse of `request` before sending it, as it
+    /// says so: a method but `GET`, a URL outside the provider's
+    /// `base_url` origin, or a header a plugin may not set
+    /// ([`header_refusal`](crate::upstream::header_refusal)).
+    fn host_refusal(&self, request: &UpstreamRequest) -> Option<ProviderError> {
+        if request.method() != "GET" {
+            return Some(ProviderError::bad_response(
+                "plugin asked for a request that is not a GET; refused",
+            ));
+        }
+        let inside = self
+            .origin
+            .as_ref()
+            .is_some_and(|origin| Origin::of(request.url()).as_ref() == Some(origin));
+        if !inside {
+            return Some(ProviderError::bad_response(
+                "plugin asked for a URL outside its provider's base_url origin; refused",
+            ));
+        }
+        request
+            .headers()
+            .iter()
+            .find_map(|(name, value)| crate::upstream::header_refusal(name, value))
+            .map(ProviderError::bad_response)
+    }
+
     /// The conformance suite for this provider; see [`conformance`].
     pub fn conformance(&self) -> conformance::Suite<'_> {
         conformance::Suite::new(self)
+    }
+}
+
+/// Where a URL leads, compared as the host compares a request's URL with
+/// its provider's `base_url`: the scheme and the host in any case, the
+/// port written or the scheme's default; a URL with a user or password is
+/// none (the host refuses it).
+#[derive(Debug, PartialEq, Eq)]
+struct Origin {
+    https: bool,
+    host: String,
+    port: u16,
+}
+
+impl Origin {
+    fn of(url: &str) -> Option<Origin> {
+        let (scheme, rest) = url.split_once("://")?;
+        let https = if scheme.eq_ignore_ascii_case("https") {
+            true
+        } else if scheme.eq_ignore_ascii_case("http") {
+            false
+        } else {
+            return None;
+        };
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+        if authority.contains('@') {
+            return None;
+        }
+        // An IPv6 host is in brackets, and may hold colons itself.
+        let host_end = match authority.strip_prefix('[') {
+            Some(bracketed) => bracketed.find(']')? + 2,
+            None => authority.find(':').unwrap_or(authority.len()),
+        };
+        let (host, port) = authority.split_at(host_end);
+        let port = match port.strip_prefix(':') {
+            None if port.is_empty() => {
+                if https {
+                    443
+                } else {
+                    80
+                }
+            }
+            Some(digits) if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) => {
+                digits.parse().ok()?
+            }
+            _ => return None,
+        };
+        (!host.is_empty()).then(|| Origin {
+            https,
+            host: host.to_ascii_lowercase(),
+            port,
+        })
     }
 }
 

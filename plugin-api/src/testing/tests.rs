@@ -26,6 +26,10 @@ enum Flaw {
     /// Fails an upstream user whose handle is not the one asked for,
     /// quoting the handle (upstream text, which may be anything).
     QuotesHandle,
+    /// Asks a host of its own, not its `base_url`'s.
+    ForeignHost,
+    /// Sets `Host`, which the host writes itself.
+    HostHeader,
 }
 
 #[derive(Deserialize, Default)]
@@ -97,9 +101,16 @@ impl Provider for Toy {
             return attempt::fail(ProviderError::invalid_input("username", why));
         }
         attempt::start(|| {
-            let request = UpstreamRequest::get(&self.config.base_url, "/users")
+            let base_url = match flaw {
+                Flaw::ForeignHost => "http://cdn.upstream.test/api",
+                _ => &self.config.base_url,
+            };
+            let mut request = UpstreamRequest::get(base_url, "/users")
                 .segment(&username)?
                 .bearer(&self.config.api_key);
+            if flaw == Flaw::HostHeader {
+                request = request.header("Host", "api.upstream.test");
+            }
             if flaw == Flaw::Loops {
                 return Ok(Box::new(Loop(request)));
             }
@@ -280,6 +291,59 @@ fn each_flaw_names_its_rule() {
     assert!(
         e.message().contains("answered post to a profile call"),
         "{e}"
+    );
+}
+
+/// Provider-author sweep: the kit passed requests the host always refuses.
+#[test]
+fn requests_the_host_refuses_are_refused_here_as_the_host_says() {
+    for (flaw, said) in [
+        ("foreign_host", "outside its provider's base_url origin"),
+        (
+            "host_header",
+            "the request header `Host`, which the host sets itself",
+        ),
+    ] {
+        let run = kit(flaw).run(&sample(Endpoint::Profile), &user());
+        assert_eq!(run.requests.len(), 1, "{flaw}: the request is reported");
+        assert_eq!(run.kind(), Some(ErrorKind::BadResponse), "{flaw}");
+        let error = run.error();
+        assert!(error.message().contains(said), "{flaw}: {error}");
+        let report = suite(flaw);
+        assert!(
+            report.violates(Rule::EveryEndpointAnswers),
+            "{flaw}: {report}"
+        );
+    }
+    // The origin as the host compares it: case, the default port written.
+    let kit = Kit::with_config::<Toy>(ProviderConfig {
+        base_url: "HTTP://Upstream.Test:80/api".into(),
+        api_key: KEY.into(),
+        settings: json!({}),
+    })
+    .unwrap();
+    let run = kit.run(&sample(Endpoint::Profile), &user());
+    assert_eq!(run.host_sees(Endpoint::Profile), HostSees::Answer);
+    for (url, inside) in [
+        ("http://upstream.test/x", true),
+        ("http://UPSTREAM.test:80/x?y", true),
+        ("https://upstream.test/x", false),
+        ("http://upstream.test:8080/x", false),
+        ("http://user@upstream.test/x", false),
+        ("http://upstream.test.evil/x", false),
+        ("http://[::1]:80/x", false),
+        ("upstream.test/x", false),
+    ] {
+        let origin = Origin::of(url);
+        assert_eq!(
+            origin == Origin::of("http://upstream.test/api/"),
+            inside,
+            "{url}"
+        );
+    }
+    assert_eq!(
+        Origin::of("http://[::1]:8080/x").map(|o| o.port),
+        Some(8080)
     );
 }
 
