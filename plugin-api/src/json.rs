@@ -50,9 +50,19 @@ pub fn parse<'a, T: Deserialize<'a>>(text: &'a [u8]) -> Result<T, ProviderError>
 pub struct Id(pub String);
 
 impl Id {
-    /// The text, or `None` when empty.
+    /// The text, or `None` when empty. For a required ID (a post's): one
+    /// of another shape than the schema's then makes the answer a bad
+    /// response, as an upstream sending it deserves.
     pub fn non_empty(self) -> Option<String> {
         (!self.0.is_empty()).then_some(self.0)
+    }
+
+    /// The text when it has the shape of the schema's IDs
+    /// ([`schema::is_id`](crate::schema::is_id): 1-20 digits), else `None`.
+    /// For an optional ID (a profile's `id`): an odd one upstream (`-5`,
+    /// `u-123`) is `null`, not the whole answer refused. Since 1.6.
+    pub fn valid(self) -> Option<String> {
+        crate::schema::is_id(&self.0).then_some(self.0)
     }
 }
 
@@ -421,6 +431,18 @@ mod tests {
         assert!(error.message().contains("unexpected shape"), "{error}");
         let error = super::parse::<Wrapper>(b"<html>sk_live_SECRET").unwrap_err();
         assert!(!error.message().contains("SECRET"), "{error}");
+    }
+
+    #[test]
+    fn valid_ids_have_the_schemas_shape() {
+        let valid = |text: &str| Id(text.to_owned()).valid();
+        assert_eq!(
+            valid("7312345678901234567").as_deref(),
+            Some("7312345678901234567")
+        );
+        for odd in ["", "-5", "u-123", "1.5", "123456789012345678901"] {
+            assert_eq!(valid(odd), None, "{odd}");
+        }
     }
 
     /// Abuse sweep: an upstream's `javascript:` avatar reached callers.

@@ -482,7 +482,7 @@ impl Checker<'_> {
 
     fn logs_hold_no_key(&mut self) {
         let key = self.kit.api_key();
-        if super::logs().iter().any(|line| line.contains(key)) {
+        if self.kit.logs().iter().any(|line| line.contains(key)) {
             self.violation(
                 Rule::NoKeyInErrors,
                 "a log line the provider sent holds the key".into(),

@@ -41,7 +41,9 @@
 
 pub mod conformance;
 
+use std::cell::Cell;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -268,6 +270,8 @@ impl Run {
 
 /// A provider set up behind the boundary, ready to be driven.
 pub struct Kit {
+    /// Tags the log lines its provider sends ([`Kit::logs`]).
+    id: u64,
     library: Library,
     provider: ProviderHandle,
     api_key: String,
@@ -304,8 +308,13 @@ impl Kit {
     }
 
     fn set_up(library: Library, config: ProviderConfig) -> Result<Kit, String> {
-        let provider = library.instantiate(&config, HostServices { log: record_log })?;
+        static KITS: AtomicU64 = AtomicU64::new(1);
+        let id = KITS.fetch_add(1, Ordering::Relaxed);
+        let provider = logging_for(id, || {
+            library.instantiate(&config, HostServices { log: record_log })
+        })?;
         Ok(Kit {
+            id,
             library,
             provider,
             api_key: config.api_key,
@@ -326,7 +335,19 @@ impl Kit {
     /// Starts an attempt by hand, to step it as a test likes (out of order,
     /// say). [`run`](Self::run) is the host's way.
     pub fn begin(&self, call: &Call) -> AttemptHandle {
-        self.provider.begin(call)
+        logging_for(self.id, || self.provider.begin(call))
+    }
+
+    /// The log lines this kit's provider sent while the kit ran it (set
+    /// up, [`run`](Self::run), [`begin`](Self::begin)): other tests'
+    /// providers, logging on other threads at the same time, are not in
+    /// them.
+    pub fn logs(&self) -> Vec<String> {
+        lock_sink()
+            .iter()
+            .filter(|(kit, _)| *kit == self.id)
+            .map(|(_, line)| line.clone())
+            .collect()
     }
 
     /// Drives `call` to its end as the host does, answering each request
@@ -336,7 +357,7 @@ impl Kit {
         // The host calls `begin` and the first `step` as one call, timed
         // as one: so does this.
         let mut started = Instant::now();
-        let mut attempt = self.provider.begin(call);
+        let mut attempt = logging_for(self.id, || self.provider.begin(call));
         let mut run = Run {
             requests: Vec::new(),
             outcome: Err(ProviderError::bad_response("no step was taken")),
@@ -359,7 +380,7 @@ impl Kit {
                         let response = reply
                             .as_ref()
                             .map(|r| UpstreamResponse::new(r.status, &r.headers, &r.body));
-                        attempt.step(response)
+                        logging_for(self.id, || attempt.step(response))
                     })
                     .join()
             })
@@ -510,24 +531,41 @@ pub fn sample(endpoint: Endpoint) -> Call {
     Call::from_params(endpoint, [subject]).expect("the sample parameters are valid")
 }
 
-/// Every log line a plugin sent through the kit's host, this process.
+/// Every log line a plugin sent through the kit's host, this process (all
+/// kits'; [`Kit::logs`] has one kit's).
 pub fn logs() -> Vec<String> {
-    log_sink().lock().unwrap_or_else(|e| e.into_inner()).clone()
+    lock_sink().iter().map(|(_, line)| line.clone()).collect()
 }
 
-fn log_sink() -> &'static Mutex<Vec<String>> {
-    static LINES: OnceLock<Mutex<Vec<String>>> = OnceLock::new();
-    LINES.get_or_init(Mutex::default)
+/// Each line with the kit whose provider sent it (0: none known).
+fn lock_sink() -> std::sync::MutexGuard<'static, Vec<(u64, String)>> {
+    static LINES: OnceLock<Mutex<Vec<(u64, String)>>> = OnceLock::new();
+    LINES
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
+thread_local! {
+    /// The kit whose provider this thread is running, for its log lines:
+    /// a plugin logs on the thread that called it.
+    static LOGGING_KIT: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Runs `work` (a call into kit `id`'s provider) with its log lines tagged.
+fn logging_for<T>(id: u64, work: impl FnOnce() -> T) -> T {
+    let before = LOGGING_KIT.replace(id);
+    let result = work();
+    LOGGING_KIT.set(before);
+    result
 }
 
 extern "C" fn record_log(_level: u8, target: RStr<'_>, message: RStr<'_>) {
     let line = format!("{}: {}", target.as_str(), message.as_str());
     // A panic must not unwind into the plugin's frame.
     let _ = std::panic::catch_unwind(|| {
-        log_sink()
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(line)
+        let kit = LOGGING_KIT.get();
+        lock_sink().push((kit, line))
     });
 }
 

@@ -30,6 +30,8 @@ enum Flaw {
     ForeignHost,
     /// Sets `Host`, which the host writes itself.
     HostHeader,
+    /// Logs its upstream key as each attempt begins.
+    LogsKey,
 }
 
 #[derive(Deserialize, Default)]
@@ -96,6 +98,9 @@ impl Provider for Toy {
             return attempt::fail(ProviderError::new(ErrorKind::Unsupported, "profile only"));
         };
         let flaw = self.flaw;
+        if flaw == Flaw::LogsKey {
+            crate::warn!("asking with key {}", self.config.api_key);
+        }
         if flaw == Flaw::QuotesKey {
             let why = format!("is refused by key {}", self.config.api_key);
             return attempt::fail(ProviderError::invalid_input("username", why));
@@ -345,6 +350,22 @@ fn requests_the_host_refuses_are_refused_here_as_the_host_says() {
         Origin::of("http://[::1]:8080/x").map(|o| o.port),
         Some(8080)
     );
+}
+
+/// Provider-author sweep: the suite read every kit's log lines, so one
+/// test's provider logging its key failed another provider's suite.
+#[test]
+fn a_suite_reads_only_its_own_providers_log_lines() {
+    let leaky = kit("logs_key");
+    let _ = leaky.run(&sample(Endpoint::Profile), &user());
+    assert!(leaky.logs().iter().any(|line| line.contains(KEY)));
+    assert!(
+        logs().iter().any(|line| line.contains(KEY)),
+        "all kits' lines"
+    );
+    suite("none").assert_passes();
+    let report = suite("logs_key");
+    assert!(report.violates(Rule::NoKeyInErrors), "{report}");
 }
 
 #[test]
