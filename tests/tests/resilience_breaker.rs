@@ -147,6 +147,9 @@ async fn a_successful_probe_closes_the_breaker() {
     let opening = Instant::now();
     stack.get(PROFILE).await.assert_success(false);
     let opened = Instant::now();
+    // Operator sweep: traffic moved to the fallback with no line saying why.
+    let line = log_line_within(&stack.server, &["breaker opened"], Duration::from_secs(5)).await;
+    assert!(line.contains("WARN") && line.contains(PRIMARY), "{line}");
 
     // The primary recovers, but the breaker is open until the cooldown ends.
     stack.primary.reset().await;
@@ -175,6 +178,11 @@ async fn a_successful_probe_closes_the_breaker() {
         fallback_before,
         "closed: the fallback is not needed"
     );
+    let line = log_line_within(&stack.server, &["breaker closed"], Duration::from_secs(5)).await;
+    assert!(line.contains(PRIMARY), "{line}");
+    let stderr = stack.server.stderr();
+    assert_eq!(stderr.matches("breaker opened").count(), 1, "{stderr}");
+    assert_eq!(stderr.matches("breaker closed").count(), 1, "{stderr}");
 }
 
 #[tokio::test]

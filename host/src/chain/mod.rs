@@ -295,7 +295,9 @@ fn judge(
         after_a_request,
     } = match outcome {
         Ok(answer) => {
-            provider.breaker.record(permit, Outcome::Success, now);
+            if let Some(turn) = provider.breaker.record(permit, Outcome::Success, now) {
+                turn.log(&provider.name);
+            }
             return (Verdict::Answered(answer), "ok");
         }
         Err(failed) => failed,
@@ -330,7 +332,9 @@ fn judge(
         after_a_request,
     };
     let decision = decision::decide(failure, call.endpoint(), deadline.expired());
-    provider.breaker.record(permit, decision.breaker, now);
+    if let Some(turn) = provider.breaker.record(permit, decision.breaker, now) {
+        turn.log(&provider.name);
+    }
     let verdict = match decision.then {
         Then::TryNext => Verdict::Failed,
         Then::StopNotFound => Verdict::Stop(ChainError::NotFound),

@@ -104,6 +104,42 @@ pub enum Outcome {
     Neutral,
 }
 
+/// A change of a breaker's state ([`Breaker::record`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Turn {
+    /// Requests skip the provider from now, for about this many seconds
+    /// (then one probe decides); `rate_limited`: the upstream said so.
+    Opened { for_secs: u64, rate_limited: bool },
+    /// A success: requests go to the provider again.
+    Closed,
+}
+
+impl Turn {
+    /// Logs the turn of `provider`'s breaker: an operator sees why traffic
+    /// moved to the next provider, and when it came back.
+    pub fn log(self, provider: &str) {
+        match self {
+            Turn::Opened {
+                for_secs,
+                rate_limited: false,
+            } => tracing::warn!(
+                provider,
+                for_secs,
+                "breaker opened after consecutive failures: requests skip this provider until a probe succeeds"
+            ),
+            Turn::Opened {
+                for_secs,
+                rate_limited: true,
+            } => tracing::warn!(
+                provider,
+                for_secs,
+                "breaker opened: the upstream is rate limiting; requests skip this provider until it said to come back"
+            ),
+            Turn::Closed => tracing::info!(provider, "breaker closed: the provider answers again"),
+        }
+    }
+}
+
 /// Leave to make one attempt. Report how it went with
 /// [`Breaker::record`]. A probe dropped unreported counts as a failed probe:
 /// otherwise a provider that hangs until callers give up would be probed
@@ -256,10 +292,12 @@ impl Breaker {
         }
     }
 
-    /// Records how the attempt under `permit` went.
-    pub fn record(&self, mut permit: Permit, outcome: Outcome, now: Instant) {
+    /// Records how the attempt under `permit` went; says when that opened
+    /// or closed the breaker, which an operator should hear of.
+    pub fn record(&self, mut permit: Permit, outcome: Outcome, now: Instant) -> Option<Turn> {
         permit.reported = true;
         let mut inner = self.lock();
+        let before = inner.state;
         inner.state = match (outcome, inner.state) {
             (Outcome::Success, _) => State::Closed { failures: 0 },
             // Nothing learnt: a probe lets the next request probe.
@@ -285,6 +323,20 @@ impl Breaker {
                 rate_limited: false,
             },
         };
+        match (before, inner.state) {
+            (
+                State::Closed { .. },
+                State::Open {
+                    until,
+                    rate_limited,
+                },
+            ) => Some(Turn::Opened {
+                for_secs: until.saturating_duration_since(now).as_secs_f64().ceil() as u64,
+                rate_limited,
+            }),
+            (State::Open { .. } | State::Probing, State::Closed { .. }) => Some(Turn::Closed),
+            _ => None,
+        }
     }
 
     /// Whether requests currently skip this provider.
@@ -320,12 +372,25 @@ mod tests {
         fail(&b, t);
         fail(&b, t);
         assert!(!b.is_open(), "a success resets the count");
-        fail(&b, t);
+        let p = b.try_acquire(t).unwrap();
+        assert_eq!(
+            b.record(p, Outcome::Failure, t),
+            Some(Turn::Opened {
+                for_secs: 10,
+                rate_limited: false
+            }),
+            "the turn is told once"
+        );
         assert!(b.is_open());
         assert_eq!(
             b.try_acquire(t + Duration::from_secs(9)).err(),
             Some(t + Duration::from_secs(10))
         );
+        let probe = b.try_acquire(t + Duration::from_secs(10)).unwrap();
+        let later = t + Duration::from_secs(10);
+        assert_eq!(b.record(probe, Outcome::Success, later), Some(Turn::Closed));
+        let p = b.try_acquire(later).unwrap();
+        assert_eq!(b.record(p, Outcome::Success, later), None);
     }
 
     #[test]
