@@ -258,7 +258,8 @@ fn on_one_thread<T>(
 fn keys(config_path: &Path, command: KeysCommand) -> Result<(), RunError> {
     match &command {
         KeysCommand::Usage { since, .. } => check_since(since.as_deref())?,
-        KeysCommand::Issue { name } => check_new_name(name)?,
+        KeysCommand::Issue { name } => check_name("keys issue", name)?,
+        KeysCommand::Revoke { name } => check_name("keys revoke", name)?,
         _ => {}
     }
     // Key commands need only the files' locations, not secrets or plugins:
@@ -386,10 +387,11 @@ fn check_since(since: Option<&str>) -> Result<(), RunError> {
     })
 }
 
-/// `keys issue --name`: a name outside the rule is the command used wrongly
-/// (exit 2), found before the keys file or the store is touched.
-fn check_new_name(name: &str) -> Result<(), RunError> {
-    KeyRecord::check_name(name).map_err(|e| RunError::Usage(format!("keys issue: {e}")))
+/// A key's name on `command`'s line: one outside the rule is the command
+/// used wrongly (exit 2), found before the keys file or the store is
+/// touched.
+fn check_name(command: &str, name: &str) -> Result<(), RunError> {
+    KeyRecord::check_name(name).map_err(|e| RunError::Usage(format!("{command}: {e}")))
 }
 
 /// Names and dates, one key a line. Both are escaped: a record the shared
@@ -479,6 +481,10 @@ fn key_files(config_path: &Path) -> Result<KeyFiles, RunError> {
 }
 
 fn credits(config_path: &Path, command: CreditsCommand) -> Result<(), RunError> {
+    match &command {
+        CreditsCommand::Grant { name, .. } => check_name("credits grant", name)?,
+        CreditsCommand::Show { name, .. } => check_name("credits show", name)?,
+    }
     let files = key_files(config_path)?;
     if let StateConfig::Redis(redis) = &files.state {
         return on_one_thread(shared_credits(redis, &files.billing, command));

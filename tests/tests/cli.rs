@@ -353,6 +353,21 @@ fn keys_issue_refuses_a_bad_name_as_a_usage_error() {
     let after = std::fs::read_to_string(config.keys_file()).ok();
     assert_eq!(before, after, "no keys file was written");
     assert!(keys(&config, &["issue", "--name", "good.name-1"]).success());
+    // Operator sweep: the other commands naming a key said so with exit 1.
+    for args in [
+        &["keys", "revoke", "bad name"][..],
+        &["credits", "grant", "bad name", "5"],
+        &["credits", "show", "bad name"],
+    ] {
+        let out = run_cli(&config, &standard_env(), args);
+        let what = args.join(" ");
+        out.assert_one_stderr_line(&what);
+        assert_eq!(out.status.code(), Some(2), "{what}: {out:?}");
+        assert!(
+            out.refusal_line(&what).contains("1-64 of"),
+            "{what}: {out:?}"
+        );
+    }
 }
 
 /// Operator QA sweep: `demo` writes its own config; a `--config` given to
