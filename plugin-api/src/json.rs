@@ -332,11 +332,17 @@ pub(crate) fn is_web_url(url: &str) -> bool {
             | (byte == b'\\')
             | (byte == b'`')
     };
+    // The host: what the authority holds after any user and before any
+    // port (`https://:80/a` and `https://@/a` have none).
+    let has_host = |rest: &str| {
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+        let host_and_port = authority.rsplit_once('@').map_or(authority, |(_, after)| after);
+        !host_and_port.is_empty() && !host_and_port.starts_with(':')
+    };
     match url.split_once("://") {
         Some((scheme, rest)) => {
             (scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https"))
-                && !rest.is_empty()
-                && !rest.starts_with(['/', '?', '#'])
+                && has_host(rest)
                 // Every byte looked at, with no early exit and no branch,
                 // so it compiles to vector compares: a seventh of the
                 // instructions of `all` on a typical avatar link.
@@ -470,6 +476,9 @@ mod tests {
             // No host.
             "https:///a.webp",
             "http://?x",
+            "https://:80/a.png",
+            "https://@/a.png",
+            "https://user@:443/a.png",
             // What could end an HTML attribute or a header line.
             "https://cdn.example/a.webp\"><script>alert(1)</script>",
             "https://cdn.example/a<b",
