@@ -336,7 +336,9 @@ pub(crate) fn is_web_url(url: &str) -> bool {
     // port (`https://:80/a` and `https://@/a` have none).
     let has_host = |rest: &str| {
         let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-        let host_and_port = authority.rsplit_once('@').map_or(authority, |(_, after)| after);
+        let host_and_port = authority
+            .rsplit_once('@')
+            .map_or(authority, |(_, after)| after);
         !host_and_port.is_empty() && !host_and_port.starts_with(':')
     };
     match url.split_once("://") {

@@ -13,9 +13,9 @@ use plugin_api::ffi::Library;
 /// Why a scaffold or an inspection failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ScaffoldError {
-    #[error("plugin name `{0}`: use 1-64 of a-z, 0-9 and `-`, starting with a letter")]
+    #[error("plugin name `{0}`: use 1-64 of a-z, 0-9, `-` and `_`, starting with a letter")]
     BadName(String),
-    #[error("platform name `{0}`: use 1-64 of a-z, 0-9 and `-`, starting with a letter")]
+    #[error("platform name `{0}`: use 1-64 of a-z, 0-9, `-` and `_`, starting with a letter")]
     BadPlatform(String),
     #[error("{0}: already exists and is not empty; choose another --dir")]
     Exists(PathBuf),
@@ -24,6 +24,8 @@ pub enum ScaffoldError {
          pass --plugin-api PATH"
     )]
     NoPluginApi(PathBuf),
+    #[error("{0}: --plugin-api names no folder with a Cargo.toml in it")]
+    NoPluginApiAt(PathBuf),
     #[error(
         "{0}: not socialgate's plugin-api folder (its Cargo.toml is not package \
          `socialgate-plugin-api`); pass the `plugin-api` folder of the socialgate source"
@@ -68,20 +70,23 @@ const FILES: [(&str, &str); 7] = [
     (".gitignore", include_str!("template/gitignore.in")),
 ];
 
+/// A name a crate, a library and the config's tables all take: the
+/// config's rule for provider and platform names, starting with a letter.
 fn valid_name(name: &str) -> bool {
     (1..=64).contains(&name.len())
         && name.starts_with(|c: char| c.is_ascii_lowercase())
         && name
             .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
 }
 
-/// `acme-profiles` as the provider's type name: `AcmeProfilesProvider`.
+/// `acme-profiles` (or `acme_profiles`) as the provider's type name:
+/// `AcmeProfilesProvider`.
 /// The suffix keeps it clear of the names the template itself uses
 /// (`Profile`, `User`, `Settings`, `Kit`, ...) and of keywords (`self`).
 fn type_name(name: &str) -> String {
     let mut type_name: String = name
-        .split('-')
+        .split(['-', '_'])
         .filter(|part| !part.is_empty())
         .map(|part| {
             let mut chars = part.chars();
@@ -122,12 +127,16 @@ pub fn new_plugin(request: NewPlugin) -> Result<(PathBuf, Vec<PathBuf>), Scaffol
         return Err(ScaffoldError::Exists(dir));
     }
     let built_from = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugin-api");
-    let plugin_api = request.plugin_api.unwrap_or(built_from);
-    let plugin_api = plugin_api
-        .canonicalize()
-        .ok()
-        .filter(|p| p.join("Cargo.toml").is_file())
-        .ok_or(ScaffoldError::NoPluginApi(plugin_api))?;
+    let found = |folder: &Path| {
+        folder
+            .canonicalize()
+            .ok()
+            .filter(|p| p.join("Cargo.toml").is_file())
+    };
+    let plugin_api = match request.plugin_api {
+        Some(given) => found(&given).ok_or(ScaffoldError::NoPluginApiAt(given))?,
+        None => found(&built_from).ok_or(ScaffoldError::NoPluginApi(built_from))?,
+    };
     if !is_plugin_api(&plugin_api) {
         return Err(ScaffoldError::NotPluginApi(plugin_api));
     }
@@ -205,12 +214,15 @@ mod tests {
     #[test]
     fn names_and_types() {
         assert!(valid_name("acme-profiles2"));
-        for bad in ["", "Acme", "1acme", "acme_x", "a b", &"a".repeat(65)] {
+        // Provider-author sweep: the config takes `_`, and so does this.
+        assert!(valid_name("acme_x"));
+        for bad in ["", "Acme", "1acme", "_acme", "a b", "a.b", &"a".repeat(65)] {
             assert!(!valid_name(bad), "{bad:?}");
         }
         assert_eq!(type_name("acme-profiles"), "AcmeProfilesProvider");
         assert_eq!(type_name("x"), "XProvider");
         assert_eq!(type_name("self"), "SelfProvider");
+        assert_eq!(type_name("clip_cast-2"), "ClipCast2Provider");
     }
 
     #[test]
@@ -261,5 +273,19 @@ mod tests {
             assert!(!dir.exists(), "nothing written");
         }
         assert!(is_plugin_api(&source.join("plugin-api")));
+        // A --plugin-api that names nothing says so, not "pass --plugin-api".
+        let missing = std::env::temp_dir().join("sg-scaffold-no-such-plugin-api");
+        let refused = new_plugin(NewPlugin {
+            name: "acme-z".into(),
+            platform: None,
+            dir: Some(std::env::temp_dir().join("sg-scaffold-unwritten")),
+            plugin_api: Some(missing),
+        })
+        .unwrap_err();
+        assert!(
+            matches!(refused, ScaffoldError::NoPluginApiAt(_)),
+            "{refused}"
+        );
+        assert!(refused.to_string().contains("names no folder"), "{refused}");
     }
 }
