@@ -84,12 +84,28 @@ pub struct RawLedger {
 }
 
 impl LedgerConfig {
-    /// `path` defaults to `usage.db` beside the config.
-    pub fn from_raw(raw: &RawLedger, cx: &crate::config::Context) -> LedgerConfig {
-        LedgerConfig {
-            path: cx.resolve(raw.path.as_deref().unwrap_or(Path::new("usage.db"))),
-            written: raw.path.is_some(),
+    /// `path` defaults to `usage.db` beside the config. An empty path, or
+    /// one that is a folder, is refused here: `check` must refuse what
+    /// `serve` could not open.
+    pub fn from_raw(
+        raw: &RawLedger,
+        cx: &crate::config::Context,
+    ) -> Result<LedgerConfig, crate::config::ConfigError> {
+        const KEY: &str = "[ledger] path";
+        if raw.path.as_deref() == Some(Path::new("")) {
+            return Err(cx.invalid(KEY, "is empty; name the ledger's file"));
         }
+        let path = cx.resolve(raw.path.as_deref().unwrap_or(Path::new("usage.db")));
+        if path.is_dir() {
+            return Err(cx.invalid(
+                KEY,
+                format!("{} is a folder; name the ledger's file in it", path.display()),
+            ));
+        }
+        Ok(LedgerConfig {
+            path,
+            written: raw.path.is_some(),
+        })
     }
 }
 

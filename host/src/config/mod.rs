@@ -498,7 +498,7 @@ impl Config {
             upstream_proxy: crate::upstream::proxy_from_raw(server, &cx)?,
             upstream_roots: crate::upstream::ca_file_from_raw(server, &cx)?,
             log_format: server.log_format.unwrap_or_default(),
-            ledger: LedgerConfig::from_raw(&raw.ledger, &cx),
+            ledger: LedgerConfig::from_raw(&raw.ledger, &cx)?,
             cache_max_bytes: crate::cache::max_bytes_from_raw(&raw.cache, &cx)?,
             state: StateConfig::from_raw(&raw.state, &cx)?,
         };
@@ -607,7 +607,7 @@ impl KeyFiles {
         };
         Ok(KeyFiles {
             keys_file: crate::auth::keys_file_from_raw(raw.server.keys_file.as_deref(), &cx),
-            ledger: LedgerConfig::from_raw(&raw.ledger, &cx),
+            ledger: LedgerConfig::from_raw(&raw.ledger, &cx)?,
             state: StateConfig::from_raw(&raw.state, &cx)?,
             billing: BillingConfig::from_raw(raw.billing, &cx)?,
             elsewhere,

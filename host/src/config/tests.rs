@@ -480,3 +480,17 @@ fn a_rate_too_slow_to_say_when_is_refused_and_the_slowest_allowed_works() {
     let wait = limiter.check("a", now).expect_err("no token left");
     assert_eq!(wait.as_secs(), 1_000_000);
 }
+
+/// Operator sweep: `check` passed a ledger path `serve` then could not
+/// open, with an error naming neither the config nor the key.
+#[test]
+fn a_ledger_path_that_is_empty_or_a_folder_is_refused_naming_the_key() {
+    let folder = std::env::temp_dir().display().to_string();
+    for path in ["", &folder] {
+        let text = format!("{GOOD}\n[ledger]\npath = \"{path}\"\n");
+        let e = parse(&text).unwrap_err().to_string();
+        assert!(e.contains("[ledger] path"), "{path:?}: {e}");
+    }
+    let text = format!("{GOOD}\n[ledger]\npath = \"usage-2.db\"\n");
+    assert!(parse(&text).is_ok());
+}
