@@ -273,7 +273,11 @@ fn keys(config_path: &Path, command: KeysCommand) -> Result<(), RunError> {
     match command {
         KeysCommand::Issue { name } => {
             let key = file.issue(&name)?;
-            writeln!(stdout, "{key}")?;
+            if let Err(source) = print_key(&mut stdout, &key) {
+                // Nobody holds the key: its name must not stay taken.
+                file.revoke(&name)?;
+                return Err(RunError::Unprinted { name, source });
+            }
         }
         KeysCommand::Revoke { name } => file.revoke(&name)?,
         KeysCommand::Import { .. } => {
@@ -311,7 +315,11 @@ async fn shared_keys(redis: &RedisConfig, command: KeysCommand) -> Result<(), Ru
     match command {
         KeysCommand::Issue { name } => {
             let key = keys.issue(&name).await?;
-            writeln!(stdout, "{key}")?;
+            if let Err(source) = print_key(&mut stdout, &key) {
+                // Nobody holds the key: its name must not stay taken.
+                keys.revoke(&name).await?;
+                return Err(RunError::Unprinted { name, source });
+            }
         }
         KeysCommand::Revoke { name } => keys.revoke(&name).await?,
         KeysCommand::Import { from } => {
@@ -385,6 +393,13 @@ fn check_since(since: Option<&str>) -> Result<(), RunError> {
             day.escape_debug()
         ))
     })
+}
+
+/// Prints a new key, alone on its line, and makes sure it left: the key is
+/// shown once, and one that could not be shown must not be kept.
+fn print_key(stdout: &mut impl Write, key: &str) -> std::io::Result<()> {
+    writeln!(stdout, "{key}")?;
+    stdout.flush()
 }
 
 /// A key's name on `command`'s line: one outside the rule is the command

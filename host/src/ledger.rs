@@ -99,7 +99,10 @@ impl LedgerConfig {
         if path.is_dir() {
             return Err(cx.invalid(
                 KEY,
-                format!("{} is a folder; name the ledger's file in it", path.display()),
+                format!(
+                    "{} is a folder; name the ledger's file in it",
+                    path.display()
+                ),
             ));
         }
         Ok(LedgerConfig {

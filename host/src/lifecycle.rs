@@ -110,6 +110,12 @@ pub enum RunError {
     Usage(String),
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    /// `keys issue` could not print the key it made; it kept none.
+    #[error("keys issue: cannot print the new key of `{name}` ({source}); it was not kept: issue it again")]
+    Unprinted {
+        name: String,
+        source: std::io::Error,
+    },
 }
 
 impl RunError {

@@ -370,6 +370,26 @@ fn keys_issue_refuses_a_bad_name_as_a_usage_error() {
     }
 }
 
+/// Operator sweep: with stdout full, `keys issue` failed yet kept the key
+/// nobody saw, and its name was taken.
+#[test]
+fn a_key_that_cannot_be_printed_is_not_kept() {
+    let config = ConfigBuilder::unreached().write();
+    let out = run_cli_after(
+        &config,
+        &standard_env(),
+        Some("exec >/dev/full"),
+        &["keys", "issue", "--name", "alice"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(out.stderr.contains("it was not kept"), "{out:?}");
+    assert_eq!(key_names(&config), Vec::<String>::new());
+    assert!(
+        keys(&config, &["issue", "--name", "alice"]).success(),
+        "the name is free"
+    );
+}
+
 /// Operator QA sweep: `demo` writes its own config; a `--config` given to
 /// it is a usage error, not silently ignored (the harness passes one).
 #[test]
