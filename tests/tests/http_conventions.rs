@@ -665,3 +665,26 @@ async fn https_with_alpn_h2_is_answered_and_a_replaced_certificate_is_served_wit
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// Operator sweep: a certificate given as `tls_key` was refused with
+/// "cannot read: no items found".
+#[test]
+fn a_certificate_given_as_the_key_is_named_as_such() {
+    let dir = tempfile::tempdir().expect("a folder");
+    write_certificate(dir.path());
+    let cert = dir.path().join("cert.pem");
+    let config = socialgate_tests::ConfigBuilder::unreached()
+        .server_line(&format!(
+            "tls_cert = \"{0}\"\ntls_key = \"{0}\"",
+            cert.display()
+        ))
+        .write();
+    let out = socialgate_tests::run_cli(
+        &config,
+        &socialgate_tests::config::standard_env(),
+        &["check"],
+    );
+    let line = out.refusal_line("check");
+    assert!(line.contains("holds no PEM private key"), "{line}");
+    assert!(line.contains("cert.pem"), "{line}");
+}

@@ -407,7 +407,9 @@ impl RawConfig {
 fn syntax_error(path: &Path, text: &str, error: &toml::de::Error) -> ConfigError {
     let message = error.message().trim().replace('\n', " ");
     // A value's error ("expected u32") names no key; the line does.
-    let of_a_value = message.starts_with("invalid type") || message.starts_with("invalid value");
+    let of_a_value = message.starts_with("invalid type")
+        || message.starts_with("invalid value")
+        || message.starts_with("number too large");
     let key = error
         .span()
         .filter(|_| of_a_value)

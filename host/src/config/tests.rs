@@ -494,3 +494,35 @@ fn a_ledger_path_that_is_empty_or_a_folder_is_refused_naming_the_key() {
     let text = format!("{GOOD}\n[ledger]\npath = \"usage-2.db\"\n");
     assert!(parse(&text).is_ok());
 }
+
+/// Operator sweep: errors that named no key, or the wrong problem.
+#[test]
+fn a_config_error_names_the_key_and_the_problem() {
+    let cases = [
+        (
+            GOOD.replace("http://127.0.0.1:1", "http://127.0.0.1:99999"),
+            "base_url: not an http:// or https:// URL with a valid host and port",
+        ),
+        (
+            GOOD.replacen("library = \"shortvideo_primary\"", "library = \"\"", 1),
+            "library: is empty",
+        ),
+        (
+            format!("{GOOD}\n[billing]\nfree_credits = 99999999999999999999\n"),
+            "free_credits: number too large",
+        ),
+        (
+            with_server_line("upstream_proxy = \"http://u:PROXYSECRET6@p:3128/x?y=1\""),
+            "upstream_proxy: has a path, query or fragment",
+        ),
+    ];
+    for (text, said) in cases {
+        let e = parse(&text).unwrap_err().to_string();
+        assert!(e.contains(said), "{said}: {e}");
+        assert!(!e.contains("PROXYSECRET6"), "{e}");
+    }
+    assert!(parse(&with_server_line(
+        "upstream_proxy = \"http://u:pw@p:3128/\""
+    ))
+    .is_ok());
+}

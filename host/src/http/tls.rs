@@ -37,6 +37,8 @@ pub enum TlsError {
     Read { path: PathBuf, message: String },
     #[error("{path}: holds no PEM certificate")]
     NoCertificate { path: PathBuf },
+    #[error("{path}: holds no PEM private key (is it the certificate?)")]
+    NoKey { path: PathBuf },
     #[error("{path}: the private key is not usable: {message}")]
     Key { path: PathBuf, message: String },
     #[error("{cert}: the certificate does not match the key in {key}")]
@@ -141,7 +143,14 @@ fn read_pair(files: &TlsFiles) -> Result<CertifiedKey, TlsError> {
             path: files.cert.clone(),
         });
     }
-    let key = PrivateKeyDer::from_pem_file(&files.key).map_err(|e| read_error(&files.key, e))?;
+    let key = PrivateKeyDer::from_pem_file(&files.key).map_err(|e| match e {
+        // "no items found": a file that reads, with no key in it (a
+        // certificate given as the key, say).
+        rustls_pki_types::pem::Error::NoItemsFound => TlsError::NoKey {
+            path: files.key.clone(),
+        },
+        e => read_error(&files.key, e),
+    })?;
     let signing =
         rustls::crypto::ring::sign::any_supported_type(&key).map_err(|e| TlsError::Key {
             path: files.key.clone(),

@@ -166,8 +166,17 @@ impl ProviderConfig {
         }
         // Not echoed: a base URL may carry credentials.
         let Some(origin) = Origin::of(&raw.base_url) else {
-            return Err(cx.invalid(&at("base_url"), "not an http:// or https:// URL"));
+            return Err(cx.invalid(
+                &at("base_url"),
+                "not an http:// or https:// URL with a valid host and port",
+            ));
         };
+        if raw.library.trim().is_empty() {
+            return Err(cx.invalid(
+                &at("library"),
+                "is empty; name the plugin library (`shortvideo_primary`, or a path)",
+            ));
+        }
         if let Some(part) = unusable_part(&raw.base_url) {
             return Err(cx.invalid(
                 &at("base_url"),

@@ -61,6 +61,17 @@ pub fn proxy_from_raw(raw: &RawServer, cx: &Context) -> Result<Option<Secret>, C
             FIELD,
             "does not parse as a URL (is its host or port valid?)",
         )),
+        // A path, query or fragment would be dropped: what was meant?
+        Some(proxy)
+            if url::Url::parse(proxy).is_ok_and(|url| {
+                url.path() != "/" || url.query().is_some() || url.fragment().is_some()
+            }) =>
+        {
+            Err(cx.invalid(
+                FIELD,
+                "has a path, query or fragment; a proxy is scheme://[user:password@]host:port",
+            ))
+        }
         // Port 0 only means "any" when binding: no proxy listens there.
         Some(proxy) if url::Url::parse(proxy).is_ok_and(|url| url.port() == Some(0)) => {
             Err(cx.invalid(FIELD, "has port 0, where no proxy can listen"))
