@@ -195,6 +195,11 @@ pub fn check(config: &Config) -> Result<String, RunError> {
             plugin.library.display()
         ));
     }
+    for name in config.serving.unchained_providers() {
+        report.push_str(&format!(
+            "\nprovider {name}: in no platform's chain (loaded, never asked)"
+        ));
+    }
     // An endpoint left out by a reorder answers 404: say so, it may not be
     // what was meant.
     let mut platforms: Vec<&str> = snapshot.routes.live_platforms().collect();
@@ -487,6 +492,12 @@ fn announce(
             plugin_api = %provider.plugin.plugin_api,
             "provider ready: {}",
             provider.plugin
+        );
+    }
+    for name in snapshot.serving.unchained_providers() {
+        tracing::warn!(
+            provider = name,
+            "in no platform's chain: loaded, never asked"
         );
     }
     if app.process.cursor.key.is_none() {

@@ -139,6 +139,22 @@ pub struct ServingConfig {
 }
 
 impl ServingConfig {
+    /// Providers no platform's chain names: loaded (their `api_key_env`
+    /// required), yet never asked. Likely a name left out of a chain.
+    pub fn unchained_providers(&self) -> Vec<&str> {
+        let chained = |name: &str| {
+            self.platforms.values().any(|platform| {
+                platform.providers.iter().any(|p| p == name)
+                    || platform.endpoints.values().flatten().any(|p| p == name)
+            })
+        };
+        self.providers
+            .keys()
+            .map(String::as_str)
+            .filter(|name| !chained(name))
+            .collect()
+    }
+
     /// The sections (as written in the file) whose values differ in `new`,
     /// for the reload log: applied at once, yet otherwise unsaid when no
     /// provider is set up anew. Platforms and providers are named one by

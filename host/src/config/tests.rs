@@ -526,3 +526,27 @@ fn a_config_error_names_the_key_and_the_problem() {
     ))
     .is_ok());
 }
+
+/// Operator sweep: a provider no chain names was loaded without a word.
+#[test]
+fn providers_in_no_chain_are_found() {
+    assert!(parse(GOOD)
+        .unwrap()
+        .serving
+        .unchained_providers()
+        .is_empty());
+    let text = format!(
+        "{GOOD}\n[providers.spare]\nlibrary = \"x\"\nbase_url = \"http://h\"\napi_key_env = \"KEY_A\"\n"
+    );
+    assert_eq!(
+        parse(&text).unwrap().serving.unchained_providers(),
+        ["spare"]
+    );
+    // Named only by an endpoint's own chain: chained.
+    let text = GOOD.replace("providers = [\"a\", \"b\"]", "providers = [\"a\"]");
+    assert!(parse(&text)
+        .unwrap()
+        .serving
+        .unchained_providers()
+        .is_empty());
+}
