@@ -60,7 +60,12 @@ pub(super) fn check_head<B>(request: &Request<B>) -> Result<(), ApiError> {
         (None, _) => request.version() != Version::HTTP_11,
         (Some(_), Some(_)) => false,
     };
-    if !(form_fits && host_fits) || has_odd_transfer_coding(request.headers()) {
+    // An authority (HTTP/2's `:authority`, an absolute-form target's) is a
+    // host as `Host` is: no user or password (RFC 9113, 8.3.1 forbids
+    // them), a port of digits.
+    let authority_fits = authority.is_none_or(is_host);
+    if !(form_fits && host_fits && authority_fits) || has_odd_transfer_coding(request.headers())
+    {
         return Err(ApiError::MalformedRequest);
     }
     if target_len(uri) > MAX_TARGET_BYTES {
@@ -347,6 +352,9 @@ mod tests {
             ("http://a:8080/healthz", Some("a")),
             ("https://a/healthz", Some("a:80")),
             ("http://a:80/healthz", Some("")),
+            // HTTP sweep: userinfo in `:authority`, which HTTP/1.1 refuses in `Host`.
+            ("http://u@a/healthz", None),
+            ("http://u:p@a/healthz", Some("a")),
         ] {
             assert_eq!(
                 with_host(uri, host),
