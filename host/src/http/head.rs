@@ -64,8 +64,7 @@ pub(super) fn check_head<B>(request: &Request<B>) -> Result<(), ApiError> {
     // host as `Host` is: no user or password (RFC 9113, 8.3.1 forbids
     // them), a port of digits.
     let authority_fits = authority.is_none_or(is_host);
-    if !(form_fits && host_fits && authority_fits) || has_odd_transfer_coding(request.headers())
-    {
+    if !(form_fits && host_fits && authority_fits) || has_odd_transfer_coding(request.headers()) {
         return Err(ApiError::MalformedRequest);
     }
     if target_len(uri) > MAX_TARGET_BYTES {

@@ -364,6 +364,22 @@ impl Checker<'_> {
                     let next = case.call.clone().with_cursor(Some(cursor.clone()));
                     let upstream = case.next_page.as_ref().unwrap_or(&case.upstream);
                     let page = self.run(&next, upstream, "the next page");
+                    let urls = |run: &Run| {
+                        run.requests
+                            .iter()
+                            .map(|r| r.url().to_owned())
+                            .collect::<Vec<_>>()
+                    };
+                    if page.outcome.is_ok() && urls(&page) == urls(&run) {
+                        self.violation(
+                            Rule::CursorsRoundTrip,
+                            format!(
+                                "{endpoint}: its own next cursor, given back, made the very \
+                                 requests of the first page: the cursor never reaches the upstream \
+                                 (callers would get the first page again, and the host ends the listing)"
+                            ),
+                        );
+                    }
                     if let Err(e) = &page.outcome {
                         self.violation(
                             Rule::CursorsRoundTrip,

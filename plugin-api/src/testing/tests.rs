@@ -453,3 +453,75 @@ fn the_key_is_echoed_in_the_fields_the_provider_reads() {
         .run();
     assert!(report.violates(Rule::NoKeyInErrors), "{report}");
 }
+
+/// Serves `posts` from `GET /posts?after=CURSOR`, a page of one post and
+/// the next cursor `more`; with `drops_cursor`, it never sends the cursor.
+struct Pager {
+    config: ProviderConfig,
+    drops_cursor: bool,
+}
+
+#[derive(Deserialize, Default)]
+struct PagerSettings {
+    #[serde(default)]
+    drops_cursor: bool,
+}
+
+impl Provider for Pager {
+    fn manifest() -> Manifest {
+        Manifest {
+            name: "pager".into(),
+            version: "0.1.0".into(),
+            platform: "pager".into(),
+            endpoints: vec![Endpoint::Posts],
+        }
+    }
+
+    fn new(config: ProviderConfig) -> Result<Self, String> {
+        let PagerSettings { drops_cursor } = config.settings()?;
+        Ok(Pager {
+            config,
+            drops_cursor,
+        })
+    }
+
+    fn begin(&self, call: Call) -> Box<dyn Attempt> {
+        if call.endpoint() != Endpoint::Posts {
+            return attempt::fail(ProviderError::new(ErrorKind::Unsupported, "posts only"));
+        }
+        let mut request = UpstreamRequest::get(&self.config.base_url, "/posts");
+        if let (Some(cursor), false) = (call.cursor(), self.drops_cursor) {
+            request = request.query("after", cursor);
+        }
+        attempt::single(request, |r| {
+            r.json::<serde_json::Value>()?;
+            Ok(Done {
+                output: Output::Posts(vec![crate::schema::bare_post("1")]),
+                next_cursor: Some("more".into()),
+            })
+        })
+    }
+}
+
+/// Provider-author sweep: a cursor that never reached the upstream passed
+/// the suite; callers got the first page again, then the listing ended.
+#[test]
+fn a_cursor_that_never_reaches_the_upstream_is_reported() {
+    let report = |drops_cursor: bool| {
+        Kit::new::<Pager>(json!({ "drops_cursor": drops_cursor }))
+            .unwrap()
+            .conformance()
+            .case(Case::new(
+                sample(Endpoint::Posts),
+                Upstream::always(Reply::ok("{}")),
+            ))
+            .run()
+    };
+    report(false).assert_passes();
+    let dropped = report(true);
+    assert!(dropped.violates(Rule::CursorsRoundTrip), "{dropped}");
+    assert!(
+        dropped.to_string().contains("never reaches the upstream"),
+        "{dropped}"
+    );
+}
