@@ -329,18 +329,21 @@ impl Routes {
                 .map(|(name, _)| with_plugin(name.clone()))
                 .collect();
         providers_replaced.sort();
-        let libraries_changed = self
-            .libraries
-            .iter()
-            .filter(|(path, hash)| before.libraries.get(*path) != Some(hash))
-            .map(|(path, _)| path.display().to_string())
-            .collect();
+        let (mut libraries_added, mut libraries_changed) = (Vec::new(), Vec::new());
+        for (path, hash) in &self.libraries {
+            match before.libraries.get(path) {
+                None => libraries_added.push(path.display().to_string()),
+                Some(was) if was != hash => libraries_changed.push(path.display().to_string()),
+                Some(_) => {}
+            }
+        }
         Changes {
             platforms_added,
             platforms_removed,
             providers_added,
             providers_removed,
             providers_replaced,
+            libraries_added,
             libraries_changed,
         }
     }
@@ -355,6 +358,9 @@ pub struct Changes {
     pub providers_removed: Vec<String>,
     /// Set up anew: library, upstream, key or settings changed.
     pub providers_replaced: Vec<String>,
+    /// Libraries loaded that the table before had not.
+    pub libraries_added: Vec<String>,
+    /// Libraries whose file holds another library than before.
     pub libraries_changed: Vec<String>,
 }
 
@@ -419,6 +425,7 @@ impl std::fmt::Display for Changes {
             ("providers added", &self.providers_added),
             ("providers removed", &self.providers_removed),
             ("providers set up anew", &self.providers_replaced),
+            ("libraries added", &self.libraries_added),
             ("libraries changed", &self.libraries_changed),
         ];
         let mut any = false;
