@@ -338,7 +338,19 @@ impl<'a> Context<'a> {
 
     /// `path` relative to the config file's folder.
     pub fn resolve(&self, path: &Path) -> PathBuf {
-        self.base.join(path)
+        // Without `.` steps: `./state` and `state` are one folder, and a
+        // reload must not take the one for the other as a change.
+        let resolved: PathBuf = self
+            .base
+            .join(path)
+            .components()
+            .filter(|part| *part != std::path::Component::CurDir)
+            .collect();
+        if resolved.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            resolved
+        }
     }
 
     /// The folder the config file is in.

@@ -550,3 +550,20 @@ fn providers_in_no_chain_are_found() {
         .unchained_providers()
         .is_empty());
 }
+
+/// Operator sweep: `./state` and then `state` read as a change of
+/// `state_dir` needing a restart.
+#[test]
+fn paths_resolve_without_dot_steps() {
+    let dotted = parse(&with_server_line("state_dir = \"./state\"")).unwrap();
+    let plain = parse(&with_server_line("state_dir = \"state\"")).unwrap();
+    assert_eq!(dotted.process.state_dir, plain.process.state_dir);
+    assert!(dotted.process.changed_settings(&plain.process).is_empty());
+    let here = Config::parse(
+        Path::new("platforms.toml"),
+        &with_server_line("state_dir = \".\""),
+        &env,
+    )
+    .unwrap();
+    assert_eq!(here.process.state_dir, Path::new("."));
+}
