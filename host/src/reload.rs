@@ -175,15 +175,28 @@ pub fn reload(app: &App, listening: SocketAddr) -> Result<(), ReloadError> {
     log_keys_fault(&next);
     warn_if_no_keys_left(&current, &next);
     let changes = next.routes.changes_since(&current.routes);
-    if settings.is_empty() {
-        tracing::info!(keys = next.keys.len(), "reload applied: {changes}");
-    } else {
-        let settings = settings.join(", ");
-        tracing::info!(
-            keys = next.keys.len(),
-            "reload applied: {changes}; settings changed: {settings}"
-        );
+    // What changed, in words: the routes' changes, settings, keys.
+    let mut said = Vec::new();
+    if !changes.is_empty() {
+        said.push(changes.to_string());
     }
+    if !settings.is_empty() {
+        said.push(format!("settings changed: {}", settings.join(", ")));
+    }
+    if *next.keys != *current.keys {
+        said.push("keys changed".to_owned());
+    }
+    if !next.keys_are_current() {
+        said.push("the last good keys kept (the keys file is unusable: see the error)".to_owned());
+    }
+    if said.is_empty() {
+        said.push("nothing changed".to_owned());
+    }
+    tracing::info!(
+        keys = next.keys.len(),
+        "reload applied: {}",
+        said.join("; ")
+    );
     app.replace(next);
     Ok(())
 }

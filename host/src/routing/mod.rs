@@ -417,6 +417,13 @@ pub fn endpoint_list(endpoints: &[Endpoint]) -> String {
     names.join(", ")
 }
 
+impl Changes {
+    /// Nothing added, removed or set up anew.
+    pub fn is_empty(&self) -> bool {
+        *self == Changes::default()
+    }
+}
+
 impl std::fmt::Display for Changes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let parts = [
