@@ -70,7 +70,9 @@ pub async fn run(listen: Option<SocketAddr>, fail_primary: bool) -> Result<(), R
     // The run's folder is new, so the keys file holds this key alone.
     let key = KeysFileAt(&config.serving.keys_file).issue("demo")?;
 
-    lifecycle::serve(config, None, |addr| {
+    // `--listen` given: named as such if its port is taken (the run's own
+    // config is no file the operator wrote).
+    lifecycle::serve(config, listen, |addr| {
         print_welcome(&format!("http://{addr}"), &key, fail_primary)
     })
     .await?;
