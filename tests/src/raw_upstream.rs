@@ -38,6 +38,9 @@ pub enum Behaviour {
     /// Never answers: holds the connection until the client leaves or the
     /// double is dropped.
     Silent,
+    /// A bodiless answer with this status line (`407 Proxy Authentication
+    /// Required`, say): a proxy refusing.
+    Refuse { status_line: &'static str },
     /// The head with the full `Content-Length` of `body`, then the body one
     /// byte every `every`, until it is sent or the client leaves.
     Trickle { body: Vec<u8>, every: Duration },
@@ -226,6 +229,12 @@ async fn serve(
     requests.lock().expect("not poisoned").push(request);
     // Write errors mean the client left: the fault has done its work.
     match behaviour {
+        Behaviour::Refuse { status_line } => {
+            let refusal =
+                format!("HTTP/1.1 {status_line}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+            let _ = stream.write_all(refusal.as_bytes()).await;
+            let _ = stream.shutdown().await;
+        }
         Behaviour::Respond { body } => {
             let _ = stream.write_all(&head(Some(body.len()))).await;
             let _ = stream.write_all(body).await;

@@ -540,6 +540,50 @@ async fn upstream_requests_go_through_the_configured_proxy() {
     );
 }
 
+/// Operator sweep: a proxy refusing the credentials, or not there, was
+/// logged as the upstream's failure ("unexpected upstream HTTP 407",
+/// "tcp connect error"); the lines now say the proxy is at fault, and the
+/// fallback answers.
+#[tokio::test]
+async fn a_failing_proxy_is_named_as_the_proxy() {
+    let refusing = RawUpstream::start(Behaviour::Refuse {
+        status_line: "407 Proxy Authentication Required",
+    });
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let gone = closed.local_addr().expect("an address");
+    drop(closed);
+    for (proxy, said) in [
+        (
+            refusing.addr().to_string(),
+            "the upstream proxy refused its credentials",
+        ),
+        (
+            gone.to_string(),
+            "request through the upstream proxy failed",
+        ),
+    ] {
+        let stack = Stack::builder()
+            .search_order(None)
+            .primary_url("http://primary.upstream.invalid:8080")
+            .server_line(&format!("upstream_proxy = \"http://gate:s3cret@{proxy}\""))
+            .start()
+            .await;
+        let a = stack.get(PROFILE).await;
+        a.assert_error(502, "UPSTREAM_UNAVAILABLE");
+        let line = socialgate_tests::operator::log_line_within(
+            &stack.server,
+            &["attempt failed", said],
+            Duration::from_secs(5),
+        )
+        .await;
+        assert!(line.contains("kind=transient"), "{line}");
+        assert!(
+            !stack.server.stderr().contains("s3cret"),
+            "the proxy's password is in the log"
+        );
+    }
+}
+
 /// An `https://` upstream whose certificate comes from a private CA:
 /// trusted once `upstream_ca_file` names that CA, over one TLS connection
 /// kept alive; refused without it (the fallback answers, the primary never

@@ -326,10 +326,20 @@ impl UpstreamClient {
                 let upstream = reqwest::Request::try_from(upstream)
                     .map_err(|e| transient("request failed", &e.without_url()))?;
                 let exchange = async {
-                    let response = client
-                        .execute(upstream)
-                        .await
-                        .map_err(|e| transient("request failed", &e.without_url()))?;
+                    // Said as through the proxy: the operator's to look at
+                    // first, not the upstream's.
+                    let response = client.execute(upstream).await.map_err(|e| {
+                        transient(
+                            "request through the upstream proxy failed",
+                            &e.without_url(),
+                        )
+                    })?;
+                    if response.status() == reqwest::StatusCode::PROXY_AUTHENTICATION_REQUIRED {
+                        return Err(ProviderError::new(
+                            plugin_api::ErrorKind::Transient,
+                            "the upstream proxy refused its credentials (HTTP 407): check [server] upstream_proxy",
+                        ));
+                    }
                     // Its body errors would name the URL too.
                     let response =
                         Response::from(response).map(|body| body.map_err(|e| e.without_url()));
