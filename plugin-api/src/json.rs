@@ -50,17 +50,18 @@ pub fn parse<'a, T: Deserialize<'a>>(text: &'a [u8]) -> Result<T, ProviderError>
 pub struct Id(pub String);
 
 impl Id {
-    /// The text, or `None` when empty. For a required ID (a post's): one
-    /// of another shape than the schema's then makes the answer a bad
-    /// response, as an upstream sending it deserves.
+    /// The text, or `None` when empty. One of another shape than the
+    /// schema's then makes the answer a bad response (the next provider is
+    /// asked): an upstream sending it is suspect.
     pub fn non_empty(self) -> Option<String> {
         (!self.0.is_empty()).then_some(self.0)
     }
 
     /// The text when it has the shape of the schema's IDs
     /// ([`schema::is_id`](crate::schema::is_id): 1-20 digits), else `None`.
-    /// For an optional ID (a profile's `id`): an odd one upstream (`-5`,
-    /// `u-123`) is `null`, not the whole answer refused. Since 1.6.
+    /// For an optional ID (a profile's `id`) of a provider that would rather
+    /// answer without an odd one upstream (`-5`, `u-123`) than have the
+    /// whole answer refused. Since 1.6.
     pub fn valid(self) -> Option<String> {
         crate::schema::is_id(&self.0).then_some(self.0)
     }

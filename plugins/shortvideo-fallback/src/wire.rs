@@ -120,7 +120,7 @@ impl Account {
             display_name: user.nickname.required("user.nickname")?,
             followers: stats.follower_count.required("stats.followerCount")?.0,
             verified: user.verified.required("user.verified")?.0,
-            id: user.id.and_then(Id::valid),
+            id: user.id.and_then(Id::non_empty),
             bio: non_empty(user.signature),
             following: count(stats.following_count),
             likes: count(stats.heart_count),

@@ -104,7 +104,7 @@ impl User {
             // `verification_type` is not a verified flag; these two are.
             verified: json::non_empty(self.custom_verify).is_some()
                 || json::non_empty(self.enterprise_verify_reason).is_some(),
-            id: self.uid.and_then(Id::valid),
+            id: self.uid.and_then(Id::non_empty),
             bio: json::non_empty(self.signature),
             following: self.following_count.map(|Count(n)| n),
             likes: self.total_favorited.map(|Count(n)| n),
