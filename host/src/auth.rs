@@ -368,19 +368,6 @@ impl KeysFileAt<'_> {
         })
     }
 
-    /// The file's folder.
-    fn dir(&self) -> &Path {
-        crate::config::folder_of(self.0)
-    }
-
-    /// The file's name, for the names of its lock and temporary files.
-    fn name(&self) -> &str {
-        self.0
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or("keys")
-    }
-
     /// Applies `change` to the records and writes them back, holding the
     /// lock from the read to the rename; nothing is written if `change`
     /// fails.
@@ -388,10 +375,10 @@ impl KeysFileAt<'_> {
         &self,
         change: impl FnOnce(&mut Vec<KeyRecord>) -> Result<(), KeysError>,
     ) -> Result<(), KeysError> {
-        self.locked(|| {
+        self.locked(|at| {
             let mut records = self.records()?;
             change(&mut records)?;
-            self.write(records)
+            write_keys(at, records)
         })
     }
 
@@ -400,58 +387,87 @@ impl KeysFileAt<'_> {
     /// there does not read as a keys file (a mistyped path). A missing file
     /// reads as one without keys.
     pub fn replace_all(&self, records: Vec<KeyRecord>) -> Result<(), KeysError> {
-        self.locked(|| {
+        self.locked(|at| {
             self.records()
                 .map_err(|e| KeysError::NotAKeysFile(Box::new(e)))?;
-            self.write(records)
+            write_keys(at, records)
         })
     }
 
-    /// Runs `work` holding the file's lock (its folder made first).
-    fn locked<T>(&self, work: impl FnOnce() -> Result<T, KeysError>) -> Result<T, KeysError> {
+    /// Runs `work` on the file to write ([`written_at`](Self::written_at))
+    /// holding its lock, beside it (its folder made first).
+    fn locked<T>(&self, work: impl FnOnce(&Path) -> Result<T, KeysError>) -> Result<T, KeysError> {
+        let at = self.written_at()?;
         let failed = |source| KeysError::Write {
-            path: self.0.to_owned(),
+            path: at.clone(),
             source,
         };
-        crate::files::create_private_dir_all(self.dir()).map_err(failed)?;
-        let lock = self.dir().join(format!(".{}.lock", self.name()));
+        let dir = crate::config::folder_of(&at);
+        crate::files::create_private_dir_all(dir).map_err(failed)?;
+        let name = at.file_name().and_then(|n| n.to_str()).unwrap_or("keys");
+        let lock = dir.join(format!(".{name}.lock"));
         let _held = crate::files::lock_exclusive(&lock).map_err(failed)?;
-        work()
+        work(&at)
     }
 
-    /// Replaces the file atomically, keeping its owner, group and mode
-    /// (a new file is its creator's, mode 0600). Call with the lock held.
-    ///
-    /// A keys file that is a symbolic link (the README allows one) is
-    /// replaced where the link leads: replacing the link would leave the
-    /// file the operator keeps, revoked keys and all, where it was.
-    fn write(&self, keys: Vec<KeyRecord>) -> Result<(), KeysError> {
-        let is_link = std::fs::symlink_metadata(self.0).is_ok_and(|m| m.file_type().is_symlink());
-        let resolved = is_link
-            .then(|| std::fs::canonicalize(self.0).ok())
-            .flatten();
-        let path = resolved.as_deref().unwrap_or(self.0);
-        let failed = |source| KeysError::Write {
+    /// The file a change is written to: this path, or, when it is a
+    /// symbolic link (the README allows one), the regular file it leads
+    /// to, so the file the operator keeps is the one changed. Only a link
+    /// of the caller's own or root's is followed: one planted by another
+    /// user in the folder must not make `keys revoke`, run as root, write
+    /// wherever it points.
+    fn written_at(&self) -> Result<PathBuf, KeysError> {
+        let path = self.0;
+        let is_link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+        if !is_link {
+            return Ok(path.to_owned());
+        }
+        let refused = |why: &str| KeysError::Write {
             path: path.to_owned(),
-            source,
+            source: std::io::Error::other(format!(
+                "a symbolic link {why}; set keys_file to the file itself"
+            )),
         };
-        let body =
-            toml::to_string(&KeysFile { keys }).map_err(|e| failed(std::io::Error::other(e)))?;
-        let kept = match std::fs::metadata(path) {
-            Ok(meta) => Some(meta),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(source) => return Err(failed(source)),
-        };
-        crate::files::replace_atomically(path, |file| {
-            file.write_all(b"# socialgate API keys: names and SHA-256 hashes only.\n")?;
-            file.write_all(body.as_bytes())?;
-            match &kept {
-                Some(meta) => keep_owner_and_mode(file, meta),
-                None => Ok(()),
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            // SAFETY: geteuid has no preconditions and cannot fail.
+            let caller = unsafe { libc::geteuid() };
+            let owner = std::fs::symlink_metadata(path).map_or(u32::MAX, |m| m.uid());
+            if owner != caller && owner != 0 {
+                return Err(refused("owned by another user"));
             }
-        })
-        .map_err(failed)
+        }
+        match std::fs::canonicalize(path) {
+            Ok(target) if target.is_file() => Ok(target),
+            _ => Err(refused("that leads to no regular file")),
+        }
     }
+}
+
+/// Replaces the keys file at `path` atomically, keeping its owner, group
+/// and mode (a new file is its creator's, mode 0600). Call with its lock
+/// held.
+fn write_keys(path: &Path, keys: Vec<KeyRecord>) -> Result<(), KeysError> {
+    let failed = |source| KeysError::Write {
+        path: path.to_owned(),
+        source,
+    };
+    let body = toml::to_string(&KeysFile { keys }).map_err(|e| failed(std::io::Error::other(e)))?;
+    let kept = match std::fs::metadata(path) {
+        Ok(meta) => Some(meta),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(source) => return Err(failed(source)),
+    };
+    crate::files::replace_atomically(path, |file| {
+        file.write_all(b"# socialgate API keys: names and SHA-256 hashes only.\n")?;
+        file.write_all(body.as_bytes())?;
+        match &kept {
+            Some(meta) => keep_owner_and_mode(file, meta),
+            None => Ok(()),
+        }
+    })
+    .map_err(failed)
 }
 
 /// Gives `file` the owner, group and permission bits of `meta`. Failing to

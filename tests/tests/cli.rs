@@ -700,6 +700,28 @@ fn a_keys_file_that_is_a_link_is_updated_where_it_leads() {
         "{kept}"
     );
     assert_eq!(key_names(&config), ["bob", "carol"]);
+    // Its lock is beside the file written.
+    assert!(real.join(".keys-v1.toml.lock").exists());
+
+    // Second reading: a link leading nowhere is refused, not replaced.
+    std::fs::remove_file(config.keys_file()).unwrap();
+    std::os::unix::fs::symlink(real.join("gone.toml"), config.keys_file()).unwrap();
+    let out = keys(&config, &["issue", "--name", "dave"]);
+    assert!(!out.success(), "{out:?}");
+    assert!(out.stderr.contains("leads to no regular file"), "{out:?}");
+    let link = std::fs::symlink_metadata(config.keys_file()).unwrap();
+    assert!(link.file_type().is_symlink(), "the link stays a link");
+
+    // ...and one another user planted is not followed (checked where this
+    // test may give the link away: as root).
+    std::fs::remove_file(config.keys_file()).unwrap();
+    std::os::unix::fs::symlink(&target, config.keys_file()).unwrap();
+    if std::os::unix::fs::lchown(config.keys_file(), Some(65534), Some(65534)).is_ok() {
+        let out = keys(&config, &["revoke", "bob"]);
+        assert!(!out.success(), "{out:?}");
+        assert!(out.stderr.contains("owned by another user"), "{out:?}");
+        assert!(std::fs::read_to_string(&target).unwrap().contains("bob"));
+    }
 }
 
 /// Audit finding 8: the keys file's temporary file is created exclusively
