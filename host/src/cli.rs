@@ -259,14 +259,20 @@ fn keys(config_path: &Path, command: KeysCommand) -> Result<(), RunError> {
     match &command {
         KeysCommand::Usage { since, .. } => check_since(since.as_deref())?,
         KeysCommand::Issue { name } => check_name("keys issue", name)?,
-        KeysCommand::Revoke { name } => check_name("keys revoke", name)?,
         _ => {}
     }
     // Key commands need only the files' locations, not secrets or plugins:
     // they must work where the server's environment is absent.
     let files = key_files(config_path)?;
     if let StateConfig::Redis(redis) = &files.state {
+        // Any name is looked up there: a record written into the store by
+        // hand may break the rule, and must still be revocable.
         return on_one_thread(shared_keys(redis, command));
+    }
+    // A keys file holds no name outside the rule (it would be refused
+    // whole): such a name is the command used wrongly.
+    if let KeysCommand::Revoke { name } = &command {
+        check_name("keys revoke", name)?;
     }
     let file = KeysFileAt(&files.keys_file);
     let mut stdout = std::io::stdout().lock();
@@ -496,13 +502,14 @@ fn key_files(config_path: &Path) -> Result<KeyFiles, RunError> {
 }
 
 fn credits(config_path: &Path, command: CreditsCommand) -> Result<(), RunError> {
-    match &command {
-        CreditsCommand::Grant { name, .. } => check_name("credits grant", name)?,
-        CreditsCommand::Show { name, .. } => check_name("credits show", name)?,
-    }
     let files = key_files(config_path)?;
     if let StateConfig::Redis(redis) = &files.state {
         return on_one_thread(shared_credits(redis, &files.billing, command));
+    }
+    // As for `keys revoke`: no keys file holds a name outside the rule.
+    match &command {
+        CreditsCommand::Grant { name, .. } => check_name("credits grant", name)?,
+        CreditsCommand::Show { name, .. } => check_name("credits show", name)?,
     }
     let file = KeysFileAt(&files.keys_file);
     let path = &files.ledger.path;

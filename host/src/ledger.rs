@@ -95,20 +95,27 @@ impl LedgerConfig {
         if raw.path.as_deref() == Some(Path::new("")) {
             return Err(cx.invalid(KEY, "is empty; name the ledger's file"));
         }
-        let path = cx.resolve(raw.path.as_deref().unwrap_or(Path::new("usage.db")));
-        if path.is_dir() {
+        let ledger = LedgerConfig::unchecked(raw, cx);
+        if ledger.path.is_dir() {
             return Err(cx.invalid(
                 KEY,
                 format!(
                     "{} is a folder; name the ledger's file in it",
-                    path.display()
+                    ledger.path.display()
                 ),
             ));
         }
-        Ok(LedgerConfig {
-            path,
+        Ok(ledger)
+    }
+
+    /// `[ledger]` as written, unchecked: for the key commands, which must
+    /// revoke a leaked key whatever else the file gets wrong (those that
+    /// read the ledger fail opening it, naming the path).
+    pub fn unchecked(raw: &RawLedger, cx: &crate::config::Context) -> LedgerConfig {
+        LedgerConfig {
+            path: cx.resolve(raw.path.as_deref().unwrap_or(Path::new("usage.db"))),
             written: raw.path.is_some(),
-        })
+        }
     }
 }
 

@@ -390,6 +390,18 @@ fn a_key_that_cannot_be_printed_is_not_kept() {
     );
 }
 
+/// Second reading: a `[ledger] path` that `check` refuses must not stop
+/// the key commands, which revoke a leaked key mid-edit.
+#[test]
+fn a_bad_ledger_path_leaves_the_key_commands_working() {
+    let config = ConfigBuilder::unreached()
+        .raw("[ledger]\npath = \"\"")
+        .write();
+    assert!(!run_cli(&config, &standard_env(), &["check"]).success());
+    assert!(keys(&config, &["issue", "--name", "alice"]).success());
+    assert!(keys(&config, &["revoke", "alice"]).success());
+}
+
 /// Operator QA sweep: `demo` writes its own config; a `--config` given to
 /// it is a usage error, not silently ignored (the harness passes one).
 #[test]

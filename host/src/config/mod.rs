@@ -637,7 +637,7 @@ impl KeyFiles {
         };
         Ok(KeyFiles {
             keys_file: crate::auth::keys_file_from_raw(raw.server.keys_file.as_deref(), &cx),
-            ledger: LedgerConfig::from_raw(&raw.ledger, &cx)?,
+            ledger: LedgerConfig::unchecked(&raw.ledger, &cx),
             state: StateConfig::from_raw(&raw.state, &cx)?,
             billing: BillingConfig::from_raw(raw.billing, &cx)?,
             elsewhere,
