@@ -338,19 +338,12 @@ impl<'a> Context<'a> {
 
     /// `path` relative to the config file's folder.
     pub fn resolve(&self, path: &Path) -> PathBuf {
-        // Without `.` steps: `./state` and `state` are one folder, and a
-        // reload must not take the one for the other as a change.
-        let resolved: PathBuf = self
-            .base
-            .join(path)
-            .components()
-            .filter(|part| *part != std::path::Component::CurDir)
-            .collect();
-        if resolved.as_os_str().is_empty() {
-            PathBuf::from(".")
-        } else {
-            resolved
-        }
+        // Absolute (against the working folder, lexically): a path written
+        // as `./state` in a config read as `platforms.toml`, then written
+        // out in full, is one folder, and a reload must not take the one
+        // for the other as a change needing a restart.
+        let joined = self.base.join(path);
+        std::path::absolute(&joined).unwrap_or(joined)
     }
 
     /// The folder the config file is in.

@@ -551,19 +551,19 @@ fn providers_in_no_chain_are_found() {
         .is_empty());
 }
 
-/// Operator sweep: `./state` and then `state` read as a change of
-/// `state_dir` needing a restart.
+/// Operator sweep: `./state` in a config read by a relative path, then the
+/// same folder written in full, read as a change of `state_dir` needing a
+/// restart.
 #[test]
-fn paths_resolve_without_dot_steps() {
-    let dotted = parse(&with_server_line("state_dir = \"./state\"")).unwrap();
-    let plain = parse(&with_server_line("state_dir = \"state\"")).unwrap();
-    assert_eq!(dotted.process.state_dir, plain.process.state_dir);
-    assert!(dotted.process.changed_settings(&plain.process).is_empty());
-    let here = Config::parse(
-        Path::new("platforms.toml"),
-        &with_server_line("state_dir = \".\""),
-        &env,
-    )
-    .unwrap();
-    assert_eq!(here.process.state_dir, Path::new("."));
+fn paths_resolve_to_one_spelling() {
+    let cwd = std::env::current_dir().unwrap();
+    let read = |state_dir: &str| {
+        let text = with_server_line(&format!("state_dir = \"{state_dir}\""));
+        Config::parse(Path::new("platforms.toml"), &text, &env).unwrap()
+    };
+    let dotted = read("./state");
+    let full = read(&cwd.join("state").display().to_string());
+    assert_eq!(dotted.process.state_dir, cwd.join("state"));
+    assert!(dotted.process.changed_settings(&full.process).is_empty());
+    assert_eq!(read(".").process.state_dir, cwd);
 }
