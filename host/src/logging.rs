@@ -94,7 +94,7 @@ pub fn init(format: LogFormat) -> Logging {
     let Filter {
         targets,
         span_filter,
-        unreadable,
+        fault,
     } = filter_from(&spec);
     // The builder's own level cap is INFO: lifted, so `SOCIALGATE_LOG`'s
     // filter alone decides (its default is INFO too).
@@ -144,12 +144,17 @@ pub fn init(format: LogFormat) -> Logging {
     if let Err(error) = &spawned {
         tracing::error!(%error, "cannot start the log writer thread; log lines are dropped");
     }
-    if unreadable {
-        // A typo must not silence the server: say so, at the default level.
-        tracing::warn!(
+    // A typo must not silence the server: say so, at a level still on.
+    match fault {
+        Some(FilterFault::Unreadable) => tracing::warn!(
             SOCIALGATE_LOG = %spec,
             "not a log filter (levels: error, warn, info, debug, trace, off; or target=level, comma-separated); logging at info"
-        );
+        ),
+        Some(FilterFault::SilencesErrors) => tracing::error!(
+            SOCIALGATE_LOG = %spec,
+            "this filter turns off socialgate's own lines (a level misspelt?); its errors are logged anyway (say `off` to silence them)"
+        ),
+        None => {}
     }
     Logging {
         sink,
@@ -332,51 +337,62 @@ impl RequestLine<'_> {
 /// left; only a filter that needs span context (`[request{id=...}]=debug`)
 /// takes an [`EnvFilter`], which tracks every span behind a shared lock.
 fn filter_from(spec: &str) -> Filter {
-    let by_default = |unreadable| Filter {
+    let by_default = |unreadable: bool| Filter {
         targets: Some(Targets::new().with_default(tracing::Level::INFO)),
         span_filter: None,
-        unreadable,
+        fault: unreadable.then_some(FilterFault::Unreadable),
     };
     if spec.trim().is_empty() {
         return by_default(false);
     }
-    // A bare word is a level or a target; as a target (`verbose`, a typo
-    // of a level) it would turn every other line off, errors included.
-    let level = |word: &str| {
-        ["error", "warn", "info", "debug", "trace", "off"]
-            .iter()
-            .any(|level| word.trim().eq_ignore_ascii_case(level))
-    };
-    let bare_words_are_levels = spec
-        .split(',')
-        .filter(|directive| !directive.contains(['=', '[']) && !directive.trim().is_empty())
-        .all(level);
-    if !bare_words_are_levels {
-        return by_default(true);
-    }
     if let Ok(targets) = spec.parse::<Targets>() {
+        // A bare word is a level or a target: as a target (`verbose`, a
+        // level misspelt) it turns every other line off, errors included.
+        // Unless the filter says `off`, socialgate's errors stay on.
+        // (A filter naming socialgate's own targets, or saying `off`, means
+        // what it says.)
+        let spec_lower = spec.to_ascii_lowercase();
+        let deliberate = spec_lower.contains("off") || spec_lower.contains("socialgate");
+        if !targets.would_enable("socialgate", &tracing::Level::ERROR) && !deliberate {
+            return Filter {
+                targets: Some(targets.with_target("socialgate", tracing::Level::ERROR)),
+                span_filter: None,
+                fault: Some(FilterFault::SilencesErrors),
+            };
+        }
         return Filter {
             targets: Some(targets),
             span_filter: None,
-            unreadable: false,
+            fault: None,
         };
     }
     match EnvFilter::try_new(spec) {
         Ok(filter) => Filter {
             targets: None,
             span_filter: Some(filter),
-            unreadable: false,
+            fault: None,
         },
         Err(_) => by_default(true),
     }
 }
 
-/// The filter `SOCIALGATE_LOG` sets: one of the two, and whether it had to
-/// be the default because the variable did not read as a filter.
+/// The filter `SOCIALGATE_LOG` sets: one of the two, and what was wrong
+/// with the variable, if anything.
 struct Filter {
     targets: Option<Targets>,
     span_filter: Option<EnvFilter>,
-    unreadable: bool,
+    fault: Option<FilterFault>,
+}
+
+/// What an operator is told of a `SOCIALGATE_LOG` that cannot mean what
+/// was meant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FilterFault {
+    /// Not a filter: the default (`info`) is used.
+    Unreadable,
+    /// A filter turning off socialgate's own lines without saying `off`:
+    /// its errors are kept.
+    SilencesErrors,
 }
 
 /// tracing-subscriber's default ("full") line without colours, byte for
@@ -745,9 +761,9 @@ mod tests {
         let Filter {
             targets,
             span_filter,
-            unreadable,
+            fault,
         } = filter_from("socialgate=debug,hyper=warn");
-        assert!(!unreadable);
+        assert_eq!(fault, None);
         let targets = targets.expect("levels by target");
         assert!(span_filter.is_none());
         assert!(targets.would_enable("socialgate::http::api", &Level::DEBUG));
@@ -757,26 +773,40 @@ mod tests {
             filter.targets.is_none() && filter.span_filter.is_some(),
             "span context"
         );
-        assert!(filter.targets.is_none() && !filter.unreadable);
-        assert!(!filter_from("WARN").unreadable && !filter_from("off").unreadable);
-        // Operator sweep: `verbose` (read as a target) silenced every line.
-        for (spec, unreadable) in [
-            ("", false),
-            ("  ", false),
-            ("socialgate=loud[", true),
-            ("verbose", true),
-            ("debug,verbose", true),
-        ] {
-            let Filter {
-                targets,
-                span_filter,
-                unreadable: said,
-            } = filter_from(spec);
-            assert_eq!(said, unreadable, "{spec:?}");
-            let targets = targets.expect("the default");
-            assert!(span_filter.is_none());
+        assert_eq!(filter.fault, None);
+        for unset_or_unreadable in ["", "  ", "socialgate=loud["] {
+            let filter = filter_from(unset_or_unreadable);
+            let targets = filter.targets.expect("the default");
+            assert!(filter.span_filter.is_none());
             assert!(targets.would_enable("socialgate", &Level::INFO));
             assert!(!targets.would_enable("socialgate", &Level::DEBUG));
+        }
+        assert_eq!(
+            filter_from("socialgate=loud[").fault,
+            Some(FilterFault::Unreadable)
+        );
+        // A bare target is a filter (`socialgate`), and so is `off`.
+        for kept in [
+            "socialgate",
+            "socialgate::http",
+            "WARN",
+            "off",
+            "socialgate=off",
+        ] {
+            assert_eq!(filter_from(kept).fault, None, "{kept}");
+        }
+        // Operator sweep: `verbose` (read as a target) silenced every line,
+        // errors included; they stay on, and the operator is told.
+        for silencing in ["verbose", "hyper=debug"] {
+            let filter = filter_from(silencing);
+            assert_eq!(
+                filter.fault,
+                Some(FilterFault::SilencesErrors),
+                "{silencing}"
+            );
+            let targets = filter.targets.expect("levels by target");
+            assert!(targets.would_enable("socialgate::chain", &Level::ERROR));
+            assert!(!targets.would_enable("socialgate::chain", &Level::WARN));
         }
     }
 

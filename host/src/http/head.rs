@@ -302,6 +302,10 @@ mod tests {
             ("HTTP://a/healthz", true),
             ("ftp://a/healthz", false),
             ("gopher://a/healthz", false),
+            // HTTP sweep: an authority with a user or password, which a
+            // `Host` may not have either.
+            ("http://u@a/healthz", false),
+            ("http://u:p@a/healthz", false),
         ] {
             let uri: hyper::Uri = uri.parse().expect("a URI");
             let mut h1 = Request::builder()
@@ -353,7 +357,6 @@ mod tests {
             ("http://a:80/healthz", Some("")),
             // HTTP sweep: userinfo in `:authority`, which HTTP/1.1 refuses in `Host`.
             ("http://u@a/healthz", None),
-            ("http://u:p@a/healthz", Some("a")),
         ] {
             assert_eq!(
                 with_host(uri, host),

@@ -481,6 +481,11 @@ struct Origin {
 
 impl Origin {
     fn of(url: &str) -> Option<Origin> {
+        // What the host's URL parser refuses (a space, a control byte,
+        // text beyond ASCII, written unencoded) leads nowhere.
+        if !url.bytes().all(|b| b.is_ascii_graphic()) {
+            return None;
+        }
         let (scheme, rest) = url.split_once("://")?;
         let https = if scheme.eq_ignore_ascii_case("https") {
             true

@@ -338,6 +338,8 @@ fn requests_the_host_refuses_are_refused_here_as_the_host_says() {
         ("http://upstream.test.evil/x", false),
         ("http://[::1]:80/x", false),
         ("upstream.test/x", false),
+        ("http://upstream.test/a b", false),
+        ("http://upstream.test/café", false),
     ] {
         let origin = Origin::of(url);
         assert_eq!(
