@@ -281,8 +281,8 @@ fn keys(config_path: &Path, command: KeysCommand) -> Result<(), RunError> {
             let key = file.issue(&name)?;
             if let Err(source) = print_key(&mut stdout, &key) {
                 // Nobody holds the key: its name must not stay taken.
-                file.revoke(&name)?;
-                return Err(RunError::Unprinted { name, source });
+                let then = unprinted_then(file.revoke(&name));
+                return Err(RunError::Unprinted { name, source, then });
             }
         }
         KeysCommand::Revoke { name } => file.revoke(&name)?,
@@ -323,8 +323,8 @@ async fn shared_keys(redis: &RedisConfig, command: KeysCommand) -> Result<(), Ru
             let key = keys.issue(&name).await?;
             if let Err(source) = print_key(&mut stdout, &key) {
                 // Nobody holds the key: its name must not stay taken.
-                keys.revoke(&name).await?;
-                return Err(RunError::Unprinted { name, source });
+                let then = unprinted_then(keys.revoke(&name).await);
+                return Err(RunError::Unprinted { name, source, then });
             }
         }
         KeysCommand::Revoke { name } => keys.revoke(&name).await?,
@@ -399,6 +399,14 @@ fn check_since(since: Option<&str>) -> Result<(), RunError> {
             day.escape_debug()
         ))
     })
+}
+
+/// What became of a key `keys issue` could not print, for its error.
+fn unprinted_then(revoked: Result<(), KeysError>) -> String {
+    match revoked {
+        Ok(()) => "it was not kept: issue it again".to_owned(),
+        Err(e) => format!("it is kept, and revoking it failed ({e}): revoke it"),
+    }
 }
 
 /// Prints a new key, alone on its line, and makes sure it left: the key is

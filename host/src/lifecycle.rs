@@ -110,11 +110,14 @@ pub enum RunError {
     Usage(String),
     #[error("{0}")]
     Io(#[from] std::io::Error),
-    /// `keys issue` could not print the key it made; it kept none.
-    #[error("keys issue: cannot print the new key of `{name}` ({source}); it was not kept: issue it again")]
+    /// `keys issue` could not print the key it made, and revoked it (or
+    /// says why it could not).
+    #[error("keys issue: cannot print the new key of `{name}` ({source}); {then}")]
     Unprinted {
         name: String,
         source: std::io::Error,
+        /// What became of the key.
+        then: String,
     },
 }
 

@@ -87,7 +87,7 @@ pub enum PluginError {
     /// say): the table is named first, since that is what to fix.
     #[error("{config}: [providers.{provider}] refused by its plugin ({path}): {reason}")]
     Setup {
-        config: String,
+        config: PathBuf,
         path: PathBuf,
         provider: String,
         reason: String,
@@ -281,7 +281,11 @@ impl Loader {
             .unwrap_or("plugin");
         let mut short = String::new();
         crate::hex::push_hex(&mut short, &hash[..8]);
-        let extension = path.extension().and_then(|e| e.to_str()).unwrap_or("so");
+        let extension = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .filter(|e| !e.is_empty())
+            .unwrap_or("so");
         let copy = dir.join(format!("{stem}-{short}.{extension}"));
         debug_assert!(is_copy_name(&format!("{stem}-{short}.{extension}")));
         // A copy left by an earlier run is used only if it is a whole
@@ -318,7 +322,7 @@ pub fn instantiate(
     library
         .instantiate(config, HostServices { log: plugin_log })
         .map_err(|reason| PluginError::Setup {
-            config: config_path.display().to_string(),
+            config: config_path.to_owned(),
             path: path.to_owned(),
             provider: name.to_owned(),
             reason: crate::redact::text(&reason).into_owned(),

@@ -320,9 +320,11 @@ pub fn web_url(url: Option<String>) -> Option<String> {
 }
 
 /// Whether `url` is an `http://` or `https://` URL with a host, and none of
-/// the characters RFC 3986 leaves out of every URL that could end an HTML
-/// attribute or a line: controls, space, `"`, `<`, `>`, `\` and `` ` ``.
-/// (Characters beyond ASCII stay: browsers take them, percent-encoded.)
+/// the ASCII characters RFC 3986 leaves out of every URL that could end a
+/// double-quoted HTML attribute, a tag or a line: controls, space, `"`,
+/// `<`, `>`, `\` and `` ` ``. (`'` is a URL's, and characters beyond ASCII
+/// stay: browsers take them, percent-encoded. Clients must still escape
+/// what they show.)
 pub(crate) fn is_web_url(url: &str) -> bool {
     let unfit = |byte: u8| {
         (byte <= b' ')

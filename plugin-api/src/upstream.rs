@@ -11,7 +11,8 @@ use std::fmt;
 use std::time::Duration;
 
 /// Headers the host writes itself, or that would change how the request
-/// or its connection is framed: a plugin may not set them.
+/// or its connection is framed: a plugin may not set them. Public since
+/// 1.6.
 pub const RESERVED_HEADERS: [&str; 9] = [
     "host",
     "content-length",

@@ -542,8 +542,8 @@ async fn upstream_requests_go_through_the_configured_proxy() {
 
 /// Operator sweep: a proxy refusing the credentials, or not there, was
 /// logged as the upstream's failure ("unexpected upstream HTTP 407",
-/// "tcp connect error"); the lines now say the proxy is at fault, and the
-/// fallback answers.
+/// "tcp connect error"); the lines now say the proxy is at fault. (The
+/// fallback goes through the same proxy: the answer is a 502.)
 #[tokio::test]
 async fn a_failing_proxy_is_named_as_the_proxy() {
     let refusing = RawUpstream::start(Behaviour::Refuse {

@@ -280,6 +280,14 @@ async fn attempt_through<H: Send + 'static>(
     (verdict, held)
 }
 
+/// Records an attempt's outcome on `provider`'s breaker, and logs the
+/// breaker opening or closing.
+fn record(provider: &Provider, permit: Permit, outcome: Outcome, now: Instant) {
+    if let Some(turn) = provider.breaker.record(permit, outcome, now) {
+        turn.log(&provider.name);
+    }
+}
+
 /// Records an attempt's outcome on the breaker and applies the verdict of
 /// [`decision::decide`].
 fn judge(
@@ -295,9 +303,7 @@ fn judge(
         after_a_request,
     } = match outcome {
         Ok(answer) => {
-            if let Some(turn) = provider.breaker.record(permit, Outcome::Success, now) {
-                turn.log(&provider.name);
-            }
+            record(provider, permit, Outcome::Success, now);
             return (Verdict::Answered(answer), "ok");
         }
         Err(failed) => failed,
@@ -332,9 +338,7 @@ fn judge(
         after_a_request,
     };
     let decision = decision::decide(failure, call.endpoint(), deadline.expired());
-    if let Some(turn) = provider.breaker.record(permit, decision.breaker, now) {
-        turn.log(&provider.name);
-    }
+    record(provider, permit, decision.breaker, now);
     let verdict = match decision.then {
         Then::TryNext => Verdict::Failed,
         Then::StopNotFound => Verdict::Stop(ChainError::NotFound),

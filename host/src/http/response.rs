@@ -223,7 +223,8 @@ pub fn options() -> Response<Body> {
     response
 }
 
-/// The most headers an answer carries before hyper adds its own.
+/// The headers a typical data answer carries before hyper adds its own
+/// (more only grow the map, as before).
 const ANSWER_HEADERS: usize = 12;
 
 /// A JSON answer of `json`; `Cache-Control: no-store` until the caller

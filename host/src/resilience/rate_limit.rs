@@ -45,8 +45,9 @@ impl RateLimitConfig {
     ) -> Result<Option<RateLimitConfig>, ConfigError> {
         let Some(raw) = raw else { return Ok(None) };
         let burst = raw.burst.unwrap_or(raw.per_second.max(1.0));
-        // Below this, a wait for the next token is longer than any
-        // `Duration` or `Retry-After` can say, and every request would fail.
+        // A policy floor: far below it (about 5e-20) a wait for the next
+        // token overflows a `Duration`, and every request would fail; no
+        // operator means a limit slower than this.
         if !(raw.per_second.is_finite() && raw.per_second >= MIN_PER_SECOND) {
             return Err(cx.invalid(
                 "[rate_limit] per_second",

@@ -446,7 +446,7 @@ impl std::fmt::Display for Changes {
             any = true;
         }
         if !any {
-            f.write_str("no provider or library changed")?;
+            f.write_str("nothing changed")?;
         }
         Ok(())
     }

@@ -339,13 +339,16 @@ impl Kit {
     }
 
     /// The log lines this kit's provider sent while the kit ran it (set
-    /// up, [`run`](Self::run), [`begin`](Self::begin)): other tests'
-    /// providers, logging on other threads at the same time, are not in
-    /// them.
+    /// up, [`run`](Self::run), [`begin`](Self::begin)), and those sent from
+    /// threads no kit was running (a plugin's own): other kits' providers,
+    /// logging on other threads at the same time, are not in them. (Steps
+    /// taken by hand on an [`AttemptHandle`] log untagged.)
     pub fn logs(&self) -> Vec<String> {
         lock_sink()
             .iter()
-            .filter(|(kit, _)| *kit == self.id)
+            // Lines of no known kit too: a thread the plugin started itself
+            // logs with no tag, and a key there must not go unseen.
+            .filter(|(kit, _)| *kit == self.id || *kit == 0)
             .map(|(_, line)| line.clone())
             .collect()
     }
