@@ -213,6 +213,14 @@ impl CursorSealer {
         })
     }
 
+    /// How long a page with a token sealed now may be reused as it is:
+    /// half of `cursor_ttl_s` (at least a second), as [`tag_epoch`](Self::tag_epoch)
+    /// counts. A client's cache keeping it longer would hand out a token
+    /// that may have expired.
+    pub fn reusable_for(&self) -> u64 {
+        (self.ttl.as_secs() / 2).max(1)
+    }
+
     /// What the entity tag of a page with a next cursor adds, so that a
     /// `304` never confirms a stored page whose token has expired or no
     /// longer opens: the sealing key's ID (a restart without
@@ -221,7 +229,7 @@ impl CursorSealer {
     /// token with at least half its life left; past it, the tag changes
     /// and the page comes whole, with a new token.
     pub fn tag_epoch(&self) -> [u8; KEY_ID_LEN + 8] {
-        let half = (self.ttl.as_secs() / 2).max(1);
+        let half = self.reusable_for();
         let mut epoch = [0u8; KEY_ID_LEN + 8];
         epoch[..KEY_ID_LEN].copy_from_slice(&self.current.id);
         epoch[KEY_ID_LEN..].copy_from_slice(&(unix_now() / half).to_le_bytes());

@@ -606,6 +606,34 @@ async fn cursor_crypto_for_long_lived_keys_tokens_expire_after_cursor_ttl_s() {
     assert!(a.error_message().contains("has expired"), "{a:?}");
 }
 
+/// HTTP sweep: with a `cursor_ttl_s` shorter than the cache's TTL, a page
+/// said `max-age` past its token's life, so a client's own cache handed
+/// out a cursor refused as expired. A page with a next cursor is fresh for
+/// at most half the token's life; one without keeps the cache's TTL.
+#[tokio::test]
+async fn a_pages_max_age_never_outlives_its_cursor() {
+    let stack = Stack::builder()
+        .server_line("cursor_ttl_s = 6")
+        .cache("enabled = true")
+        .start()
+        .await;
+    serve_primary_posts(&stack).await;
+    stack.primary.serve_fixtures().await;
+    let page = stack.get(POSTS).await;
+    assert!(page.next_cursor().is_some(), "{page:?}");
+    assert_eq!(
+        page.header("cache-control"),
+        Some("private, max-age=3"),
+        "{page:?}"
+    );
+    let profile = stack.get("/v1/shortvideo/profile?username=lunabakes").await;
+    let said = profile.header("cache-control").unwrap_or_default();
+    assert!(
+        said.starts_with("private, max-age=") && said != "private, max-age=3",
+        "{said}"
+    );
+}
+
 /// Paging review, defect 4: a `304` for a page confirmed a stored body
 /// whose token had expired, so a client revalidating page one was stuck
 /// with a cursor refused as expired. A page is confirmed only while its

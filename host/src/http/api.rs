@@ -387,7 +387,7 @@ async fn route<'s>(
             report.cache = status;
             let mut response = response::error(&error.into_api_error(endpoint), id);
             if let Some(status) = status {
-                set_cache_headers(&mut response, &status, age);
+                set_cache_headers(&mut response, &status, age, None);
             }
             return Ok(response);
         }
@@ -513,7 +513,12 @@ fn deliver(
             response.headers_mut().insert(LINK, link);
         }
     }
-    set_cache_headers(&mut response, &found.status, age);
+    // A page's token is sealed now: no cache may keep the page past it.
+    let reusable_for = data
+        .next_cursor
+        .is_some()
+        .then(|| app.cursors.reusable_for());
+    set_cache_headers(&mut response, &found.status, age, reusable_for);
     if not_modified {
         response.extensions_mut().insert(NotModified);
     }
@@ -720,10 +725,16 @@ struct Held {
 
 /// `Cache-Status`, and `Age` for an answer from the cache. A data
 /// answer's `Cache-Control` says how long it stays fresh here (`private`:
-/// it was asked for with a key); errors stay `no-store`. With `Age`, that
-/// is counted from the fetch, as HTTP caches count it: they take `Age` off
-/// `max-age`, so a hit's is its remaining time plus its age.
-fn set_cache_headers(response: &mut Response<Body>, status: &CacheStatus, age: Option<Duration>) {
+/// it was asked for with a key), but no longer than `reusable_for` seconds
+/// from now (a page's next token); errors stay `no-store`. With `Age`,
+/// that is counted from the fetch, as HTTP caches count it: they take `Age`
+/// off `max-age`, so a hit's is its remaining time plus its age.
+fn set_cache_headers(
+    response: &mut Response<Body>,
+    status: &CacheStatus,
+    age: Option<Duration>,
+    reusable_for: Option<u64>,
+) {
     let data = matches!(response.status(), StatusCode::OK | StatusCode::NOT_MODIFIED);
     let headers = response.headers_mut();
     headers.insert(CACHE_STATUS, status.header_value());
@@ -746,6 +757,10 @@ fn set_cache_headers(response: &mut Response<Body>, status: &CacheStatus, age: O
             CacheStatus::Hit { ttl } | CacheStatus::StoodIn { ttl, .. } => {
                 Some(ttl.max(0) as u64 + age.unwrap_or(0))
             }
+        };
+        let fresh_for = match (fresh_for, reusable_for) {
+            (Some(secs), Some(limit)) => Some(secs.min(age.unwrap_or(0) + limit)),
+            (fresh_for, _) => fresh_for,
         };
         let value = match fresh_for {
             Some(secs) => HeaderValue::try_from(format!("private, max-age={secs}")),
