@@ -297,6 +297,12 @@ async fn replicas_share_limits_keys_cache_and_usage_and_survive_a_redis_kill() {
         during > delivered_before,
         "answers go on while Redis is away"
     );
+    // HTTP sweep: the policy is the config's, so it is said while where a
+    // bucket stands cannot be (the answer failed open).
+    let away = replicas.api(0, &keys["u0"]).get(PROFILE).await;
+    assert_eq!(away.status, 200, "{away:?}");
+    assert!(away.header("ratelimit-policy").is_some(), "{away:?}");
+    assert!(away.header("ratelimit").is_none(), "{away:?}");
     // Blocks until it answers PING, its AOF loaded.
     tokio::task::block_in_place(|| replicas.redis.restart());
     let restarted = Instant::now();

@@ -711,9 +711,14 @@ fn set_standing_headers(
             .unwrap_or_else(|| app.billing.remaining(key, billing));
         headers.insert(CREDITS_REMAINING, HeaderValue::from(remaining));
     }
-    if let (Some(limiter), Some(standing)) = (&snapshot.rate_limiter, report.rate) {
+    // The policy is the config's, always said; where the bucket stands is
+    // not known when the shared store could not say (the limit failed
+    // open), and then left out.
+    if let Some(limiter) = &snapshot.rate_limiter {
         headers.insert(RATELIMIT_POLICY, limiter.policy_header().clone());
-        headers.insert(RATELIMIT, standing.header());
+        if let Some(standing) = report.rate {
+            headers.insert(RATELIMIT, standing.header());
+        }
     }
 }
 
