@@ -204,6 +204,7 @@ impl<'k> Suite<'k> {
         let mut checker = Checker {
             kit: self.kit,
             report: Report::default(),
+            more: Vec::new(),
         };
         let manifest = self.kit.manifest().clone();
         for endpoint in Endpoint::ALL {
@@ -245,21 +246,49 @@ impl<'k> Suite<'k> {
         }
         checker.threads(&self.cases, &sequential);
         checker.logs_hold_no_key();
-        checker.report
+        checker.finish()
     }
 }
 
 struct Checker<'k> {
     kit: &'k Kit,
     report: Report,
+    /// For each violation, how many more variations broke the rule the
+    /// same way (the same detail but for the variation named in it).
+    more: Vec<usize>,
 }
 
 impl Checker<'_> {
+    /// Records a broken rule once per cause: one already recorded but for
+    /// the variation it names (`profile (the key echoed, HTTP 404): ...`)
+    /// is counted, not listed again.
     fn violation(&mut self, rule: Rule, detail: String) {
-        let violation = Violation { rule, detail };
-        if !self.report.violations.contains(&violation) {
-            self.report.violations.push(violation);
+        let cause = without_variation(&detail);
+        let same = self
+            .report
+            .violations
+            .iter()
+            .position(|v| v.rule == rule && without_variation(&v.detail) == cause);
+        match same {
+            Some(i) if self.report.violations[i].detail == detail => {}
+            Some(i) => self.more[i] += 1,
+            None => {
+                self.report.violations.push(Violation { rule, detail });
+                self.more.push(0);
+            }
         }
+    }
+
+    /// The report, each repeated cause saying how often it came back.
+    fn finish(mut self) -> Report {
+        for (violation, more) in self.report.violations.iter_mut().zip(self.more) {
+            if more > 0 {
+                violation
+                    .detail
+                    .push_str(&format!(" (and {more} more variation(s) alike)"));
+            }
+        }
+        self.report
     }
 
     /// Runs `call` and checks the rules every run must keep.
@@ -506,6 +535,18 @@ impl Checker<'_> {
                 "a log line the provider sent holds the key".into(),
             );
         }
+    }
+}
+
+/// `detail` without the variation it names: the first parenthesised part
+/// after the endpoint (`profile (the key echoed, HTTP 404): x` is
+/// `profile: x`).
+fn without_variation(detail: &str) -> String {
+    match (detail.find(" ("), detail.find("): ")) {
+        (Some(open), Some(close)) if open < close => {
+            format!("{}{}", &detail[..open], &detail[close + 1..])
+        }
+        _ => detail.to_owned(),
     }
 }
 

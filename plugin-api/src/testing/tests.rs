@@ -440,6 +440,15 @@ fn the_key_never_reaches_a_caller_in_the_kit_as_in_the_host() {
     assert!(run.error().message().contains(KEY));
     let report = suite("quotes_key");
     assert!(report.violates(Rule::NoKeyInErrors), "{report}");
+    // Provider-author sweep: one cause was listed once per variation (the
+    // key echoed at each status, each body): once now, counted.
+    let key_rules: Vec<_> = report
+        .violations
+        .iter()
+        .filter(|v| v.rule == Rule::NoKeyInErrors)
+        .collect();
+    assert_eq!(key_rules.len(), 1, "{report}");
+    assert!(key_rules[0].detail.contains("more variation(s) alike"), "{report}");
 }
 
 /// The suite echoes the key into the strings of the case's own first
