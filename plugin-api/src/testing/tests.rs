@@ -448,7 +448,10 @@ fn the_key_never_reaches_a_caller_in_the_kit_as_in_the_host() {
         .filter(|v| v.rule == Rule::NoKeyInErrors)
         .collect();
     assert_eq!(key_rules.len(), 1, "{report}");
-    assert!(key_rules[0].detail.contains("more variation(s) alike"), "{report}");
+    assert!(
+        key_rules[0].detail.contains("more variation(s) alike"),
+        "{report}"
+    );
 }
 
 /// The suite echoes the key into the strings of the case's own first
