@@ -418,10 +418,11 @@ impl KeysFileAt<'_> {
     /// wherever it points.
     fn written_at(&self) -> Result<PathBuf, KeysError> {
         let path = self.0;
-        let is_link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
-        if !is_link {
-            return Ok(path.to_owned());
-        }
+        let link = match std::fs::symlink_metadata(path) {
+            Ok(meta) if meta.file_type().is_symlink() => meta,
+            // A file, or none yet: written where it is.
+            _ => return Ok(path.to_owned()),
+        };
         let refused = |why: &str| KeysError::Write {
             path: path.to_owned(),
             source: std::io::Error::other(format!(
@@ -433,7 +434,7 @@ impl KeysFileAt<'_> {
             use std::os::unix::fs::MetadataExt;
             // SAFETY: geteuid has no preconditions and cannot fail.
             let caller = unsafe { libc::geteuid() };
-            let owner = std::fs::symlink_metadata(path).map_or(u32::MAX, |m| m.uid());
+            let owner = link.uid();
             if owner != caller && owner != 0 {
                 return Err(refused("owned by another user"));
             }

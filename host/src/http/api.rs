@@ -427,11 +427,16 @@ fn take_reservation(
             Err(ApiError::InsufficientCredits)
         }
         Err(NoCredit::Unavailable) => Err(ApiError::store_unavailable()),
-        Err(NoCredit::RateLimited(wait)) => {
-            report.rate = Some(Standing::exhausted(wait));
-            Err(ApiError::rate_limited(wait))
-        }
+        Err(NoCredit::RateLimited(wait)) => Err(rate_limited(wait, report)),
     }
+}
+
+/// A request refused by its key's rate limit, `wait` before a token is
+/// there: the empty bucket in the report (its `RateLimit` header), and the
+/// `429`.
+fn rate_limited(wait: Duration, report: &mut Report<'_>) -> ApiError {
+    report.rate = Some(Standing::exhausted(wait));
+    ApiError::rate_limited(wait)
 }
 
 /// A data answer found for a request, and the credits held for it.
@@ -536,10 +541,7 @@ fn take_verdict(
             report.rate = standing;
             Ok(())
         }
-        Err(wait) => {
-            report.rate = Some(Standing::exhausted(wait));
-            Err(ApiError::rate_limited(wait))
-        }
+        Err(wait) => Err(rate_limited(wait, report)),
     }
 }
 
