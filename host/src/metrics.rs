@@ -67,7 +67,7 @@ pub fn install() -> Result<PrometheusHandle, MetricsError> {
 /// an upkeep folds it in. Rendering `/metrics` runs one, but a server
 /// nobody scrapes (the admin listener off, or no Prometheus yet) kept
 /// them all: about 40 bytes a request, for ever (18 MiB more after each
-/// 450,000 requests, measured; README, "Measured behaviour").
+/// 450,000 requests, measured; `bench/RESULTS.md`).
 pub async fn keep_up(handle: PrometheusHandle) {
     let mut ticks = tokio::time::interval(UPKEEP_EVERY);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

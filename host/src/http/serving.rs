@@ -6,8 +6,8 @@
 //! (its head arrives, then its upstream's answer), and a multi-threaded
 //! runtime runs each wake-up on whichever worker read the socket, so a
 //! request's state moves from core to core and the workers keep waking
-//! each other. On two cores that cost about a fourth of a request's CPU
-//! (README, "Measured behaviour"). Here a connection stays on one thread
+//! each other. On two cores that cost about a tenth of a request's CPU
+//! (`bench/RESULTS.md`, "What moved it"). Here a connection stays on one thread
 //! from its first byte to its last; the threads share only what requests
 //! share.
 //!
