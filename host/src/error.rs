@@ -67,6 +67,9 @@ pub enum ApiError {
     /// This key's request rate is exceeded.
     #[error("too many requests for this key; retry after {retry_after_secs} s")]
     RateLimited { retry_after_secs: u64 },
+    /// This key has `max_concurrent_requests_per_key` requests in flight.
+    #[error("this key already has {max} requests in flight; retry after {RETRY_SOON_SECS} s")]
+    KeyBusy { max: usize },
     /// A bug. Logged with detail where it happens, answered without.
     #[error("internal error")]
     Internal,
@@ -101,7 +104,7 @@ impl ApiError {
             ApiError::NotCached => "NOT_CACHED",
             ApiError::Overloaded { .. } => "OVERLOADED",
             ApiError::ServiceUnavailable { .. } => "SERVICE_UNAVAILABLE",
-            ApiError::RateLimited { .. } => "RATE_LIMITED",
+            ApiError::RateLimited { .. } | ApiError::KeyBusy { .. } => "RATE_LIMITED",
             ApiError::Internal => "INTERNAL_ERROR",
             ApiError::HeadersTooLarge => "HEADERS_TOO_LARGE",
             ApiError::UriTooLong => "URI_TOO_LONG",
@@ -130,7 +133,9 @@ impl ApiError {
             ApiError::Overloaded { .. } | ApiError::ServiceUnavailable { .. } => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
-            ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::RateLimited { .. } | ApiError::KeyBusy { .. } => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -142,6 +147,7 @@ impl ApiError {
             | ApiError::ServiceUnavailable { retry_after_secs }
             | ApiError::RateLimited { retry_after_secs } => Some(*retry_after_secs),
             ApiError::UpstreamUnavailable { retry_after_secs } => *retry_after_secs,
+            ApiError::KeyBusy { .. } => Some(RETRY_SOON_SECS),
             _ => None,
         }
     }

@@ -2,7 +2,9 @@
 //! README's configuration table): a slow client is closed after
 //! `header_timeout_ms` while others are served; a head over
 //! `max_header_bytes` is refused; past `max_concurrent_requests` a request
-//! is answered 503 `OVERLOADED` at once; a key over its `[rate_limit]` gets
+//! is answered 503 `OVERLOADED` at once, and past
+//! `max_concurrent_requests_per_key` that key's request 429 `RATE_LIMITED`
+//! while other keys are served; a key over its `[rate_limit]` gets
 //! 429 `RATE_LIMITED` with no upstream call; SIGTERM lets the request in
 //! flight finish, refuses new connections and exits 0. A request whose
 //! caller hangs up keeps its slot until its upstream work ends, so hanging
@@ -237,6 +239,69 @@ async fn past_max_concurrent_requests_the_answer_is_503_at_once() {
     // The slot is free again.
     stack.primary.reset().await;
     stack.primary.serve_fixtures().await;
+    stack.get(PROFILE).await.assert_success(false);
+}
+
+#[tokio::test]
+async fn past_max_concurrent_requests_per_key_that_key_gets_429_at_once_and_others_are_served() {
+    let stack = Stack::builder()
+        .search_order(None)
+        .server_line("max_concurrent_requests_per_key = 2")
+        .timeout_ms(PRIMARY, 5000)
+        .extra_key("other")
+        .start()
+        .await;
+    let slow = json_response(&fixtures::primary_user_profile()).set_delay(Duration::from_secs(1));
+    let route = stack
+        .primary
+        .route("/v1/user/profile", &[("unique_id", LUNA)]);
+    stack.primary.respond(route, slow).await;
+
+    let holding: Vec<_> = (0..2)
+        .map(|_| {
+            let api = stack.api.clone();
+            tokio::spawn(async move { api.get(PROFILE).await })
+        })
+        .collect();
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            stack.primary.request_count().await == 2
+        })
+        .await,
+        "the key's first two requests reached the upstream"
+    );
+
+    let started = Instant::now();
+    let a = stack.get(PROFILE).await;
+    let took = started.elapsed();
+    a.assert_error(429, "RATE_LIMITED");
+    assert!(
+        a.error_message().contains("2 requests in flight"),
+        "says why: {a:?}"
+    );
+    assert_eq!(a.header("retry-after"), Some("1"), "{a:?}");
+    assert!(
+        took < Duration::from_millis(200),
+        "at once, not queued: {took:?}"
+    );
+    // Another key is not held back by this one's requests.
+    stack
+        .api_with_key("other")
+        .get(PROFILE)
+        .await
+        .assert_success(false);
+    assert_eq!(
+        stack.primary.request_count().await,
+        3,
+        "the refused request reached no upstream"
+    );
+    for request in holding {
+        request
+            .await
+            .expect("the request task ran")
+            .assert_success(false);
+    }
+    // Their places are free again once they are answered.
     stack.get(PROFILE).await.assert_success(false);
 }
 

@@ -127,6 +127,8 @@ pub struct ServingConfig {
     pub keys_file: PathBuf,
     /// All attempts of one request together.
     pub request_timeout: Duration,
+    /// Requests one key may have in flight; `None`: no cap of its own.
+    pub max_concurrent_per_key: Option<usize>,
     pub platforms: BTreeMap<String, PlatformConfig>,
     pub providers: BTreeMap<String, ProviderConfig>,
     /// Per-key request rate; `None`: no limit.
@@ -166,6 +168,7 @@ impl ServingConfig {
         let ServingConfig {
             keys_file,
             request_timeout,
+            max_concurrent_per_key,
             platforms,
             providers,
             rate_limit,
@@ -178,6 +181,10 @@ impl ServingConfig {
             (
                 "[server] request_timeout_ms",
                 *request_timeout != new.request_timeout,
+            ),
+            (
+                "[server] max_concurrent_requests_per_key",
+                *max_concurrent_per_key != new.max_concurrent_per_key,
             ),
         ]
         .into_iter()
@@ -297,6 +304,7 @@ pub struct RawServer {
     pub max_connections: Option<usize>,
     pub write_timeout_ms: Option<u64>,
     pub max_concurrent_requests: Option<usize>,
+    pub max_concurrent_requests_per_key: Option<usize>,
     pub request_timeout_ms: Option<u64>,
     pub keys_file: Option<PathBuf>,
     pub plugin_dir: Option<PathBuf>,
@@ -550,6 +558,9 @@ impl Config {
         let serving = ServingConfig {
             keys_file: crate::auth::keys_file_from_raw(server.keys_file.as_deref(), &cx),
             request_timeout: crate::resilience::deadline::request_timeout_from_raw(server, &cx)?,
+            max_concurrent_per_key: crate::resilience::concurrency::per_key_max_from_raw(
+                server, &cx,
+            )?,
             platforms,
             providers,
             rate_limit: RateLimitConfig::from_raw(raw.rate_limit, &cx)?,

@@ -311,6 +311,7 @@ fn no_serving_setting_needs_a_restart() {
         GOOD.replace("http://127.0.0.1:1", "http://127.0.0.1:2"),
         GOOD.replace("api_key_env = \"KEY_B\"", "api_key_env = \"KEY_A\""),
         format!("{GOOD}\n[rate_limit]\nper_second = 3\n"),
+        with_server_line("max_concurrent_requests_per_key = 3"),
         format!("{GOOD}\n[billing]\nenforce = true\n"),
         format!("{GOOD}\n[billing]\nfree_credits = 3\n"),
         format!("{GOOD}\n[cache]\nenabled = false\n"),
@@ -332,6 +333,25 @@ fn no_serving_setting_needs_a_restart() {
             "{text}"
         );
     }
+}
+
+#[test]
+fn a_key_s_cap_on_requests_in_flight_is_above_0_and_said_when_it_changes() {
+    let e = parse(&with_server_line("max_concurrent_requests_per_key = 0"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("max_concurrent_requests_per_key"), "{e}");
+    assert!(e.contains("must be above 0"), "{e}");
+    let (none, three) = (
+        parse(GOOD).unwrap(),
+        parse(&with_server_line("max_concurrent_requests_per_key = 3")).unwrap(),
+    );
+    assert_eq!(none.serving.max_concurrent_per_key, None);
+    assert_eq!(three.serving.max_concurrent_per_key, Some(3));
+    assert_eq!(
+        none.serving.changed_settings(&three.serving),
+        ["[server] max_concurrent_requests_per_key"]
+    );
 }
 
 #[test]

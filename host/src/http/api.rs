@@ -50,7 +50,7 @@ use crate::cursor::{Listing, Position};
 use crate::error::ApiError;
 use crate::logging::RequestLine;
 use crate::metrics::{self, RouteLabels};
-use crate::resilience::concurrency::InFlight;
+use crate::resilience::concurrency::{InFlight, KeyInFlight};
 use crate::resilience::deadline::Deadline;
 use crate::resilience::rate_limit::{RateLimitConfig, Standing};
 use crate::routing::{Chain, Provider};
@@ -304,6 +304,16 @@ async fn route<'s>(
 
     let key = authenticate(snapshot, request)?;
     report.key = Some(key);
+    // Before the rate limit: a request refused here takes none of its
+    // tokens, as one refused for the server's limit takes none.
+    let key_slot = match snapshot.serving.max_concurrent_per_key {
+        Some(max) => Some(
+            app.key_limits
+                .try_enter(key, max)
+                .ok_or(ApiError::KeyBusy { max })?,
+        ),
+        None => None,
+    };
     let billing = snapshot.serving.billing;
     // With shared books and billing enforced, the rate limit is taken in
     // the same round trip as the credit, or, for a request refused before
@@ -377,10 +387,17 @@ async fn route<'s>(
     // the credits refunded (nothing was delivered).
     let held = Held {
         _slot: slot,
+        _key_slot: key_slot,
         credits,
     };
-    let (found, Held { _slot, credits }) =
-        answer::find(app, snapshot, ask, &mut report.journal, held).await;
+    let (
+        found,
+        Held {
+            _slot,
+            _key_slot,
+            credits,
+        },
+    ) = answer::find(app, snapshot, ask, &mut report.journal, held).await;
     let found = match found {
         Ok(found) => found,
         Err(Unanswered { error, status, age }) => {
@@ -727,6 +744,7 @@ fn set_standing_headers(
 /// What a request holds while upstream work runs for it.
 struct Held {
     _slot: InFlight,
+    _key_slot: Option<KeyInFlight>,
     credits: Reservation,
 }
 

@@ -1,13 +1,19 @@
 //! Limits on work in flight: the server-wide one on requests
 //! (`[server] max_concurrent_requests`; past it a request is answered `503
 //! OVERLOADED` at once instead of queueing: a queue only makes every caller
-//! wait longer, and the caller can retry elsewhere or later), and each
+//! wait longer, and the caller can retry elsewhere or later), each key's
+//! share of it (`[server] max_concurrent_requests_per_key`; past it that
+//! key's request is answered `429 RATE_LIMITED` at once, so one key's burst
+//! of slow requests cannot take every place from the others), and each
 //! provider's on its upstream requests (`[providers.NAME] max_in_flight`;
 //! past it the provider is busy and the chain asks the next).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::sync::lock;
+use crate::FastMap;
 
 pub const DEFAULT_MAX_CONCURRENT: usize = 1024;
 /// Default `[providers.NAME] max_in_flight`.
@@ -23,6 +29,21 @@ pub fn max_from_raw(
         raw.max_concurrent_requests,
         DEFAULT_MAX_CONCURRENT,
     )
+}
+
+/// `[server] max_concurrent_requests_per_key`; `None`: a key may take every
+/// place under `max_concurrent_requests`.
+pub fn per_key_max_from_raw(
+    raw: &crate::config::RawServer,
+    cx: &crate::config::Context,
+) -> Result<Option<usize>, crate::config::ConfigError> {
+    match raw.max_concurrent_requests_per_key {
+        Some(0) => Err(cx.invalid(
+            "[server] max_concurrent_requests_per_key",
+            "must be above 0",
+        )),
+        max => Ok(max),
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -53,9 +74,77 @@ impl ConcurrencyLimit {
     }
 }
 
+/// Each key's requests in flight, by key name, for
+/// `[server] max_concurrent_requests_per_key`. Only keys with a request in
+/// flight have an entry, so it holds no more than that many names. Counted
+/// per process: with several replicas a key may have this many in flight
+/// at each.
+#[derive(Debug, Default)]
+pub struct KeyLimits {
+    in_flight: Mutex<FastMap<Arc<str>, usize>>,
+}
+
+/// One request of a key in flight, while it lasts.
+#[derive(Debug)]
+pub struct KeyInFlight {
+    limits: Arc<KeyLimits>,
+    key: Arc<str>,
+}
+
+impl KeyLimits {
+    /// A place for one more request of `key`, or `None` when `max` are in
+    /// flight already.
+    pub fn try_enter(self: &Arc<Self>, key: &str, max: usize) -> Option<KeyInFlight> {
+        let mut in_flight = lock(&self.in_flight);
+        let key = match in_flight.get_key_value(key) {
+            Some((_, &n)) if n >= max => return None,
+            Some((name, _)) => name.clone(),
+            None => Arc::from(key),
+        };
+        *in_flight.entry(key.clone()).or_insert(0) += 1;
+        Some(KeyInFlight {
+            limits: self.clone(),
+            key,
+        })
+    }
+
+    /// Requests of `key` in flight.
+    #[cfg(test)]
+    fn in_flight(&self, key: &str) -> usize {
+        lock(&self.in_flight).get(key).copied().unwrap_or(0)
+    }
+}
+
+impl Drop for KeyInFlight {
+    fn drop(&mut self) {
+        let mut in_flight = lock(&self.limits.in_flight);
+        if let Some(n) = in_flight.get_mut(&*self.key) {
+            *n -= 1;
+            if *n == 0 {
+                in_flight.remove(&*self.key);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_key_is_refused_past_its_limit_and_others_are_not() {
+        let limits = Arc::new(KeyLimits::default());
+        let a = limits.try_enter("alice", 2).unwrap();
+        let b = limits.try_enter("alice", 2).unwrap();
+        assert!(limits.try_enter("alice", 2).is_none());
+        let bob = limits.try_enter("bob", 2).unwrap();
+        assert_eq!((limits.in_flight("alice"), limits.in_flight("bob")), (2, 1));
+        drop(a);
+        let c = limits.try_enter("alice", 2).unwrap();
+        drop((b, c, bob));
+        // Keys with nothing in flight leave no entry behind.
+        assert!(lock(&limits.in_flight).is_empty());
+    }
 
     #[test]
     fn refuses_past_the_limit_and_frees_on_drop() {
