@@ -68,7 +68,10 @@ pub enum ApiError {
     #[error("too many requests for this key; retry after {retry_after_secs} s")]
     RateLimited { retry_after_secs: u64 },
     /// This key has `max_concurrent_requests_per_key` requests in flight.
-    #[error("this key already has {max} requests in flight; retry after {RETRY_SOON_SECS} s")]
+    #[error(
+        "this key already has {max} {} in flight, its most at once; retry after {RETRY_SOON_SECS} s",
+        if *max == 1 { "request" } else { "requests" }
+    )]
     KeyBusy { max: usize },
     /// A bug. Logged with detail where it happens, answered without.
     #[error("internal error")]

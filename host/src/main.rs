@@ -2,7 +2,7 @@
 
 /// mimalloc: the request path allocates many small, short-lived buffers on
 /// several threads, where glibc's malloc spent about an eighth of the
-/// server's CPU time (measured when it was chosen, at `4134812`). Plugins keep their own
+/// server's CPU time in the profile that chose it. Plugins keep their own
 /// allocator: the host copies what a plugin allocated rather than adopting
 /// it, so nothing allocated on one side is freed on the other.
 #[global_allocator]

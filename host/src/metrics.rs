@@ -28,6 +28,7 @@ const CREDITS: &str = "socialgate_credits_total";
 const CACHE_REQUESTS: &str = "socialgate_cache_requests_total";
 const CACHE_BYTES: &str = "socialgate_cache_bytes";
 const ABANDONED: &str = "socialgate_requests_abandoned_total";
+const KEY_BUSY: &str = "socialgate_requests_key_busy_total";
 const STATE_ERRORS: &str = "socialgate_state_errors_total";
 const KEYS_FILE_USABLE: &str = "socialgate_keys_file_usable";
 
@@ -203,6 +204,12 @@ pub fn cache(endpoint: Endpoint, result: &'static str) {
 /// A caller hung up while upstream work it started was running.
 pub fn abandoned() {
     counter!(ABANDONED).increment(1);
+}
+
+/// A request refused because its key had `max_concurrent_requests_per_key`
+/// requests in flight (its `429` shares `RATE_LIMITED` with the rate limit's).
+pub fn key_busy() {
+    counter!(KEY_BUSY).increment(1);
 }
 
 /// A shared-state (Redis) operation that failed; `op` is one of a fixed

@@ -16,7 +16,7 @@ use crate::cache::Cache;
 use crate::config::{ProcessConfig, ServingConfig};
 use crate::cursor::CursorSealer;
 use crate::plugins::Loader;
-use crate::resilience::concurrency::{ConcurrencyLimit, KeyLimits};
+use crate::resilience::concurrency::{ConcurrencyLimit, InFlightByKey};
 use crate::resilience::rate_limit::RateLimiter;
 use crate::routing::{BuildError, Routes};
 use crate::shared::Shared;
@@ -144,7 +144,7 @@ pub struct App {
     pub loader: Loader,
     pub in_flight: ConcurrencyLimit,
     /// Each key's requests in flight; survives reloads.
-    pub key_limits: Arc<KeyLimits>,
+    pub in_flight_by_key: Arc<InFlightByKey>,
     /// Credits: reservations, and the ledger they are booked in.
     pub billing: Arc<Billing>,
     /// Answers kept for their time to live; survives reloads.
@@ -176,7 +176,7 @@ impl App {
     pub fn new(parts: Parts) -> App {
         App {
             in_flight: ConcurrencyLimit::new(parts.process.max_concurrent_requests),
-            key_limits: Arc::default(),
+            in_flight_by_key: Arc::default(),
             config_path: parts.config_path,
             process: parts.process,
             snapshot: ArcSwap::from_pointee(parts.snapshot),

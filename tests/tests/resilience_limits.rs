@@ -249,6 +249,9 @@ async fn past_max_concurrent_requests_per_key_that_key_gets_429_at_once_and_othe
         .server_line("max_concurrent_requests_per_key = 2")
         .timeout_ms(PRIMARY, 5000)
         .extra_key("other")
+        // A bucket that does not refill within the test, and credits
+        // counted: what the refused request takes of each is seen.
+        .raw("[rate_limit]\nper_second = 0.001\nburst = 5\n\n[billing]\nenforce = true")
         .start()
         .await;
     let slow = json_response(&fixtures::primary_user_profile()).set_delay(Duration::from_secs(1));
@@ -281,9 +284,14 @@ async fn past_max_concurrent_requests_per_key_that_key_gets_429_at_once_and_othe
     );
     assert_eq!(a.header("retry-after"), Some("1"), "{a:?}");
     assert!(
-        took < Duration::from_millis(200),
-        "at once, not queued: {took:?}"
+        took < Duration::from_millis(500),
+        "at once, not queued behind the upstream's second: {took:?}"
     );
+    // It took its rate-limit token, as every request with a key does (5,
+    // less the two held and this one), and no credit.
+    let standing = a.header("ratelimit").unwrap_or_default();
+    assert!(standing.contains("r=2"), "{a:?}");
+    assert_eq!(a.header("x-credits-remaining"), Some("150"), "{a:?}");
     // Another key is not held back by this one's requests.
     stack
         .api_with_key("other")
@@ -301,8 +309,15 @@ async fn past_max_concurrent_requests_per_key_that_key_gets_429_at_once_and_othe
             .expect("the request task ran")
             .assert_success(false);
     }
-    // Their places are free again once they are answered.
-    stack.get(PROFILE).await.assert_success(false);
+    // Their places are free again once they are answered; the refused
+    // request was never charged (150 free credits, less the three served).
+    let after = stack.get(PROFILE).await;
+    after.assert_success(false);
+    assert_eq!(
+        after.header("x-credits-remaining"),
+        Some("147"),
+        "{after:?}"
+    );
 }
 
 #[tokio::test]

@@ -128,7 +128,7 @@ pub struct ServingConfig {
     /// All attempts of one request together.
     pub request_timeout: Duration,
     /// Requests one key may have in flight; `None`: no cap of its own.
-    pub max_concurrent_per_key: Option<usize>,
+    pub max_concurrent_requests_per_key: Option<usize>,
     pub platforms: BTreeMap<String, PlatformConfig>,
     pub providers: BTreeMap<String, ProviderConfig>,
     /// Per-key request rate; `None`: no limit.
@@ -168,7 +168,7 @@ impl ServingConfig {
         let ServingConfig {
             keys_file,
             request_timeout,
-            max_concurrent_per_key,
+            max_concurrent_requests_per_key,
             platforms,
             providers,
             rate_limit,
@@ -184,7 +184,7 @@ impl ServingConfig {
             ),
             (
                 "[server] max_concurrent_requests_per_key",
-                *max_concurrent_per_key != new.max_concurrent_per_key,
+                *max_concurrent_requests_per_key != new.max_concurrent_requests_per_key,
             ),
         ]
         .into_iter()
@@ -558,7 +558,7 @@ impl Config {
         let serving = ServingConfig {
             keys_file: crate::auth::keys_file_from_raw(server.keys_file.as_deref(), &cx),
             request_timeout: crate::resilience::deadline::request_timeout_from_raw(server, &cx)?,
-            max_concurrent_per_key: crate::resilience::concurrency::per_key_max_from_raw(
+            max_concurrent_requests_per_key: crate::resilience::concurrency::per_key_max_from_raw(
                 server, &cx,
             )?,
             platforms,

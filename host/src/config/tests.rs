@@ -346,8 +346,8 @@ fn a_key_s_cap_on_requests_in_flight_is_above_0_and_said_when_it_changes() {
         parse(GOOD).unwrap(),
         parse(&with_server_line("max_concurrent_requests_per_key = 3")).unwrap(),
     );
-    assert_eq!(none.serving.max_concurrent_per_key, None);
-    assert_eq!(three.serving.max_concurrent_per_key, Some(3));
+    assert_eq!(none.serving.max_concurrent_requests_per_key, None);
+    assert_eq!(three.serving.max_concurrent_requests_per_key, Some(3));
     assert_eq!(
         none.serving.changed_settings(&three.serving),
         ["[server] max_concurrent_requests_per_key"]

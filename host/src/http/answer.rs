@@ -105,7 +105,7 @@ pub struct Ask<'a> {
 /// this request (nothing when another request's fetch answered it).
 ///
 /// `held` is what the request holds while upstream work runs for it (its
-/// overload slot and credits): the chain's attempt, or the wait for a
+/// overload slot, its key's slot and credits): the chain's attempt, or the wait for a
 /// shared fetch, keeps it to its end even if the caller hangs up. It is
 /// handed back with the answer.
 pub async fn find<H: Send + 'static>(

@@ -304,16 +304,6 @@ async fn route<'s>(
 
     let key = authenticate(snapshot, request)?;
     report.key = Some(key);
-    // Before the rate limit: a request refused here takes none of its
-    // tokens, as one refused for the server's limit takes none.
-    let key_slot = match snapshot.serving.max_concurrent_per_key {
-        Some(max) => Some(
-            app.key_limits
-                .try_enter(key, max)
-                .ok_or(ApiError::KeyBusy { max })?,
-        ),
-        None => None,
-    };
     let billing = snapshot.serving.billing;
     // With shared books and billing enforced, the rate limit is taken in
     // the same round trip as the credit, or, for a request refused before
@@ -333,6 +323,20 @@ async fn route<'s>(
             None
         }
         None => None,
+    };
+    // After the rate limit: every request with a key takes a token, this
+    // refusal's included, so `[rate_limit]` bounds how often a key may ask
+    // whatever the answer.
+    let key_slot = match snapshot.serving.max_concurrent_requests_per_key {
+        None => None,
+        Some(max) => match app.in_flight_by_key.try_enter(key, max) {
+            Some(slot) => Some(slot),
+            None => {
+                metrics::key_busy();
+                take_deferred_limit(app, key, deferred_limit, report).await?;
+                return Err(ApiError::KeyBusy { max });
+            }
+        },
     };
     if path == ACCOUNT_PATH {
         take_deferred_limit(app, key, deferred_limit, report).await?;

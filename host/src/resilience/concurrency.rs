@@ -4,7 +4,8 @@
 //! wait longer, and the caller can retry elsewhere or later), each key's
 //! share of it (`[server] max_concurrent_requests_per_key`; past it that
 //! key's request is answered `429 RATE_LIMITED` at once, so one key's burst
-//! of slow requests cannot take every place from the others), and each
+//! of slow requests cannot take every place, or every provider's
+//! `max_in_flight`, from the others), and each
 //! provider's on its upstream requests (`[providers.NAME] max_in_flight`;
 //! past it the provider is busy and the chain asks the next).
 
@@ -76,22 +77,23 @@ impl ConcurrencyLimit {
 
 /// Each key's requests in flight, by key name, for
 /// `[server] max_concurrent_requests_per_key`. Only keys with a request in
-/// flight have an entry, so it holds no more than that many names. Counted
-/// per process: with several replicas a key may have this many in flight
-/// at each.
+/// flight have an entry, so it holds no more names than there are requests
+/// in flight. Counted per process: with several replicas a key may have
+/// this many in flight at each. Only requests admitted while the setting is
+/// on are counted: turned on by a reload, it binds as those end.
 #[derive(Debug, Default)]
-pub struct KeyLimits {
+pub struct InFlightByKey {
     in_flight: Mutex<FastMap<Arc<str>, usize>>,
 }
 
 /// One request of a key in flight, while it lasts.
 #[derive(Debug)]
 pub struct KeyInFlight {
-    limits: Arc<KeyLimits>,
+    counts: Arc<InFlightByKey>,
     key: Arc<str>,
 }
 
-impl KeyLimits {
+impl InFlightByKey {
     /// A place for one more request of `key`, or `None` when `max` are in
     /// flight already.
     pub fn try_enter(self: &Arc<Self>, key: &str, max: usize) -> Option<KeyInFlight> {
@@ -101,9 +103,9 @@ impl KeyLimits {
             Some((name, _)) => name.clone(),
             None => Arc::from(key),
         };
-        *in_flight.entry(key.clone()).or_insert(0) += 1;
+        *in_flight.entry(key.clone()).or_default() += 1;
         Some(KeyInFlight {
-            limits: self.clone(),
+            counts: self.clone(),
             key,
         })
     }
@@ -117,7 +119,7 @@ impl KeyLimits {
 
 impl Drop for KeyInFlight {
     fn drop(&mut self) {
-        let mut in_flight = lock(&self.limits.in_flight);
+        let mut in_flight = lock(&self.counts.in_flight);
         if let Some(n) = in_flight.get_mut(&*self.key) {
             *n -= 1;
             if *n == 0 {
@@ -133,7 +135,7 @@ mod tests {
 
     #[test]
     fn a_key_is_refused_past_its_limit_and_others_are_not() {
-        let limits = Arc::new(KeyLimits::default());
+        let limits = Arc::new(InFlightByKey::default());
         let a = limits.try_enter("alice", 2).unwrap();
         let b = limits.try_enter("alice", 2).unwrap();
         assert!(limits.try_enter("alice", 2).is_none());
