@@ -324,27 +324,19 @@ impl<'a> Params<'a> {
     fn username(&self) -> Result<String, ParamError> {
         let raw = Self::required(self.username, "username")?;
         let handle = raw.strip_prefix('@').unwrap_or(raw);
-        let valid = (1..=64).contains(&handle.len())
-            && handle
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_');
-        if !valid {
-            return Err(ParamError {
-                name: "username",
-                reason: "must be 1-64 characters of A-Z, a-z, 0-9, `.` and `_`, \
-                         optionally after one leading `@`"
-                    .into(),
-            });
+        if crate::schema::is_handle(handle) {
+            return Ok(handle.to_owned());
         }
-        // `.` and `..` would be resolved away as URL path segments (and no
-        // platform has a handle of dots alone).
-        if handle.bytes().all(|b| b == b'.') {
-            return Err(ParamError {
-                name: "username",
-                reason: "must not be made of dots only".into(),
-            });
-        }
-        Ok(handle.to_owned())
+        let reason = if !handle.is_empty() && handle.bytes().all(|b| b == b'.') {
+            "must not be made of dots only"
+        } else {
+            "must be 1-64 characters of A-Z, a-z, 0-9, `.` and `_`, \
+             optionally after one leading `@`"
+        };
+        Err(ParamError {
+            name: "username",
+            reason: reason.into(),
+        })
     }
 
     fn id(&self) -> Result<String, ParamError> {

@@ -358,14 +358,18 @@ pub(crate) fn is_web_url(url: &str) -> bool {
 }
 
 /// A user's handle as the schema has it: without the leading `@`s some
-/// upstreams write (no handle begins with one); `None` when absent or
-/// nothing is left. Since plugin-api 1.4.
+/// upstreams write (no handle begins with one); `None` when absent, when
+/// nothing is left, or (since 1.6) when what is left is no handle
+/// ([`schema::is_handle`](crate::schema::is_handle)), which the host would
+/// refuse: a required `username` is then missing (the next provider is
+/// asked), an optional `author` `null`. Since plugin-api 1.4.
 pub fn handle(text: Option<String>) -> Option<String> {
     let text = text?;
     match text.trim_start_matches('@') {
-        rest if rest.len() == text.len() => non_empty(Some(text)),
-        rest => non_empty(Some(rest.to_owned())),
+        rest if rest.len() == text.len() => Some(text),
+        rest => Some(rest.to_owned()),
     }
+    .filter(|handle| crate::schema::is_handle(handle))
 }
 
 #[cfg(test)]
@@ -504,7 +508,14 @@ mod tests {
         assert_eq!(handle(Some("@luna")).as_deref(), Some("luna"));
         assert_eq!(handle(Some("luna")).as_deref(), Some("luna"));
         assert_eq!(handle(Some("@@luna")).as_deref(), Some("luna"));
-        assert_eq!(handle(Some("lu@na")).as_deref(), Some("lu@na"));
+        assert_eq!(
+            handle(Some("luna.bakes_1")).as_deref(),
+            Some("luna.bakes_1")
+        );
+        // What is left must be a handle.
+        assert_eq!(handle(Some("lu@na")), None);
+        assert_eq!(handle(Some("@luna bakes")), None);
+        assert_eq!(handle(Some("..")), None);
         assert_eq!(handle(Some("@")), None);
         assert_eq!(handle(Some("@@")), None);
         assert_eq!(handle(Some("")), None);

@@ -2,7 +2,7 @@
 //! work, [`Attempt`] to drive one request to an answer one upstream exchange
 //! at a time.
 
-use crate::schema::{is_id, MAX_ID_DIGITS};
+use crate::schema::{is_handle, is_id, MAX_ID_DIGITS};
 use crate::{Call, Comment, Endpoint, Post, Profile, UpstreamRequest, UpstreamResponse};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -176,9 +176,11 @@ impl Output {
     }
 
     /// Checks what the schema's types cannot say: every ID has the shape of
-    /// one ([`schema::is_id`](crate::schema::is_id)), every profile has a
-    /// `username` (not empty, since 1.4; [`json::handle`](crate::json::handle)
-    /// also takes off the `@` the schema's handles are without), every
+    /// one ([`schema::is_id`](crate::schema::is_id)), every profile's
+    /// `username` and every post's or comment's `author` is a handle (not
+    /// empty since 1.4, [`schema::is_handle`](crate::schema::is_handle) since
+    /// 1.6; [`json::handle`](crate::json::handle) takes off the `@` the
+    /// schema's handles are without, and gives `None` for no handle), every
     /// `avatar_url` is an `http(s)` URL (since 1.6;
     /// [`json::web_url`](crate::json::web_url) makes one so), and a list
     /// holds at most `most_items` ([`Call::most_items`](crate::Call::most_items)).
@@ -206,12 +208,28 @@ impl Output {
         if profiles.iter().any(|p| p.username.is_empty()) {
             return Err("an empty username".into());
         }
+        if !profiles.iter().all(|p| is_handle(&p.username)) {
+            return Err("a username that is not a handle".into());
+        }
+        let authors_fit = match self {
+            Output::Post(post) => author_fits(&post.author),
+            Output::Posts(posts) => posts.iter().all(|post| author_fits(&post.author)),
+            Output::Comments(comments) => comments.iter().all(|c| author_fits(&c.author)),
+            Output::Profile(_) | Output::Search(_) => true,
+        };
+        if !authors_fit {
+            return Err("an author that is not a handle".into());
+        }
         let web_links = |p: &Profile| p.avatar_url.as_deref().is_none_or(crate::json::is_web_url);
         if !profiles.iter().all(web_links) {
             return Err("an avatar_url that is not an http(s) URL".into());
         }
         Ok(())
     }
+}
+
+fn author_fits(author: &Option<String>) -> bool {
+    author.as_deref().is_none_or(is_handle)
 }
 
 fn profile_ids_fit(profile: &Profile) -> bool {
@@ -418,6 +436,20 @@ mod tests {
             Err("an empty username".into())
         );
         assert!(Output::Profile(nameless).check(None).is_err());
+        let mut odd = profile(None);
+        odd.username = "Prim\\Secret\"Quote42".into();
+        assert_eq!(
+            Output::Profile(odd).check(None),
+            Err("a username that is not a handle".into())
+        );
+        let mut by = post("1");
+        by.author = Some("luna.bakes".into());
+        assert_eq!(Output::Post(by.clone()).check(None), Ok(()));
+        by.author = Some("luna bakes".into());
+        assert_eq!(
+            Output::Posts(vec![post("2"), by]).check(None),
+            Err("an author that is not a handle".into())
+        );
         let mut linked = profile(None);
         linked.avatar_url = Some("https://cdn.example/a.webp".into());
         assert_eq!(Output::Profile(linked.clone()).check(None), Ok(()));

@@ -20,11 +20,27 @@ pub fn is_id(text: &str) -> bool {
     (1..=MAX_ID_DIGITS).contains(&text.len()) && text.bytes().all(|b| b.is_ascii_digit())
 }
 
+/// The most characters a handle may have.
+pub const MAX_HANDLE_LEN: usize = 64;
+
+/// Whether `text` has the shape of a user's handle, as the schema gives one
+/// and as `username` is asked for: 1-64 of `A-Z a-z 0-9 . _`, not dots
+/// alone (`.` and `..` would be resolved away as URL path segments, and no
+/// platform has such a handle). A caller passes a handle it was given back
+/// as `username`, so an answer may hold no other. Since 1.6.
+pub fn is_handle(text: &str) -> bool {
+    (1..=MAX_HANDLE_LEN).contains(&text.len())
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_')
+        && !text.bytes().all(|b| b == b'.')
+}
+
 /// A creator's public profile (the `profile` endpoint, and items of `search`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Profile {
-    /// Handle without a leading `@`.
+    /// Handle without a leading `@` ([`is_handle`]).
     pub username: String,
     pub display_name: String,
     pub followers: u64,
@@ -241,6 +257,27 @@ mod tests {
             flood.as_str(),
         ] {
             assert!(!is_id(bad), "{}", &bad[..bad.len().min(30)]);
+        }
+    }
+
+    #[test]
+    fn handles_are_one_to_sixty_four_of_letters_digits_dots_and_underscores() {
+        for good in ["a", "luna.bakes_1", "_", "a..", &"x".repeat(64)] {
+            assert!(is_handle(good), "{good}");
+        }
+        for bad in [
+            "",
+            ".",
+            "..",
+            "@luna",
+            "lu@na",
+            "luna bakes",
+            "luna-bakes",
+            "Prim\\Secret\"Quote42",
+            "lüna",
+            &"x".repeat(65),
+        ] {
+            assert!(!is_handle(bad), "{bad}");
         }
     }
 

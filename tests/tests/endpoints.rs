@@ -211,6 +211,45 @@ async fn an_avatar_that_is_no_clean_web_url_is_null() {
     );
 }
 
+/// Abuse sweep: a username outside the handle rule (one a caller could
+/// not ask for again) is never passed on. A profile's makes the answer a
+/// bad one, and the next provider answers; an embedded author's is `null`,
+/// and the rest of the page is kept.
+#[tokio::test]
+async fn a_username_that_is_no_handle_is_never_passed_on() {
+    let stack = Stack::start().await;
+    stack.fallback.serve_fixtures().await;
+    let mut profile = socialgate_tests::upstream::fixtures::primary_user_profile();
+    profile["user"]["unique_id"] = json!("Prim\\Secret\"Quote42");
+    stack.primary.profile("lunabakes", &profile).await;
+    let a = stack.get(PROFILE).await;
+    socialgate_tests::upstream::assert_answered_by(
+        &a,
+        socialgate_tests::upstream::FALLBACK_FOLLOWERS,
+        "the fallback, the primary's username being no handle",
+    );
+    assert_eq!(a.data()["username"], "lunabakes");
+    a.assert_absent("Quote42");
+
+    let mut page = socialgate_tests::upstream::fixtures::primary_comment_list();
+    page["comments"][1]["user"]["unique_id"] = json!("hungry dev");
+    stack
+        .primary
+        .comments("7312345678901234567", 3, 0, &page)
+        .await;
+    let fallback_asked = stack.fallback.request_count().await;
+    let a = stack.get(COMMENTS).await;
+    a.assert_success(true);
+    let mut expected = fixture_comments();
+    expected[1]["author"] = Value::Null;
+    assert_eq!(a.data(), &expected);
+    assert_eq!(
+        stack.fallback.request_count().await,
+        fallback_asked,
+        "the primary answered the comments"
+    );
+}
+
 #[tokio::test]
 async fn posts_via_primary() {
     let stack = primary_up().await;

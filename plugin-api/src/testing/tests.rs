@@ -49,6 +49,9 @@ struct Toy {
 #[derive(Deserialize)]
 struct User {
     handle: String,
+    /// The display name; none when absent.
+    #[serde(default)]
+    name: String,
 }
 
 fn profile(handle: String) -> Output {
@@ -150,7 +153,10 @@ impl Provider for Toy {
                             .join(","),
                         ..profile_of(user.handle)
                     }),
-                    _ => profile(user.handle),
+                    _ => Output::Profile(Profile {
+                        display_name: user.name,
+                        ..profile_of(user.handle)
+                    }),
                 };
                 Ok(Done::last(output))
             }))
@@ -415,7 +421,7 @@ fn host_verdicts_follow_the_host_rules() {
 /// key out of what a caller reads: the kit shows the same.
 #[test]
 fn the_key_never_reaches_a_caller_in_the_kit_as_in_the_host() {
-    let echoed = Upstream::replies([Reply::ok(format!(r#"{{"handle":"me {KEY}"}}"#))]);
+    let echoed = Upstream::replies([Reply::ok(format!(r#"{{"handle":"me","name":"me {KEY}"}}"#))]);
     let run = kit("none").run(&sample(Endpoint::Profile), &echoed);
     assert_eq!(
         run.host_sees(Endpoint::Profile),
