@@ -8,7 +8,7 @@
 //! request that is not a GET of the configured upstream, or an answer the
 //! host's boundary would refuse: of another endpoint, failing
 //! [`Output::check`](plugin_api::Output::check) (list length, ID shapes,
-//! usernames), or with a cursor longer than [`MAX_CURSOR_LEN`].
+//! handles, avatar URLs), or with a cursor longer than [`MAX_CURSOR_LEN`].
 
 pub use plugin_api::ffi::{MAX_CURSOR_LEN, MAX_STEPS};
 use plugin_api::{Call, Next, Provider, ProviderConfig, UpstreamResponse};

@@ -357,6 +357,19 @@ pub(crate) fn is_web_url(url: &str) -> bool {
     }
 }
 
+/// A required handle ([`handle`]): the error says whether `field` is
+/// missing or is there but no handle, without quoting it (upstream text).
+/// Since 1.6.
+pub fn required_handle(text: Option<String>, field: &str) -> Result<String, ProviderError> {
+    let sent = text.is_some();
+    handle(text).ok_or_else(|| match sent {
+        true => ProviderError::bad_response(format!(
+            "`{field}` is not a handle (1-64 of A-Z a-z 0-9 . _, not dots only)"
+        )),
+        false => ProviderError::missing(field),
+    })
+}
+
 /// A user's handle as the schema has it: without the leading `@`s some
 /// upstreams write (no handle begins with one); `None` when absent, when
 /// nothing is left, or (since 1.6) when what is left is no handle
@@ -516,6 +529,16 @@ mod tests {
         assert_eq!(handle(Some("lu@na")), None);
         assert_eq!(handle(Some("@luna bakes")), None);
         assert_eq!(handle(Some("..")), None);
+        let required = |text: Option<&str>| required_handle(text.map(str::to_owned), "user.h");
+        assert_eq!(required(Some("@luna")).as_deref(), Ok("luna"));
+        let odd = required(Some("Prim\\Secret\"Quote42")).unwrap_err();
+        assert_eq!(odd.kind(), crate::ErrorKind::BadResponse);
+        assert!(odd.message().contains("`user.h` is not a handle"), "{odd}");
+        assert!(!odd.message().contains("Quote42"), "{odd}");
+        assert_eq!(
+            required(None).unwrap_err().message(),
+            "required field `user.h` missing"
+        );
         assert_eq!(handle(Some("@")), None);
         assert_eq!(handle(Some("@@")), None);
         assert_eq!(handle(Some("")), None);

@@ -71,7 +71,8 @@
 //!         attempt::single(request, |response| {
 //!             let user: User = response.json()?;
 //!             Ok(Done::last(Output::Profile(Profile {
-//!                 username: user.handle,
+//!                 // Without a leading `@`, and only a handle.
+//!                 username: json::required_handle(Some(user.handle), "handle")?,
 //!                 display_name: user.name,
 //!                 followers: user.fans.0,
 //!                 verified: false,

@@ -222,7 +222,12 @@ fn read_search(
             .ok()
             .and_then(|offset| offset.checked_add(u64::from(count)));
     }
-    let profiles = accounts.into_iter().map(wire::Account::into_profile);
+    // An account whose handle no caller could ask for is left out: one odd
+    // account must not cost the page, since search has no other provider.
+    let profiles = accounts
+        .into_iter()
+        .filter(|account| !account.has_odd_handle())
+        .map(wire::Account::into_profile);
     Ok(Done {
         output: Output::Search(profiles.collect::<Result<_, _>>()?),
         next_cursor: next_offset.map(|offset| offset.to_string()),

@@ -263,6 +263,32 @@ fn a_null_list_is_an_empty_page_and_a_missing_one_a_bad_response() {
 }
 
 #[test]
+fn a_search_result_whose_handle_is_no_handle_is_left_out() {
+    let account = |handle: &str| {
+        json!({"user": {"uniqueId": handle, "nickname": "A", "verified": 0},
+               "stats": {"followerCount": 1}})
+    };
+    let body = wrap(json!({
+        "user_list": [account("luna"), account("luna bakes"), account("@crumb.queen")],
+        "cursor": 3, "hasMore": 1
+    }));
+    let (_, out, next) = ok(call(Endpoint::Search, "luna", ""), &body);
+    let handles: Vec<_> = out["search"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["username"].clone())
+        .collect();
+    assert_eq!(handles, [json!("luna"), json!("crumb.queen")]);
+    assert_eq!(next.as_deref(), Some("3"), "the listing goes on");
+    // A profile's own odd handle is a bad response: the next provider is asked.
+    let body = r#"{"code":0,"data":{"user":{"uniqueId":"luna bakes","nickname":"A","verified":0},
+        "stats":{"followerCount":1}}}"#;
+    let error = err(call(Endpoint::Profile, "luna", ""), body);
+    assert_eq!(error.kind(), ErrorKind::BadResponse, "{error}");
+}
+
+#[test]
 fn a_next_cursor_that_goes_back_ends_the_listing() {
     // One item a page: an empty page ends the listing whatever its cursor.
     let page = |name: &str, list: &str| {

@@ -113,10 +113,16 @@ struct Stats {
 }
 
 impl Account {
+    /// Whether the account names its user by something that is no handle
+    /// ([`json::handle`]): one a caller could never ask for.
+    pub fn has_odd_handle(&self) -> bool {
+        self.user.unique_id.is_some() && json::handle(self.user.unique_id.clone()).is_none()
+    }
+
     pub fn into_profile(self) -> Result<Profile, ProviderError> {
         let (user, stats) = (self.user, self.stats);
         Ok(Profile {
-            username: json::handle(user.unique_id).required("user.uniqueId")?,
+            username: json::required_handle(user.unique_id, "user.uniqueId")?,
             display_name: user.nickname.required("user.nickname")?,
             followers: stats.follower_count.required("stats.followerCount")?.0,
             verified: user.verified.required("user.verified")?.0,

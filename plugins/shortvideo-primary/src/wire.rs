@@ -98,7 +98,7 @@ pub struct User {
 impl User {
     pub fn into_profile(self) -> Result<Profile, ProviderError> {
         Ok(Profile {
-            username: json::handle(self.unique_id).required("user.unique_id")?,
+            username: json::required_handle(self.unique_id, "user.unique_id")?,
             display_name: self.nickname.required("user.nickname")?,
             followers: self.follower_count.required("user.follower_count")?.0,
             // `verification_type` is not a verified flag; these two are.
