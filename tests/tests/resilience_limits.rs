@@ -178,6 +178,31 @@ async fn a_head_over_max_header_bytes_is_refused_with_the_json_envelope() {
     assert!(small.starts_with("HTTP/1.1 200"), "a 4 kB head: {small:?}");
 }
 
+/// Makes the primary's profile answer take a second and sends `n` requests
+/// with the stack's key, returning once every one has reached the upstream
+/// (so each holds its places while the test goes on).
+async fn hold_slow_requests(stack: &Stack, n: usize) -> Vec<tokio::task::JoinHandle<Answer>> {
+    let slow = json_response(&fixtures::primary_user_profile()).set_delay(Duration::from_secs(1));
+    let route = stack
+        .primary
+        .route("/v1/user/profile", &[("unique_id", LUNA)]);
+    stack.primary.respond(route, slow).await;
+    let held = (0..n)
+        .map(|_| {
+            let api = stack.api.clone();
+            tokio::spawn(async move { api.get(PROFILE).await })
+        })
+        .collect();
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            stack.primary.request_count().await == n
+        })
+        .await,
+        "the {n} held requests reached the upstream"
+    );
+    held
+}
+
 #[tokio::test]
 async fn past_max_concurrent_requests_the_answer_is_503_at_once() {
     let stack = Stack::builder()
@@ -186,21 +211,7 @@ async fn past_max_concurrent_requests_the_answer_is_503_at_once() {
         .timeout_ms(PRIMARY, 5000)
         .start()
         .await;
-    let slow = json_response(&fixtures::primary_user_profile()).set_delay(Duration::from_secs(1));
-    let route = stack
-        .primary
-        .route("/v1/user/profile", &[("unique_id", LUNA)]);
-    stack.primary.respond(route, slow).await;
-
-    let api = stack.api.clone();
-    let holding = tokio::spawn(async move { api.get(PROFILE).await });
-    assert!(
-        eventually(Duration::from_secs(3), || async {
-            stack.primary.request_count().await == 1
-        })
-        .await,
-        "the first request reached the upstream"
-    );
+    let holding = hold_slow_requests(&stack, 1).await;
 
     let started = Instant::now();
     let a = stack.get(PROFILE).await;
@@ -233,7 +244,8 @@ async fn past_max_concurrent_requests_the_answer_is_503_at_once() {
         "refused before any upstream call"
     );
 
-    let first: Answer = holding.await.expect("the first request finished");
+    let [first] = <[_; 1]>::try_from(holding).expect("one held request");
+    let first: Answer = first.await.expect("the first request finished");
     first.assert_success(false);
     assert_eq!(first.data()["followers"], PRIMARY_FOLLOWERS);
     // The slot is free again.
@@ -254,25 +266,7 @@ async fn past_max_concurrent_requests_per_key_that_key_gets_429_at_once_and_othe
         .raw("[rate_limit]\nper_second = 0.001\nburst = 5\n\n[billing]\nenforce = true")
         .start()
         .await;
-    let slow = json_response(&fixtures::primary_user_profile()).set_delay(Duration::from_secs(1));
-    let route = stack
-        .primary
-        .route("/v1/user/profile", &[("unique_id", LUNA)]);
-    stack.primary.respond(route, slow).await;
-
-    let holding: Vec<_> = (0..2)
-        .map(|_| {
-            let api = stack.api.clone();
-            tokio::spawn(async move { api.get(PROFILE).await })
-        })
-        .collect();
-    assert!(
-        eventually(Duration::from_secs(3), || async {
-            stack.primary.request_count().await == 2
-        })
-        .await,
-        "the key's first two requests reached the upstream"
-    );
+    let holding = hold_slow_requests(&stack, 2).await;
 
     let started = Instant::now();
     let a = stack.get(PROFILE).await;
