@@ -362,11 +362,14 @@ pub(crate) fn is_web_url(url: &str) -> bool {
 /// Since 1.6.
 pub fn required_handle(text: Option<String>, field: &str) -> Result<String, ProviderError> {
     let sent = text.is_some();
-    handle(text).ok_or_else(|| match sent {
-        true => ProviderError::bad_response(format!(
-            "`{field}` is not a handle (1-64 of A-Z a-z 0-9 . _, not dots only)"
-        )),
-        false => ProviderError::missing(field),
+    handle(text).ok_or_else(|| {
+        if sent {
+            ProviderError::bad_response(format!(
+                "`{field}` is not a handle (1-64 of A-Z a-z 0-9 . _, not dots only)"
+            ))
+        } else {
+            ProviderError::missing(field)
+        }
     })
 }
 

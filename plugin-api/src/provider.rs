@@ -205,6 +205,7 @@ impl Output {
             Output::Search(profiles) => profiles,
             Output::Post(_) | Output::Posts(_) | Output::Comments(_) => &[],
         };
+        // `is_handle` refuses an empty one too; this says so as 1.4 did.
         if profiles.iter().any(|p| p.username.is_empty()) {
             return Err("an empty username".into());
         }
