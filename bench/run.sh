@@ -6,8 +6,8 @@
 #   static      wrk straight at the upstream URL the plugin requests
 #   proxy       wrk at a plain nginx reverse proxy (1 worker, keepalive)
 #   socialgate  wrk at the release build (with profile-guided optimization
-#               unless BENCH_PGO=0: see pgo_build), `shortvideo-primary` ->
-#               upstream
+#               and BOLT unless BENCH_PGO=0: see pgo_build and bolt_build),
+#               `shortvideo-primary` -> upstream
 # then the floor: bench/floor (socialgate's runtime, HTTP server and
 # upstream client forwarding, with none of its work) on one serving thread,
 # one per core and one more, and socialgate on one thread, beside the proxy and
@@ -77,6 +77,10 @@ FLOOR_MODE=${BENCH_FLOOR:-1}
 # build with that profile; see pgo_build), 0 the plain release build only.
 PGO_MODE=${BENCH_PGO:-1}
 PGO_TRAIN_SECONDS=${BENCH_PGO_TRAIN_SECONDS:-3}   # per request kind trained
+# BOLT, LLVM's post-link optimizer, on the PGO build: 1 lays its code out
+# again by how an instrumented copy of it ran the same training (see
+# bolt_build), 0 measures the PGO build as linked. Needs BENCH_PGO=1.
+BOLT_MODE=${BENCH_BOLT:-$PGO_MODE}
 BUILD_ONLY=${BENCH_BUILD_ONLY:-0}         # 1: stop once the builds are made
 
 # The instruction count: 1 runs it (valgrind's callgrind), 0 skips it.
@@ -130,6 +134,9 @@ validate_knobs() {
     [[ $INSTR_MODE =~ ^(0|1)$ ]] || die "BENCH_INSTRUCTIONS is 0 or 1, not '$INSTR_MODE'"
     [[ $FLOOR_MODE =~ ^(0|1)$ ]] || die "BENCH_FLOOR is 0 or 1, not '$FLOOR_MODE'"
     [[ $PGO_MODE =~ ^(0|1)$ ]] || die "BENCH_PGO is 0 or 1, not '$PGO_MODE'"
+    [[ $BOLT_MODE =~ ^(0|1)$ ]] || die "BENCH_BOLT is 0 or 1, not '$BOLT_MODE'"
+    [[ $BOLT_MODE == 0 || $PGO_MODE == 1 ]] ||
+        die "BENCH_BOLT=1 works on the PGO build: it needs BENCH_PGO=1"
     [[ $BUILD_ONLY =~ ^(0|1)$ ]] || die "BENCH_BUILD_ONLY is 0 or 1, not '$BUILD_ONLY'"
     ((PGO_TRAIN_SECONDS >= 1)) || die "BENCH_PGO_TRAIN_SECONDS must be >= 1"
     ((INSTR_SECONDS >= 1)) || die "BENCH_INSTR_SECONDS must be >= 1"
@@ -221,6 +228,12 @@ ensure_tools() {
     if [[ $PGO_MODE == 1 ]] && ! find_profdata >/dev/null; then
         missing+=("llvm-$(llvm_major)")
     fi
+    if [[ $BOLT_MODE == 1 ]] && ! find_bolt >/dev/null; then
+        local package
+        package=$(bolt_package) ||
+            die "no llvm-bolt here, and no bolt-N package to install (BENCH_BOLT=0 measures the PGO build as linked)"
+        missing+=("$package")
+    fi
     if ((${#missing[@]})); then
         local sudo=()
         ((EUID == 0)) || sudo=(sudo)
@@ -241,6 +254,10 @@ ensure_tools() {
         PROFDATA=$(find_profdata) ||
             die "no llvm-profdata for rustc's LLVM $(llvm_major) (BENCH_PGO=0 measures the plain release build)"
     fi
+    if [[ $BOLT_MODE == 1 ]]; then
+        BOLT=$(find_bolt) || die "no llvm-bolt beside a merge-fdata (BENCH_BOLT=0 measures the PGO build as linked)"
+        log "BOLT: $BOLT"
+    fi
 }
 
 # The major version of the LLVM rustc is built on: profiles it writes are
@@ -258,6 +275,32 @@ find_profdata() {
         [[ -n $major && -x $candidate ]] && { echo "$candidate"; return 0; }
     done
     return 1
+}
+
+# find_bolt: the path of an llvm-bolt with a merge-fdata beside it: one on
+# the PATH, or the newest of the distribution's bolt-N packages. Unlike
+# llvm-profdata it need not match rustc's LLVM: it reads the linked files.
+find_bolt() {
+    local candidate
+    for candidate in "$(command -v llvm-bolt || true)" \
+        $(compgen -G '/usr/lib/llvm-*/bin/llvm-bolt' | sort -rV); do
+        [[ -n $candidate && -x $candidate && -x ${candidate%/*}/merge-fdata ]] &&
+            { echo "$candidate"; return 0; }
+    done
+    return 1
+}
+
+# bolt_package: the newest bolt-N the package lists offer (they are
+# refreshed once when they offer none).
+bolt_package() {
+    local search=(apt-cache search --names-only '^bolt-[0-9]+$') found sudo=()
+    ((EUID == 0)) || sudo=(sudo)
+    found=$("${search[@]}" 2>/dev/null | cut -d' ' -f1 | sort -V | tail -n 1)
+    if [[ -z $found ]]; then
+        DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get update >/dev/null 2>&1 || return 1
+        found=$("${search[@]}" 2>/dev/null | cut -d' ' -f1 | sort -V | tail -n 1)
+    fi
+    [[ -n $found ]] && echo "$found"
 }
 
 build() {
@@ -825,7 +868,7 @@ write_meta() {
             "${TRACE_LINE:-}" "$TRACE_CONNS" "${TRACE_UPSTREAM:-}"
         printf 'redis_mode\t%s\nredis_ratio\t%s\nredis_p50_ms\t%s\nredis_fsync\t%s\nredis_version\t%s\n' \
             "$REDIS_MODE" "$REDIS_RATIO" "$REDIS_P50_MS" "$REDIS_FSYNC" "${REDIS_VERSION:-}"
-        printf 'pgo\t%s\npgo_train_seconds\t%s\n' "$PGO_MODE" "$PGO_TRAIN_SECONDS"
+        printf 'pgo\t%s\npgo_train_seconds\t%s\nbolt\t%s\n' "$PGO_MODE" "$PGO_TRAIN_SECONDS" "$BOLT_MODE"
         printf 'floor_mode\t%s\nfloor_cores\t%s\nclock_ticks\t%s\n' \
             "$FLOOR_MODE" "${FLOOR_CORES:-}" "$(getconf CLK_TCK)"
         printf 'instr_mode\t%s\ninstr_seconds\t%s\ninstr_valgrind\t%s\n' \
@@ -857,7 +900,7 @@ pgo_build() {
         pgo_cargo pgo-train "-Cprofile-generate=$raw"
         SG=$TARGET_DIR/pgo-train/$triple/release/socialgate
         PLUGIN_DIR=$TARGET_DIR/pgo-train/$triple/release
-        pgo_train
+        pgo_train PGO
         SG=$plain_sg PLUGIN_DIR=$plain_plugins
         compgen -G "$raw/*.profraw" >/dev/null || die "PGO: the training wrote no profile"
         "$PROFDATA" merge -o "$WORK/pgo/merged.profdata" "$raw"/*.profraw ||
@@ -867,7 +910,11 @@ pgo_build() {
         local profile
         profile=$WORK/pgo/$(sha256sum "$WORK/pgo/merged.profdata" | cut -c1-16).profdata
         mv "$WORK/pgo/merged.profdata" "$profile"
-        pgo_cargo pgo "-Cprofile-use=$profile"
+        # BOLT rewrites a file only with the relocations the linker resolved
+        # kept in it: they are how it finds every reference to code it moves.
+        local relocations=""
+        [[ $BOLT_MODE == 1 ]] && relocations=" -Clink-arg=-Wl,--emit-relocs"
+        pgo_cargo pgo "-Cprofile-use=$profile$relocations"
     fi
     PLAIN_SG=$SG PLAIN_PLUGIN_DIR=$PLUGIN_DIR
     SG=$TARGET_DIR/pgo/$triple/release/socialgate
@@ -887,13 +934,13 @@ pgo_cargo() {
         die "PGO: build into target/$1 failed"
 }
 
-# pgo_train: the training mix through the instrumented build, on each of
-# the configurations a deployment runs: cache off (what is measured), with
-# rate limits and enforced billing on local state, with the cache on, and
-# with that state on Redis when redis-server is installed. Each server
-# writes its counts when it exits.
+# pgo_train LABEL: the training mix through the instrumented build, on each
+# of the configurations a deployment runs: cache off (what is measured),
+# with rate limits and enforced billing on local state, with the cache on,
+# and with that state on Redis when redis-server is installed. Each server
+# writes its counts when it exits. LABEL (PGO or BOLT) names it in the log.
 pgo_train() {
-    local name tables key path redis=0
+    local label=$1 name tables key path redis=0
     local -a names=(pgo-plain pgo-limits)
     [[ $CACHE_BUILD == supported ]] && names+=(pgo-cached)
     command -v redis-server >/dev/null && names+=(pgo-redis)
@@ -912,7 +959,7 @@ pgo_train() {
         write_config "$WORK/$name" 'cursor_key_env = "BENCH_CURSOR_KEY"' "$tables"
         key=$(issue_key "$WORK/$name" train)
         start_socialgate "$name"
-        log "PGO: training $name (${PGO_TRAIN_SECONDS}s a request kind)"
+        log "$label: training $name (${PGO_TRAIN_SECONDS}s a request kind)"
         for path in "${SG_PATH[@]}" "/v1/shortvideo/posts?username=$USERNAME" \
             "/v1/shortvideo/profile" "/v1/shortvideo/nothing?username=$USERNAME"; do
             wrk -t1 -c16 -d"${PGO_TRAIN_SECONDS}s" -H "X-API-Key: $key" "$SG_URL$path" >/dev/null
@@ -929,6 +976,69 @@ pgo_train() {
     fi
 }
 
+# ------------------------------------------------------------------ BOLT
+# Unless BENCH_BOLT=0, the PGO build measured is laid out again by BOLT,
+# LLVM's post-link optimizer, as rustc's own releases are. A request runs
+# once through much code (hyper, tokio, serde, the host, the plugin), so it
+# runs cold: where that code sits decides how much of it the caches and the
+# TLB hold. BOLT instruments copies of the linked server and plugins, the
+# same training runs through them (pgo_train), and each file is rewritten
+# with its hot blocks together, its functions ordered by calls and its cold
+# code split off. Into target/pgo-bolt; the PGO build as linked stays in
+# target/pgo, measured beside it in the floor's table.
+
+# What BOLT does with the profile: the set LLVM's documentation recommends.
+BOLT_FLAGS=(-reorder-blocks=ext-tsp -reorder-functions=cdsort -split-functions
+    -split-all-cold -split-eh -icf=1 -use-gnu-stack)
+# The files rewritten: the server and its plugin libraries.
+BOLT_FILES=(socialgate libshortvideo_primary.so libshortvideo_fallback.so)
+
+bolt_build() {
+    [[ $BOLT_MODE == 1 ]] || return 0
+    local out=$TARGET_DIR/pgo-bolt profiles=$WORK/bolt file name
+    local instrumented=$out/instrumented
+    if [[ $SKIP_BUILD == 1 && -x $out/socialgate ]]; then
+        log "BENCH_SKIP_BUILD=1: using the existing BOLT build"
+    else
+        rm -rf "$out" "$profiles"
+        mkdir -p "$instrumented" "$profiles"
+        for file in "${BOLT_FILES[@]}"; do
+            name=${file%.so}
+            # One profile file per process (append-pid): each training
+            # server, and each `keys issue`, writes its own at exit.
+            "$BOLT" "$PLUGIN_DIR/$file" -instrument -o "$instrumented/$file" \
+                "--instrumentation-file=$profiles/$name.fdata" --instrumentation-file-append-pid \
+                >"$profiles/$name.instrument.log" 2>&1 ||
+                die "BOLT: instrumenting $file failed (a PGO build without relocations? rebuild without BENCH_SKIP_BUILD): $(tail -n 2 "$profiles/$name.instrument.log")"
+        done
+        local pgo_sg=$SG pgo_plugins=$PLUGIN_DIR
+        SG=$instrumented/socialgate PLUGIN_DIR=$instrumented
+        pgo_train BOLT
+        SG=$pgo_sg PLUGIN_DIR=$pgo_plugins
+        for file in "${BOLT_FILES[@]}"; do
+            name=${file%.so}
+            if ! compgen -G "$profiles/$name.fdata.*" >/dev/null; then
+                # Never loaded by the training (the fallback plugin: the
+                # benchmark's chain names the primary alone): as linked.
+                log "BOLT: no profile of $file; copied as linked"
+                cp "$PLUGIN_DIR/$file" "$out/$file"
+                continue
+            fi
+            "${BOLT%/*}/merge-fdata" "$profiles/$name.fdata".* >"$profiles/$name.fdata" \
+                2>"$profiles/$name.merge.log" || die "BOLT: merge-fdata of $file failed"
+            "$BOLT" "$PLUGIN_DIR/$file" -o "$out/$file" "-data=$profiles/$name.fdata" \
+                "${BOLT_FLAGS[@]}" >"$profiles/$name.optimize.log" 2>&1 ||
+                die "BOLT: optimizing $file failed: $(tail -n 2 "$profiles/$name.optimize.log")"
+            log "BOLT: $file: $(grep -m1 'have non-empty execution profile' "$profiles/$name.optimize.log" | sed 's/^BOLT-INFO: //')"
+        done
+        rm -rf "$instrumented"
+    fi
+    PGO_SG=$SG PGO_PLUGIN_DIR=$PLUGIN_DIR
+    SG=$out/socialgate
+    PLUGIN_DIR=$out
+    [[ -x $SG && -f $PLUGIN_DIR/libshortvideo_primary.so ]] || die "BOLT: $SG or its plugin missing"
+}
+
 # ---------------------------------------------------------------- floor
 # What the stack costs without socialgate's work, for information (no
 # target): `profile` at CHECK_CONNS connections, interleaved within each
@@ -939,6 +1049,7 @@ pgo_train() {
 #                  thread, one per core (N), and N + 1 (socialgate's count)
 #   socialgate     the main instance (N + 1 serving threads)
 #   socialgate-plain  the same, built without PGO (when BENCH_PGO=1)
+#   socialgate-pgo    the same, the PGO build without BOLT (when BENCH_BOLT=1)
 #   socialgate-1w  socialgate on one serving thread
 #                  (SOCIALGATE_SERVING_THREADS=1): without the thread the
 #                  runaway defence keeps free, so a stuck plugin would stall
@@ -977,6 +1088,23 @@ start_floor() {
     log "floor-$1w: floor-proxy pid $FLOOR_PID on $FLOOR_URL"
 }
 
+# floor_build TARGET SERVER PLUGIN_DIR: one more row of floor()'s, for a
+# build other than the one measured (the plain release build, the PGO build
+# without BOLT), configured as the main instance. It adds to the caller's
+# targets, url, pid and header.
+floor_build() {
+    local target=$1 measured_sg=$SG measured_plugins=$PLUGIN_DIR key
+    SG=$2 PLUGIN_DIR=$3
+    write_config "$WORK/sg-$target" "" "$CACHE_OFF"
+    key=$(issue_key "$WORK/sg-$target" bench)
+    start_socialgate "sg-$target"
+    SG=$measured_sg PLUGIN_DIR=$measured_plugins
+    targets+=("$target")
+    url[$target]=$SG_URL${SG_PATH[profile]} pid[$target]=$SG_PID
+    header[$target]="X-API-Key: $key"
+    check_socialgate "${url[$target]}" profile "$key"
+}
+
 floor() {
     [[ $FLOOR_MODE == 1 ]] || return 0
     local cores round target before after one_key threads upstream
@@ -1009,16 +1137,10 @@ floor() {
     header[socialgate-1w]="X-API-Key: $one_key"
     check_socialgate "${url[socialgate-1w]}" profile "$one_key"
     if [[ $PGO_MODE == 1 ]]; then
-        local pgo_sg=$SG pgo_plugins=$PLUGIN_DIR plain_key
-        SG=$PLAIN_SG PLUGIN_DIR=$PLAIN_PLUGIN_DIR
-        write_config "$WORK/sg-plain" "" "$CACHE_OFF"
-        plain_key=$(issue_key "$WORK/sg-plain" bench)
-        start_socialgate sg-plain
-        SG=$pgo_sg PLUGIN_DIR=$pgo_plugins
-        targets+=(socialgate-plain)
-        url[socialgate-plain]=$SG_URL${SG_PATH[profile]} pid[socialgate-plain]=$SG_PID
-        header[socialgate-plain]="X-API-Key: $plain_key"
-        check_socialgate "${url[socialgate-plain]}" profile "$plain_key"
+        floor_build socialgate-plain "$PLAIN_SG" "$PLAIN_PLUGIN_DIR"
+    fi
+    if [[ $BOLT_MODE == 1 ]]; then
+        floor_build socialgate-pgo "$PGO_SG" "$PGO_PLUGIN_DIR"
     fi
     for target in "${targets[@]}"; do warm "${url[$target]}" "${header[$target]}"; done
     for ((round = 1; round <= ROUNDS; round++)); do
@@ -1035,8 +1157,8 @@ floor() {
         done
     done
     for target in "${targets[@]}"; do
-        [[ $target == floor-* || $target == socialgate-1w || $target == socialgate-plain ]] ||
-            continue
+        # The proxy and the main instance serve on; the rest were the floor's.
+        [[ $target == proxy || $target == socialgate ]] && continue
         stop_pid "${pid[$target]}"
         forget_pid "${pid[$target]}"
     done
@@ -1134,6 +1256,7 @@ main() {
     PROXY_PID=$NGINX_PID
     detect_cache
     pgo_build
+    bolt_build
     if [[ $BUILD_ONLY == 1 ]]; then
         log "BENCH_BUILD_ONLY=1: built $SG, and its plugins in $PLUGIN_DIR"
         exit 0

@@ -446,11 +446,15 @@ def state_report(out, res, meta, failures):
 
 def build_text(meta):
     """How the socialgate measured was built."""
-    if meta.get("pgo") == "1":
-        return (f"release build with profile-guided optimization (trained by bench/run.sh, "
-                f"{meta.get('pgo_train_seconds', '?')} s a request kind; the plain release "
-                f"build is in the floor's table)")
-    return "release build"
+    if meta.get("pgo") != "1":
+        return "release build"
+    trained = f"{meta.get('pgo_train_seconds', '?')} s a request kind"
+    if meta.get("bolt") == "1":
+        return (f"release build with profile-guided optimization, laid out again by BOLT "
+                f"(both trained by bench/run.sh, {trained}; the plain release build and "
+                f"the PGO build without BOLT are in the floor's table)")
+    return (f"release build with profile-guided optimization (trained by bench/run.sh, "
+            f"{trained}; the plain release build is in the floor's table)")
 
 
 def floor_report(out, res, cpu_path, meta, notes):
@@ -493,6 +497,8 @@ def floor_report(out, res, cpu_path, meta, notes):
             return "socialgate, 1 thread (without the spare thread of its runaway defence)"
         if target == "socialgate-plain":
             return "socialgate, its default threads, plain release build (no PGO)"
+        if target == "socialgate-pgo":
+            return "socialgate, its default threads, PGO build without BOLT"
         threads = int(target[len("floor-"):-1])
         text = f"floor, {threads} thread{'s' if threads > 1 else ''}"
         if cores and threads == cores + 1:
