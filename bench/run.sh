@@ -941,21 +941,24 @@ pgo_cargo() {
 # writes its counts when it exits. LABEL (PGO or BOLT) names it in the log.
 pgo_train() {
     local label=$1 name tables key path redis=0
-    local -a names=(pgo-plain pgo-limits)
-    [[ $CACHE_BUILD == supported ]] && names+=(pgo-cached)
-    command -v redis-server >/dev/null && names+=(pgo-redis)
+    local -a names=(plain limits)
+    [[ $CACHE_BUILD == supported ]] && names+=(cached)
+    command -v redis-server >/dev/null && names+=(redis)
     for name in "${names[@]}"; do
         case $name in
-        pgo-plain) tables=$CACHE_OFF ;;
-        pgo-limits) tables=$STATE_WORK_TABLES$CACHE_OFF ;;
-        pgo-cached) tables="" ;;
-        pgo-redis)
+        plain) tables=$CACHE_OFF ;;
+        limits) tables=$STATE_WORK_TABLES$CACHE_OFF ;;
+        cached) tables="" ;;
+        redis)
             start_redis everysec
             redis=$REDIS_PID
             export SOCIALGATE_REDIS_URL_TRAIN=$REDIS_URL
             tables=$STATE_WORK_TABLES$CACHE_OFF$'\n\n[state]\nbackend = "redis"\nurl_env = "SOCIALGATE_REDIS_URL_TRAIN"'
             ;;
         esac
+        # A folder per training (pgo-plain, bolt-plain...): each issues its
+        # own key.
+        name=${label,,}-$name
         write_config "$WORK/$name" 'cursor_key_env = "BENCH_CURSOR_KEY"' "$tables"
         key=$(issue_key "$WORK/$name" train)
         start_socialgate "$name"
