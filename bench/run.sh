@@ -231,7 +231,7 @@ ensure_tools() {
     if [[ $BOLT_MODE == 1 ]] && ! find_bolt >/dev/null; then
         local package
         package=$(bolt_package) ||
-            die "no llvm-bolt here, and no bolt-N package to install (BENCH_BOLT=0 measures the PGO build as linked)"
+            die "no llvm-bolt $BOLT_MIN_VERSION or later here, nor a bolt-N package of one to install (BENCH_BOLT=0 measures the PGO build as linked)"
         missing+=("$package")
     fi
     if ((${#missing[@]})); then
@@ -255,8 +255,10 @@ ensure_tools() {
             die "no llvm-profdata for rustc's LLVM $(llvm_major) (BENCH_PGO=0 measures the plain release build)"
     fi
     if [[ $BOLT_MODE == 1 ]]; then
-        BOLT=$(find_bolt) || die "no llvm-bolt beside a merge-fdata (BENCH_BOLT=0 measures the PGO build as linked)"
-        log "BOLT: $BOLT"
+        BOLT=$(find_bolt) ||
+            die "no llvm-bolt $BOLT_MIN_VERSION or later beside a merge-fdata (BENCH_BOLT=0 measures the PGO build as linked)"
+        BOLT_VERSION=$(bolt_version "$BOLT")
+        log "BOLT: $BOLT (LLVM $BOLT_VERSION)"
     fi
 }
 
@@ -277,21 +279,32 @@ find_profdata() {
     return 1
 }
 
-# find_bolt: the path of an llvm-bolt with a merge-fdata beside it: one on
-# the PATH, or the newest of the distribution's bolt-N packages. Unlike
-# llvm-profdata it need not match rustc's LLVM: it reads the linked files.
+# The oldest BOLT taken: BOLT_FLAGS' -reorder-functions=cdsort is in 18 on.
+BOLT_MIN_VERSION=18
+
+# bolt_version BOLT: the LLVM major version an llvm-bolt was built from.
+bolt_version() { "$1" --version 2>/dev/null | sed -n 's/.*LLVM version \([0-9]*\).*/\1/p' | head -n 1; }
+
+# find_bolt: the path of an llvm-bolt of BOLT_MIN_VERSION or later with a
+# merge-fdata beside it: one on the PATH, or the newest of the
+# distribution's bolt-N packages. Unlike llvm-profdata it need not match
+# rustc's LLVM: it reads the linked files.
 find_bolt() {
-    local candidate
+    local candidate version
     for candidate in "$(command -v llvm-bolt || true)" \
         $(compgen -G '/usr/lib/llvm-*/bin/llvm-bolt' | sort -rV); do
-        [[ -n $candidate && -x $candidate && -x ${candidate%/*}/merge-fdata ]] &&
-            { echo "$candidate"; return 0; }
+        [[ -n $candidate && -x $candidate && -x ${candidate%/*}/merge-fdata ]] || continue
+        version=$(bolt_version "$candidate")
+        is_uint "$version" && ((version >= BOLT_MIN_VERSION)) || continue
+        echo "$candidate"
+        return 0
     done
     return 1
 }
 
-# bolt_package: the newest bolt-N the package lists offer (they are
-# refreshed once when they offer none).
+# bolt_package: the newest bolt-N the package lists offer, when it is
+# BOLT_MIN_VERSION or later (the lists are refreshed once when they offer
+# none).
 bolt_package() {
     local search=(apt-cache search --names-only '^bolt-[0-9]+$') found sudo=()
     ((EUID == 0)) || sudo=(sudo)
@@ -300,7 +313,8 @@ bolt_package() {
         DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get update >/dev/null 2>&1 || return 1
         found=$("${search[@]}" 2>/dev/null | cut -d' ' -f1 | sort -V | tail -n 1)
     fi
-    [[ -n $found ]] && echo "$found"
+    [[ -n $found ]] && ((${found#bolt-} >= BOLT_MIN_VERSION)) || return 1
+    echo "$found"
 }
 
 build() {
@@ -868,7 +882,8 @@ write_meta() {
             "${TRACE_LINE:-}" "$TRACE_CONNS" "${TRACE_UPSTREAM:-}"
         printf 'redis_mode\t%s\nredis_ratio\t%s\nredis_p50_ms\t%s\nredis_fsync\t%s\nredis_version\t%s\n' \
             "$REDIS_MODE" "$REDIS_RATIO" "$REDIS_P50_MS" "$REDIS_FSYNC" "${REDIS_VERSION:-}"
-        printf 'pgo\t%s\npgo_train_seconds\t%s\nbolt\t%s\n' "$PGO_MODE" "$PGO_TRAIN_SECONDS" "$BOLT_MODE"
+        printf 'pgo\t%s\npgo_train_seconds\t%s\nbolt\t%s\nbolt_version\t%s\n' \
+            "$PGO_MODE" "$PGO_TRAIN_SECONDS" "$BOLT_MODE" "${BOLT_VERSION:-}"
         printf 'floor_mode\t%s\nfloor_cores\t%s\nclock_ticks\t%s\n' \
             "$FLOOR_MODE" "${FLOOR_CORES:-}" "$(getconf CLK_TCK)"
         printf 'instr_mode\t%s\ninstr_seconds\t%s\ninstr_valgrind\t%s\n' \
@@ -960,7 +975,7 @@ pgo_train() {
         # own key.
         name=${label,,}-$name
         write_config "$WORK/$name" 'cursor_key_env = "BENCH_CURSOR_KEY"' "$tables"
-        key=$(issue_key "$WORK/$name" train)
+        key=$(issue_key "$WORK/$name" train) || die "$label: keys issue failed for $name"
         start_socialgate "$name"
         log "$label: training $name (${PGO_TRAIN_SECONDS}s a request kind)"
         for path in "${SG_PATH[@]}" "/v1/shortvideo/posts?username=$USERNAME" \
@@ -971,6 +986,7 @@ pgo_train() {
         stop_pid "$SG_PID"
         forget_pid "$SG_PID"
     done
+    TRAINED=${#names[@]}
     if ((redis)); then
         stop_pid "$redis"
         forget_pid "$redis"
@@ -1003,11 +1019,17 @@ BOLT_SKIP='-skip-funcs=.{250}.{250}.{250}.{250}.*'
 
 bolt_build() {
     [[ $BOLT_MODE == 1 ]] || return 0
-    local out=$TARGET_DIR/pgo-bolt profiles=$WORK/bolt file name
+    local out=$TARGET_DIR/pgo-bolt profiles=$WORK/bolt file name inputs
     local instrumented=$out/instrumented
-    if [[ $SKIP_BUILD == 1 && -x $out/socialgate ]]; then
-        log "BENCH_SKIP_BUILD=1: using the existing BOLT build"
+    # What a BOLT build was made from: the PGO files, BOLT's version and
+    # flags. Written last, so a build cut short is never reused.
+    inputs=$(cd "$PLUGIN_DIR" && sha256sum "${BOLT_FILES[@]}" &&
+        echo "LLVM $BOLT_VERSION ${BOLT_FLAGS[*]} $BOLT_SKIP")
+    if [[ $SKIP_BUILD == 1 && -x $out/socialgate && -f $out/inputs &&
+        $(<"$out/inputs") == "$inputs" ]]; then
+        log "BENCH_SKIP_BUILD=1: using the existing BOLT build (of this PGO build)"
     else
+        if [[ $SKIP_BUILD == 1 ]]; then log "BOLT: no BOLT build of this PGO build to reuse; making one"; fi
         rm -rf "$out" "$profiles"
         mkdir -p "$instrumented" "$profiles"
         for file in "${BOLT_FILES[@]}"; do
@@ -1023,12 +1045,17 @@ bolt_build() {
         SG=$instrumented/socialgate PLUGIN_DIR=$instrumented
         pgo_train BOLT
         SG=$pgo_sg PLUGIN_DIR=$pgo_plugins
+        # Only the serving processes load the primary plugin: one profile
+        # each, or a server died or was killed before writing its counts.
+        local written
+        written=$(compgen -G "$profiles/libshortvideo_primary.fdata.*" | wc -l)
+        ((written == TRAINED)) ||
+            die "BOLT: $written of the $TRAINED training servers wrote their counts (see $WORK/bolt-*/logs)"
         for file in "${BOLT_FILES[@]}"; do
             name=${file%.so}
-            if ! compgen -G "$profiles/$name.fdata.*" >/dev/null; then
-                # Never loaded by the training (the fallback plugin: the
-                # benchmark's chain names the primary alone): as linked.
-                log "BOLT: no profile of $file; copied as linked"
+            if [[ $file == libshortvideo_fallback.so ]]; then
+                # Never called by the training (the benchmark's chain names
+                # the primary alone): left as the PGO build made it.
                 cp "$PLUGIN_DIR/$file" "$out/$file"
                 continue
             fi
@@ -1040,6 +1067,7 @@ bolt_build() {
             log "BOLT: $file: $(grep -m1 'have non-empty execution profile' "$profiles/$name.optimize.log" | sed 's/^BOLT-INFO: //')"
         done
         rm -rf "$instrumented"
+        printf '%s\n' "$inputs" >"$out/inputs"
     fi
     PGO_SG=$SG PGO_PLUGIN_DIR=$PLUGIN_DIR
     SG=$out/socialgate

@@ -450,9 +450,10 @@ def build_text(meta):
         return "release build"
     trained = f"{meta.get('pgo_train_seconds', '?')} s a request kind"
     if meta.get("bolt") == "1":
+        version = meta.get("bolt_version") or "?"
         return (f"release build with profile-guided optimization, laid out again by BOLT "
-                f"(both trained by bench/run.sh, {trained}; the plain release build and "
-                f"the PGO build without BOLT are in the floor's table)")
+                f"(LLVM {version}; both trained by bench/run.sh, {trained}; the plain release "
+                f"build and the PGO build without BOLT are in the floor's table)")
     return (f"release build with profile-guided optimization (trained by bench/run.sh, "
             f"{trained}; the plain release build is in the floor's table)")
 
