@@ -1009,8 +1009,11 @@ pgo_train() {
 # What BOLT does with the profile: the set LLVM's documentation recommends.
 BOLT_FLAGS=(-reorder-blocks=ext-tsp -reorder-functions=cdsort -split-functions
     -split-all-cold -split-eh -icf=1 -use-gnu-stack)
-# The files rewritten: the server and its plugin libraries.
-BOLT_FILES=(socialgate libshortvideo_primary.so libshortvideo_fallback.so)
+# The files rewritten: the server and the plugin the training calls.
+BOLT_FILES=(socialgate libshortvideo_primary.so)
+# Copied as the PGO build made them: the training never calls the fallback
+# plugin (the benchmark's chain names the primary alone).
+BOLT_COPIED=(libshortvideo_fallback.so)
 # Functions left uninstrumented: those named by 1,000 characters or more (a
 # regex; bounds go to 255). The instrumented file writes a function's name
 # into a fixed buffer and aborts past it, and a few generic drop glues of
@@ -1023,7 +1026,7 @@ bolt_build() {
     local instrumented=$out/instrumented
     # What a BOLT build was made from: the PGO files, BOLT's version and
     # flags. Written last, so a build cut short is never reused.
-    inputs=$(cd "$PLUGIN_DIR" && sha256sum "${BOLT_FILES[@]}" &&
+    inputs=$(cd "$PLUGIN_DIR" && sha256sum "${BOLT_FILES[@]}" "${BOLT_COPIED[@]}" &&
         echo "LLVM $BOLT_VERSION ${BOLT_FLAGS[*]} $BOLT_SKIP")
     if [[ $SKIP_BUILD == 1 && -x $out/socialgate && -f $out/inputs &&
         $(<"$out/inputs") == "$inputs" ]]; then
@@ -1051,14 +1054,9 @@ bolt_build() {
         written=$(compgen -G "$profiles/libshortvideo_primary.fdata.*" | wc -l)
         ((written == TRAINED)) ||
             die "BOLT: $written of the $TRAINED training servers wrote their counts (see $WORK/bolt-*/logs)"
+        for file in "${BOLT_COPIED[@]}"; do cp "$PLUGIN_DIR/$file" "$out/$file"; done
         for file in "${BOLT_FILES[@]}"; do
             name=${file%.so}
-            if [[ $file == libshortvideo_fallback.so ]]; then
-                # Never called by the training (the benchmark's chain names
-                # the primary alone): left as the PGO build made it.
-                cp "$PLUGIN_DIR/$file" "$out/$file"
-                continue
-            fi
             "${BOLT%/*}/merge-fdata" "$profiles/$name.fdata".* >"$profiles/$name.fdata" \
                 2>"$profiles/$name.merge.log" || die "BOLT: merge-fdata of $file failed"
             "$BOLT" "$PLUGIN_DIR/$file" -o "$out/$file" "-data=$profiles/$name.fdata" \
