@@ -29,6 +29,8 @@ pub fn cores() -> usize {
 /// Serving threads, when `SOCIALGATE_SERVING_THREADS` does not say: one per
 /// core and one more, so that calls stuck in plugins (one per core at
 /// most; see [`crate::resilience::runaway`]) always leave one to accept.
+/// The one more stands by while the others are free
+/// ([`crate::http::serving`]).
 pub fn serving_threads() -> usize {
     let cores = cores();
     // For measuring (bench/run.sh): a count set by hand wins.

@@ -366,6 +366,47 @@ async fn a_plugin_stuck_in_a_step_holds_a_bounded_number_of_threads() {
     first.abort();
 }
 
+/// Healthy plugins under load: a call that finds every inline slot taken
+/// waits for one, and the thread beyond one per core stands by, so no
+/// thread is started for a plugin call. (Each such call once ran on a
+/// blocking-pool thread of its own: hundreds of threads under a heavy load,
+/// and hundreds of MiB held after it.)
+#[tokio::test]
+async fn healthy_plugins_under_load_start_no_threads() {
+    let stack = Stack::builder().start().await;
+    stack.primary.serve_fixtures().await;
+    let pid = stack.server.pid();
+    assert_eq!(stack.get(PATHS[0]).await.status, 200);
+    let before = thread_count(pid);
+
+    const CLIENTS: usize = 48;
+    const EACH: usize = 25;
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|_| {
+            let api = stack.api.clone();
+            tokio::spawn(async move {
+                for _ in 0..EACH {
+                    let a = api.get(PATHS[0]).await;
+                    assert_eq!(a.status, 200, "{a:?}");
+                }
+            })
+        })
+        .collect();
+    let mut most = before;
+    for client in clients {
+        while !client.is_finished() {
+            most = most.max(thread_count(pid));
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        client.await.expect("the client finished");
+    }
+    assert!(
+        most <= before,
+        "{} requests, {CLIENTS} at a time, grew the threads from {before} to {most}",
+        CLIENTS * EACH
+    );
+}
+
 /// Audit finding 7: a plugin that follows an upstream-supplied link would
 /// send its provider's key wherever the link points. The host refuses any
 /// request outside the provider's `base_url` origin: a failed attempt of

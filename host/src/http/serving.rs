@@ -17,7 +17,9 @@
 //! that never ends holds its thread, and the connections that thread
 //! serves with it. At most one plugin call per core runs on these threads
 //! at a time ([`crate::resilience::runaway`]), and there is one thread
-//! more, so a thread is always free to serve. When the watchdog sees a
+//! more, so a thread is always free to serve. That one stands by: while
+//! the others are free, connections go to one thread per core, so the
+//! threads serving never outnumber the inline slots. When the watchdog sees a
 //! call stuck past its budget, its thread is given up: it gets no more
 //! connections, a new thread takes its place, the connections still
 //! waiting in its inbox are handed to the others, and should its call ever
@@ -153,9 +155,17 @@ impl Serving {
 
 impl Shared {
     /// Hands `accepted` to the thread with the fewest connections open
-    /// among those not deep in a plugin call (or among all, if every one
-    /// is).
+    /// among the first one per core not deep in a plugin call (or among
+    /// all, if every one is).
+    ///
+    /// The thread beyond one per core stands by: it gets connections only
+    /// while another is passed over. Were it handed its share at all times,
+    /// three threads on two cores would vie for the two inline slots, and a
+    /// call waiting for one is woken from another thread: 40% of the
+    /// throughput of comment pages at 256 connections (bench/RESULTS.md).
     fn hand_over(&self, accepted: StdAccepted) {
+        static CORES: OnceLock<usize> = OnceLock::new();
+        let cores = *CORES.get_or_init(crate::runtime::cores);
         let threads = lock(&self.threads);
         let free = |thread: &&Arc<Thread>| {
             thread
@@ -168,6 +178,7 @@ impl Shared {
         let chosen = threads
             .iter()
             .filter(free)
+            .take(cores)
             .min_by_key(fewest)
             .or_else(|| threads.iter().min_by_key(fewest));
         let Some(thread) = chosen else {

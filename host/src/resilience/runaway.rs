@@ -10,12 +10,19 @@
 //!
 //! - At most one inline call per core runs at a time (there is one serving
 //!   thread more than there are cores: [`crate::http::serving`]), so even
-//!   calls that never end leave a thread free; a call that finds every
-//!   inline slot taken runs on the blocking pool instead.
+//!   calls that never end leave a thread free. A call that finds every
+//!   inline slot taken waits for one, first come first served, while the
+//!   thread serves other requests; only when no slot has come free for
+//!   [`PATIENCE`] (their holders are slow or stuck) does it run on the
+//!   blocking pool instead. Sending every such call to the pool at once
+//!   made the pool the busiest place under load: hundreds of short-lived
+//!   threads, each leaving its allocator pages behind, and a process
+//!   slower for minutes afterwards (bench/RESULTS.md).
 //! - Every call is timed. One that takes longer than [`BUDGET`] quarantines
 //!   its provider when it ends; one that does not end is seen by a watchdog
 //!   thread, which checks the calls in progress every [`WATCH_EVERY`] and
-//!   quarantines the provider of any call running past the budget. The
+//!   quarantines the provider of any call running past the budget, and
+//!   frees the inline slot it holds. The
 //!   thread a stuck call holds is lost, and so are the requests of the
 //!   connections it served; the watchdog tells the thread's owner
 //!   ([`when_this_thread_is_stuck`]), which starts another in its place
@@ -30,11 +37,11 @@
 //! Quarantine lasts for the life of the provider instance: a reload that
 //! sets the provider up anew (a new library, say) starts it clean.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, SemaphorePermit};
 
 use crate::sync::lock;
 
@@ -45,6 +52,11 @@ pub const BUDGET: Duration = plugin_api::ffi::STEP_BUDGET;
 pub const WATCH_EVERY: Duration = Duration::from_millis(100);
 /// Calls of one quarantined provider that may run at once.
 pub const MAX_POOLED: usize = 2;
+/// How long a call waits for an inline slot while none comes free before
+/// it runs on the blocking pool: far longer than healthy calls hold one
+/// (microseconds, a few at worst), short enough that a request waiting
+/// behind stuck calls is still answered promptly.
+pub const PATIENCE: Duration = Duration::from_millis(50);
 
 /// The call could not run: the runtime is shutting down, or it panicked
 /// outside the plugin's own guard.
@@ -57,14 +69,20 @@ pub struct StepRunner {
     provider: String,
     quarantined: AtomicBool,
     pooled: Arc<Semaphore>,
+    inline: &'static InlineSlots,
 }
 
 impl StepRunner {
     pub fn new(provider: &str) -> Arc<StepRunner> {
+        StepRunner::sharing(provider, InlineSlots::process_wide())
+    }
+
+    fn sharing(provider: &str, inline: &'static InlineSlots) -> Arc<StepRunner> {
         Arc::new(StepRunner {
             provider: provider.to_owned(),
             quarantined: AtomicBool::new(false),
             pooled: Arc::new(Semaphore::new(MAX_POOLED)),
+            inline,
         })
     }
 
@@ -84,15 +102,20 @@ impl StepRunner {
         }
     }
 
-    /// Runs `call`: inline while the provider behaves and an inline slot is
-    /// free, on the blocking pool otherwise.
+    /// Runs `call`: inline while the provider behaves and an inline slot
+    /// comes free, on the blocking pool otherwise.
     pub async fn run<T: Send + 'static>(
         self: &Arc<Self>,
         call: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, NotRun> {
         if !self.is_quarantined() {
-            if let Some(_slot) = InlineSlot::take() {
-                return Ok(self.timed(call));
+            let slot = match self.inline.take() {
+                Some(slot) => Some(slot),
+                None => self.inline.wait().await,
+            };
+            // Quarantined while this call waited: not inline after all.
+            if let (Some(slot), false) = (slot, self.is_quarantined()) {
+                return Ok(self.timed(call, Some(slot)));
             }
         }
         let slot = if self.is_quarantined() {
@@ -112,18 +135,19 @@ impl StepRunner {
         tokio::task::spawn_blocking(move || {
             // Held until the call really ends, stuck or not.
             let _slot = slot;
-            span.in_scope(|| runner.timed(call))
+            span.in_scope(|| runner.timed(call, None))
         })
         .await
         .map_err(|_| NotRun)
     }
 
     /// Runs `call` here, watched, and quarantines the provider if it took
-    /// too long.
-    fn timed<T>(self: &Arc<Self>, call: impl FnOnce() -> T) -> T {
+    /// too long. The inline slot, if any, is the watchdog's to free should
+    /// the call not end.
+    fn timed<T>(self: &Arc<Self>, call: impl FnOnce() -> T, slot: Option<InlineSlot>) -> T {
         let started = Instant::now();
         let output = {
-            let _watched = Watchdog::get().watch(self, started);
+            let _watched = Watchdog::get().watch(self, started, slot);
             call()
         };
         let took = started.elapsed();
@@ -134,39 +158,90 @@ impl StepRunner {
     }
 }
 
-/// One of the inline slots: one per core, so that calls that never end
-/// cannot hold every worker.
-struct InlineSlot;
+/// The inline slots: one per core, so that calls that never end cannot
+/// hold every worker.
+struct InlineSlots {
+    free: Semaphore,
+    /// Slots freed so far, for a waiting call to tell a line that moves
+    /// from holders that are slow or stuck.
+    freed: AtomicU64,
+}
 
-static INLINE_NOW: AtomicUsize = AtomicUsize::new(0);
-
-impl InlineSlot {
-    fn take() -> Option<InlineSlot> {
-        static LIMIT: OnceLock<usize> = OnceLock::new();
-        let limit = *LIMIT.get_or_init(crate::runtime::cores);
-        INLINE_NOW
-            .fetch_update(Ordering::Acquire, Ordering::Relaxed, |now| {
-                (now < limit).then_some(now + 1)
-            })
-            .ok()
-            .map(|_| InlineSlot)
+impl InlineSlots {
+    /// The process's: every provider's calls share the serving threads.
+    fn process_wide() -> &'static InlineSlots {
+        static SLOTS: OnceLock<InlineSlots> = OnceLock::new();
+        SLOTS.get_or_init(|| InlineSlots::new(crate::runtime::cores()))
     }
+
+    fn new(slots: usize) -> InlineSlots {
+        InlineSlots {
+            free: Semaphore::new(slots),
+            freed: AtomicU64::new(0),
+        }
+    }
+
+    /// A slot, if one is free and no call is waiting for one.
+    fn take(&'static self) -> Option<InlineSlot> {
+        let permit = self.free.try_acquire().ok()?;
+        Some(InlineSlot {
+            slots: self,
+            _permit: permit,
+        })
+    }
+
+    /// Waits in line for a slot, for as long as slots keep coming free;
+    /// `None` once none has for [`PATIENCE`].
+    async fn wait(&'static self) -> Option<InlineSlot> {
+        let mut freed_before = self.freed.load(Ordering::Relaxed);
+        let acquire = self.free.acquire();
+        tokio::pin!(acquire);
+        loop {
+            tokio::select! {
+                biased;
+                permit = &mut acquire => {
+                    return permit.ok().map(|permit| InlineSlot { slots: self, _permit: permit });
+                }
+                () = tokio::time::sleep(PATIENCE) => {
+                    let freed = self.freed.load(Ordering::Relaxed);
+                    if freed == freed_before {
+                        return None;
+                    }
+                    freed_before = freed;
+                }
+            }
+        }
+    }
+}
+
+/// One of the [`InlineSlots`], freed when dropped.
+struct InlineSlot {
+    slots: &'static InlineSlots,
+    _permit: SemaphorePermit<'static>,
 }
 
 impl Drop for InlineSlot {
     fn drop(&mut self) {
-        INLINE_NOW.fetch_sub(1, Ordering::Release);
+        self.slots.freed.fetch_add(1, Ordering::Relaxed);
     }
 }
 
 /// What to do when this thread is seen stuck in a plugin call.
 type WhenStuck = Box<dyn Fn() + Send + Sync>;
 
+/// A plugin call in progress, as the watchdog sees it.
+struct Call {
+    started: Instant,
+    runner: Arc<StepRunner>,
+    /// Held until the call ends, or the watchdog sees it stuck.
+    slot: Option<InlineSlot>,
+}
+
 /// What one thread is running, for the watchdog.
 #[derive(Default)]
 struct Running {
-    /// The call in progress: since when, and whose.
-    call: Mutex<Option<(Instant, Arc<StepRunner>)>>,
+    /// The call in progress.
+    call: Mutex<Option<Call>>,
     /// Set by the thread's owner ([`when_this_thread_is_stuck`]).
     when_stuck: Mutex<Option<Arc<WhenStuck>>>,
     /// The start of the call last said stuck: each is said once.
@@ -214,7 +289,7 @@ impl ThreadCalls {
     pub fn in_call_for(&self) -> Option<Duration> {
         lock(&self.0.call)
             .as_ref()
-            .map(|(started, _)| started.elapsed())
+            .map(|call| call.started.elapsed())
     }
 }
 
@@ -266,15 +341,26 @@ impl Watchdog {
         })
     }
 
-    /// Notes that this thread runs a call of `runner` since `started`.
-    fn watch(&self, runner: &Arc<StepRunner>, started: Instant) -> Watched {
+    /// Notes that this thread runs a call of `runner` since `started`,
+    /// holding `slot`.
+    fn watch(
+        &self,
+        runner: &Arc<StepRunner>,
+        started: Instant,
+        slot: Option<InlineSlot>,
+    ) -> Watched {
         let running = self.this_thread();
-        *lock(&running.call) = Some((started, runner.clone()));
+        *lock(&running.call) = Some(Call {
+            started,
+            runner: runner.clone(),
+            slot,
+        });
         Watched(running)
     }
 
     /// Quarantines the provider of every call running past the budget,
-    /// and tells the owner of each thread stuck so (once a call).
+    /// frees the inline slot it holds, and tells the owner of each thread
+    /// stuck so (once a call).
     fn inspect(&self) {
         let threads = {
             let mut threads = lock(&self.threads);
@@ -285,15 +371,19 @@ impl Watchdog {
             threads.clone()
         };
         for running in threads {
-            let Some((started, took, runner)) = lock(&running.call)
-                .as_ref()
-                .map(|(started, runner)| (*started, started.elapsed(), runner.clone()))
-            else {
-                continue;
+            let (started, took, runner) = {
+                let mut call = lock(&running.call);
+                let Some(call) = call.as_mut() else {
+                    continue;
+                };
+                let took = call.started.elapsed();
+                if took <= BUDGET {
+                    continue;
+                }
+                // Under the lock: freed once, by whoever comes first.
+                call.slot.take();
+                (call.started, took, call.runner.clone())
             };
-            if took <= BUDGET {
-                continue;
-            }
             runner.quarantine(took);
             let first_time = lock(&running.said_stuck).replace(started) != Some(started);
             let when_stuck = lock(&running.when_stuck).clone();
@@ -307,10 +397,110 @@ impl Watchdog {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    /// Inline slots of a test's own, so that tests running at once in this
+    /// process do not take each other's.
+    fn own_slots(slots: usize) -> &'static InlineSlots {
+        Box::leak(Box::new(InlineSlots::new(slots)))
+    }
+
+    /// Takes every one of `slots` with a call of `runner`'s on a thread of
+    /// its own, each until it is sent `()`.
+    fn hold_every_slot(
+        runner: &Arc<StepRunner>,
+        slots: usize,
+    ) -> (
+        std::sync::mpsc::Sender<()>,
+        Vec<std::thread::JoinHandle<()>>,
+    ) {
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let released = Arc::new(Mutex::new(released));
+        let holders = (0..slots)
+            .map(|_| {
+                let (runner, released) = (runner.clone(), released.clone());
+                std::thread::spawn(move || {
+                    let runtime = crate::runtime::serving().unwrap();
+                    runtime
+                        .block_on(runner.run(move || lock(&released).recv()))
+                        .unwrap()
+                        .unwrap();
+                })
+            })
+            .collect();
+        let started = Instant::now();
+        while runner.inline.free.available_permits() > 0
+            && started.elapsed() < Duration::from_secs(5)
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(runner.inline.free.available_permits(), 0, "every slot held");
+        (release, holders)
+    }
+
+    /// Under load every slot is often taken for a moment: a call waits for
+    /// one rather than start a thread of its own.
+    #[tokio::test]
+    async fn a_call_finding_every_slot_taken_waits_for_one_to_come_free() {
+        let runner = StepRunner::sharing("busy", own_slots(2));
+        let (release, holders) = hold_every_slot(&runner, 2);
+        let here = std::thread::current().id();
+        let (ran_on, ()) = tokio::join!(runner.run(|| std::thread::current().id()), async {
+            tokio::time::sleep(PATIENCE / 10).await;
+            release.send(()).unwrap();
+        });
+        assert_eq!(ran_on.unwrap(), here, "inline, once a slot came free");
+        release.send(()).unwrap();
+        for holder in holders {
+            holder.join().unwrap();
+        }
+        assert!(!runner.is_quarantined());
+    }
+
+    /// Holders that do not let go (slow, or stuck before the watchdog can
+    /// tell): a call waits no longer than [`PATIENCE`] for them.
+    #[tokio::test]
+    async fn a_call_behind_slots_that_stay_taken_runs_off_the_serving_thread() {
+        let runner = StepRunner::sharing("slow", own_slots(2));
+        let (release, holders) = hold_every_slot(&runner, 2);
+        let here = std::thread::current().id();
+        let started = Instant::now();
+        let ran_on = runner.run(|| std::thread::current().id()).await.unwrap();
+        assert_ne!(ran_on, here, "on the blocking pool");
+        assert!(started.elapsed() >= PATIENCE, "after waiting its patience");
+        for _ in 0..2 {
+            release.send(()).unwrap();
+        }
+        for holder in holders {
+            holder.join().unwrap();
+        }
+    }
+
+    /// A stuck call's slot is freed when the watchdog sees it: calls that
+    /// never end do not leave the others without slots for good.
+    #[tokio::test]
+    async fn the_slot_of_a_stuck_call_is_freed_for_the_others() {
+        let stuck = StepRunner::sharing("stuck", own_slots(1));
+        let (release, holder) = hold_every_slot(&stuck, 1);
+        let quick = StepRunner::sharing("quick", stuck.inline);
+        let started = Instant::now();
+        while !stuck.is_quarantined() && started.elapsed() < BUDGET * 5 {
+            tokio::time::sleep(WATCH_EVERY / 2).await;
+        }
+        assert!(stuck.is_quarantined());
+        let here = std::thread::current().id();
+        let ran_on = quick.run(|| std::thread::current().id()).await.unwrap();
+        assert_eq!(ran_on, here, "inline, in the stuck call's slot");
+        release.send(()).unwrap();
+        for holder in holder {
+            holder.join().unwrap();
+        }
+        assert_eq!(stuck.inline.free.available_permits(), 1, "freed once");
+    }
 
     #[tokio::test]
     async fn a_well_behaved_provider_runs_inline() {
-        let runner = StepRunner::new("quick");
+        let runner = StepRunner::sharing("quick", own_slots(1));
         let here = std::thread::current().id();
         let ran_on = runner.run(|| std::thread::current().id()).await.unwrap();
         assert_eq!(ran_on, here);
@@ -322,7 +512,7 @@ mod tests {
     /// told nothing more.
     #[test]
     fn the_owner_of_a_thread_stuck_in_a_call_is_told_once() {
-        let runner = StepRunner::new("stuck on its thread");
+        let runner = StepRunner::sharing("stuck on its thread", own_slots(1));
         let told = Arc::new(AtomicUsize::new(0));
         let (release, released) = std::sync::mpsc::channel::<()>();
         let thread = {
@@ -354,7 +544,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_quarantined_provider_holds_at_most_its_threads() {
-        let runner = StepRunner::new("stuck");
+        let runner = StepRunner::sharing("stuck", own_slots(1));
         runner.quarantine(BUDGET);
         let (release, released) = std::sync::mpsc::channel::<()>();
         let released = Arc::new(Mutex::new(released));
