@@ -19,9 +19,9 @@ use std::time::Duration;
 
 use tokio::runtime::{Builder, Handle, Runtime};
 
-/// The cores this process may run on: as many plugin calls may run on the
-/// serving threads at once ([`crate::resilience::runaway`]), and there is
-/// one serving thread more.
+/// The cores this process may run on: as many plugin calls may hold an
+/// inline slot on the serving threads at once
+/// ([`crate::resilience::runaway`]), and there is one serving thread more.
 pub fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, usize::from)
 }
@@ -29,8 +29,8 @@ pub fn cores() -> usize {
 /// Serving threads, when `SOCIALGATE_SERVING_THREADS` does not say: one per
 /// core and one more, so that calls stuck in plugins (one per core at
 /// most; see [`crate::resilience::runaway`]) always leave one to accept.
-/// The one more stands by while the others are free
-/// ([`crate::http::serving`]).
+/// Threads beyond one per core stand by while the others are free
+/// ([`crate::http::serving`]), whatever the count.
 pub fn serving_threads() -> usize {
     let cores = cores();
     // For measuring (bench/run.sh): a count set by hand wins.

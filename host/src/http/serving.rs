@@ -15,11 +15,11 @@
 //! thread with the fewest open, passing over a thread that is in a plugin
 //! call for longer than a normal call takes ([`PASS_OVER_AFTER`]): a call
 //! that never ends holds its thread, and the connections that thread
-//! serves with it. At most one plugin call per core runs on these threads
-//! at a time ([`crate::resilience::runaway`]), and there is one thread
-//! more, so a thread is always free to serve. That one stands by: while
-//! the others are free, connections go to one thread per core, so the
-//! threads serving never outnumber the inline slots. When the watchdog sees a
+//! serves with it. At most one plugin call per core holds an inline slot
+//! on these threads ([`crate::resilience::runaway`]), and there is one
+//! thread more, so a thread is always free to serve. That one stands by:
+//! while the others are free, new connections go to one thread per core,
+//! so that threads vying for the slots are rare. When the watchdog sees a
 //! call stuck past its budget, its thread is given up: it gets no more
 //! connections, a new thread takes its place, the connections still
 //! waiting in its inbox are handed to the others, and should its call ever

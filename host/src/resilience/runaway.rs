@@ -8,26 +8,26 @@
 //! back. The defence is to notice, and never to run that provider's code
 //! inline again:
 //!
-//! - At most one inline call per core runs at a time (there is one serving
+//! - At most one call per core holds an inline slot (there is one serving
 //!   thread more than there are cores: [`crate::http::serving`]), so even
 //!   calls that never end leave a thread free. A call that finds every
-//!   inline slot taken waits for one, first come first served, while the
-//!   thread serves other requests; only when no slot has come free for
-//!   [`PATIENCE`] (their holders are slow or stuck) does it run on the
-//!   blocking pool instead. Sending every such call to the pool at once
-//!   made the pool the busiest place under load: hundreds of short-lived
-//!   threads, each leaving its allocator pages behind, and a process
-//!   slower for minutes afterwards (bench/RESULTS.md).
+//!   slot taken waits for one while its thread serves other requests; only
+//!   when no slot has come free for [`PATIENCE`] (their holders are slow
+//!   or stuck) does it run on the blocking pool instead. Sending every
+//!   such call to the pool at once made the pool the busiest place under
+//!   load: hundreds of short-lived threads, each leaving its allocator
+//!   pages behind, and a process slower for minutes afterwards
+//!   (bench/RESULTS.md).
 //! - Every call is timed. One that takes longer than [`BUDGET`] quarantines
 //!   its provider when it ends; one that does not end is seen by a watchdog
-//!   thread, which checks the calls in progress every [`WATCH_EVERY`] and
-//!   quarantines the provider of any call running past the budget, and
-//!   frees the inline slot it holds. The
-//!   thread a stuck call holds is lost, and so are the requests of the
-//!   connections it served; the watchdog tells the thread's owner
-//!   ([`when_this_thread_is_stuck`]), which starts another in its place
-//!   and hands it the connections the lost one had not begun to serve,
-//!   and that provider's code never runs inline again.
+//!   thread, which checks the calls in progress every [`WATCH_EVERY`],
+//!   quarantines the provider of any call running past the budget and
+//!   then frees the inline slot the call holds. The thread a stuck call
+//!   holds is lost, and so are the requests of the connections it served;
+//!   the watchdog tells the thread's owner ([`when_this_thread_is_stuck`]),
+//!   which starts another in its place and hands it the connections the
+//!   lost one had not begun to serve, and that provider's code never runs
+//!   inline again.
 //! - A quarantined provider's calls run on the blocking pool, at most
 //!   [`MAX_POOLED`] at a time; each holds its slot until it really ends, and
 //!   a call waits for a slot within its attempt's timeout. So a stuck plugin
@@ -37,11 +37,11 @@
 //! Quarantine lasts for the life of the provider instance: a reload that
 //! sets the provider up anew (a new library, say) starts it clean.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio::sync::{Notify, Semaphore};
 
 use crate::sync::lock;
 
@@ -146,66 +146,91 @@ impl StepRunner {
     /// the call not end.
     fn timed<T>(self: &Arc<Self>, call: impl FnOnce() -> T, slot: Option<InlineSlot>) -> T {
         let started = Instant::now();
-        let output = {
-            let _watched = Watchdog::get().watch(self, started, slot);
-            call()
-        };
+        let watched = Watchdog::get().watch(self, started, slot);
+        let output = call();
+        let slot = watched.end();
         let took = started.elapsed();
         if took > BUDGET {
             self.quarantine(took);
         }
+        // Freed only now: a call waiting for it must find the provider
+        // quarantined.
+        drop(slot);
         output
     }
 }
 
 /// The inline slots: one per core, so that calls that never end cannot
 /// hold every worker.
+///
+/// Not a semaphore that hands a freed slot to the first call in line: a
+/// call in line on a thread that is stuck would hold the slot it was
+/// handed for ever. A waiting call is only woken here, and takes a slot
+/// itself when its thread runs it.
 struct InlineSlots {
-    free: Semaphore,
+    limit: usize,
+    taken: AtomicUsize,
+    /// Calls waiting for a slot: freeing one wakes a call only when one
+    /// waits.
+    waiting: AtomicUsize,
+    one_freed: Notify,
     /// Slots freed so far, for a waiting call to tell a line that moves
     /// from holders that are slow or stuck.
     freed: AtomicU64,
+    /// How long a waiting call bears with no slot freed ([`PATIENCE`]).
+    patience: Duration,
 }
 
 impl InlineSlots {
     /// The process's: every provider's calls share the serving threads.
     fn process_wide() -> &'static InlineSlots {
         static SLOTS: OnceLock<InlineSlots> = OnceLock::new();
-        SLOTS.get_or_init(|| InlineSlots::new(crate::runtime::cores()))
+        SLOTS.get_or_init(|| InlineSlots::new(crate::runtime::cores(), PATIENCE))
     }
 
-    fn new(slots: usize) -> InlineSlots {
+    fn new(limit: usize, patience: Duration) -> InlineSlots {
         InlineSlots {
-            free: Semaphore::new(slots),
+            limit,
+            taken: AtomicUsize::new(0),
+            waiting: AtomicUsize::new(0),
+            one_freed: Notify::new(),
             freed: AtomicU64::new(0),
+            patience,
         }
     }
 
-    /// A slot, if one is free and no call is waiting for one.
+    /// A slot, if one is free.
     fn take(&'static self) -> Option<InlineSlot> {
-        let permit = self.free.try_acquire().ok()?;
-        Some(InlineSlot {
-            slots: self,
-            _permit: permit,
-        })
+        // SeqCst here, in `wait` and in `InlineSlot::drop`: a waiting call
+        // that missed the freed slot is certain to be woken.
+        self.taken
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |taken| {
+                (taken < self.limit).then_some(taken + 1)
+            })
+            .ok()
+            .map(|_| InlineSlot { slots: self })
     }
 
-    /// Waits in line for a slot, for as long as slots keep coming free;
-    /// `None` once none has for [`PATIENCE`].
+    /// Waits for a slot, for as long as slots keep coming free; `None` once
+    /// none has for its patience.
     async fn wait(&'static self) -> Option<InlineSlot> {
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        let _counted = Waiting(&self.waiting);
         let mut freed_before = self.freed.load(Ordering::Relaxed);
-        let acquire = self.free.acquire();
-        tokio::pin!(acquire);
         loop {
+            let woken = self.one_freed.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            if let Some(slot) = self.take() {
+                return Some(slot);
+            }
             tokio::select! {
                 biased;
-                permit = &mut acquire => {
-                    return permit.ok().map(|permit| InlineSlot { slots: self, _permit: permit });
-                }
-                () = tokio::time::sleep(PATIENCE) => {
+                () = &mut woken => {}
+                () = tokio::time::sleep(self.patience) => {
                     let freed = self.freed.load(Ordering::Relaxed);
                     if freed == freed_before {
-                        return None;
+                        return self.take();
                     }
                     freed_before = freed;
                 }
@@ -214,15 +239,29 @@ impl InlineSlots {
     }
 }
 
+/// Counts a call in [`InlineSlots::wait`] until it stops waiting, however
+/// it stops.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// One of the [`InlineSlots`], freed when dropped.
 struct InlineSlot {
     slots: &'static InlineSlots,
-    _permit: SemaphorePermit<'static>,
 }
 
 impl Drop for InlineSlot {
     fn drop(&mut self) {
-        self.slots.freed.fetch_add(1, Ordering::Relaxed);
+        let slots = self.slots;
+        slots.freed.fetch_add(1, Ordering::Relaxed);
+        slots.taken.fetch_sub(1, Ordering::SeqCst);
+        if slots.waiting.load(Ordering::SeqCst) > 0 {
+            slots.one_freed.notify_one();
+        }
     }
 }
 
@@ -302,9 +341,19 @@ impl Drop for WhenStuckGuard {
 /// Clears the thread's entry when the call ends (or unwinds).
 struct Watched(Arc<Running>);
 
+impl Watched {
+    /// Clears the entry; the call's inline slot, unless the watchdog has
+    /// freed it.
+    fn end(&self) -> Option<InlineSlot> {
+        let call = lock(&self.0.call).take();
+        call.and_then(|call| call.slot)
+    }
+}
+
 impl Drop for Watched {
     fn drop(&mut self) {
-        *lock(&self.0.call) = None;
+        // Dropped once the lock is let go: freeing a slot wakes a call.
+        drop(self.end());
     }
 }
 
@@ -371,7 +420,7 @@ impl Watchdog {
             threads.clone()
         };
         for running in threads {
-            let (started, took, runner) = {
+            let (started, took, runner, slot) = {
                 let mut call = lock(&running.call);
                 let Some(call) = call.as_mut() else {
                     continue;
@@ -380,9 +429,8 @@ impl Watchdog {
                 if took <= BUDGET {
                     continue;
                 }
-                // Under the lock: freed once, by whoever comes first.
-                call.slot.take();
-                (call.started, took, call.runner.clone())
+                // Taken under the lock: freed once, by whoever comes first.
+                (call.started, took, call.runner.clone(), call.slot.take())
             };
             runner.quarantine(took);
             let first_time = lock(&running.said_stuck).replace(started) != Some(started);
@@ -390,6 +438,9 @@ impl Watchdog {
             if let (true, Some(when_stuck)) = (first_time, when_stuck) {
                 when_stuck();
             }
+            // Freed last: whoever takes it finds the provider quarantined
+            // and the stuck thread given up.
+            drop(slot);
         }
     }
 }
@@ -397,12 +448,17 @@ impl Watchdog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicUsize;
 
     /// Inline slots of a test's own, so that tests running at once in this
     /// process do not take each other's.
     fn own_slots(slots: usize) -> &'static InlineSlots {
-        Box::leak(Box::new(InlineSlots::new(slots)))
+        Box::leak(Box::new(InlineSlots::new(slots, PATIENCE)))
+    }
+
+    /// Slots whose waiting calls bear a long time with none freed: for
+    /// tests that free one when they choose, on a machine however busy.
+    fn patient_slots(slots: usize) -> &'static InlineSlots {
+        Box::leak(Box::new(InlineSlots::new(slots, Duration::from_secs(30))))
     }
 
     /// Takes every one of `slots` with a call of `runner`'s on a thread of
@@ -429,12 +485,16 @@ mod tests {
             })
             .collect();
         let started = Instant::now();
-        while runner.inline.free.available_permits() > 0
+        while runner.inline.taken.load(Ordering::SeqCst) < slots
             && started.elapsed() < Duration::from_secs(5)
         {
             std::thread::sleep(Duration::from_millis(1));
         }
-        assert_eq!(runner.inline.free.available_permits(), 0, "every slot held");
+        assert_eq!(
+            runner.inline.taken.load(Ordering::SeqCst),
+            slots,
+            "every slot held"
+        );
         (release, holders)
     }
 
@@ -442,7 +502,7 @@ mod tests {
     /// one rather than start a thread of its own.
     #[tokio::test]
     async fn a_call_finding_every_slot_taken_waits_for_one_to_come_free() {
-        let runner = StepRunner::sharing("busy", own_slots(2));
+        let runner = StepRunner::sharing("busy", patient_slots(2));
         let (release, holders) = hold_every_slot(&runner, 2);
         let here = std::thread::current().id();
         let (ran_on, ()) = tokio::join!(runner.run(|| std::thread::current().id()), async {
@@ -455,6 +515,66 @@ mod tests {
             holder.join().unwrap();
         }
         assert!(!runner.is_quarantined());
+    }
+
+    /// A call waiting for a slot on a thread that then gets stuck (in
+    /// another call, say) takes no slot with it: a slot freed meanwhile
+    /// goes to a call whose thread runs.
+    #[tokio::test]
+    async fn a_call_waiting_on_a_stuck_thread_keeps_no_slot() {
+        let slots = patient_slots(1);
+        let runner = StepRunner::sharing("busy", slots);
+        let (release, holder) = hold_every_slot(&runner, 1);
+        let (unstick, stuck) = std::sync::mpsc::channel::<()>();
+        let (now_stuck, is_stuck) = std::sync::mpsc::channel::<()>();
+        let stuck_thread = {
+            let runner = runner.clone();
+            std::thread::spawn(move || {
+                let runtime = crate::runtime::serving().unwrap();
+                runtime.block_on(async move {
+                    let waiting = tokio::spawn(async move { runner.run(|| ()).await });
+                    let since = Instant::now();
+                    while slots.waiting.load(Ordering::SeqCst) == 0
+                        && since.elapsed() < Duration::from_secs(5)
+                    {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                    // The thread is held from here: its waiting call is
+                    // not run.
+                    now_stuck.send(()).unwrap();
+                    let _ = stuck.recv();
+                    waiting.await
+                })
+            })
+        };
+        is_stuck
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the other thread is held");
+        assert_eq!(
+            slots.waiting.load(Ordering::SeqCst),
+            1,
+            "a call waits there"
+        );
+        release.send(()).unwrap();
+        for holder in holder {
+            holder.join().unwrap();
+        }
+        let here = std::thread::current().id();
+        let ran_on = tokio::time::timeout(
+            Duration::from_secs(5),
+            runner.run(|| std::thread::current().id()),
+        )
+        .await
+        .expect("the freed slot, not a wait for it")
+        .unwrap();
+        assert_eq!(ran_on, here);
+        unstick.send(()).unwrap();
+        let waited = stuck_thread.join().unwrap();
+        assert_eq!(
+            waited.unwrap(),
+            Ok(()),
+            "the waiting call ran once its thread did"
+        );
     }
 
     /// Holders that do not let go (slow, or stuck before the watchdog can
@@ -495,7 +615,7 @@ mod tests {
         for holder in holder {
             holder.join().unwrap();
         }
-        assert_eq!(stuck.inline.free.available_permits(), 1, "freed once");
+        assert_eq!(stuck.inline.taken.load(Ordering::SeqCst), 0, "freed once");
     }
 
     #[tokio::test]
