@@ -396,8 +396,8 @@ async fn healthy_plugins_under_load_start_no_threads_for_their_calls() {
         client.await.expect("the client finished");
     }
     // A blocking-pool thread lives on for 10 s after its last call: any
-    // started for the load is still there. (Room for two: a call waits
-    // 50 ms at most for holders its busy machine does not run.)
+    // started for the load is still there. (Room for two: a call that
+    // waits 50 ms for holders a busy machine does not run goes there.)
     let after = thread_count(pid);
     assert!(
         after <= before + 2,

@@ -29,7 +29,8 @@
 //!   lost one had not begun to serve, and that provider's code never runs
 //!   inline again.
 //! - A quarantined provider's calls run on the blocking pool, at most
-//!   [`MAX_POOLED`] at a time; each holds its slot until it really ends, and
+//!   [`MAX_POOLED`] at a time; each holds its pool place until it really
+//!   ends, and
 //!   a call waits for a slot within its attempt's timeout. So a stuck plugin
 //!   holds a bounded number of threads whatever the traffic, its attempts
 //!   fail by their timeout, and its breaker opens.
@@ -170,8 +171,8 @@ impl StepRunner {
 struct InlineSlots {
     limit: usize,
     taken: AtomicUsize,
-    /// Calls waiting for a slot: freeing one wakes a call only when one
-    /// waits.
+    /// Calls waiting for a slot (for good, those on a stuck thread):
+    /// freeing one wakes a call only when one waits.
     waiting: AtomicUsize,
     one_freed: Notify,
     /// Slots freed so far, for a waiting call to tell a line that moves
@@ -201,8 +202,10 @@ impl InlineSlots {
 
     /// A slot, if one is free.
     fn take(&'static self) -> Option<InlineSlot> {
-        // SeqCst here, in `wait` and in `InlineSlot::drop`: a waiting call
-        // that missed the freed slot is certain to be woken.
+        // SeqCst here, in `wait` and in `InlineSlot::drop`: a freed slot
+        // is seen by a waiting call's next try, or wakes one. (One woken on
+        // a thread now stuck takes the wake-up with it: the call behind it
+        // finds the slot when its patience runs out.)
         self.taken
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |taken| {
                 (taken < self.limit).then_some(taken + 1)
@@ -351,9 +354,17 @@ impl Watched {
 }
 
 impl Drop for Watched {
+    /// Ends the call if [`StepRunner::timed`] did not: it unwound.
     fn drop(&mut self) {
-        // Dropped once the lock is let go: freeing a slot wakes a call.
-        drop(self.end());
+        // Taken out under the lock, dropped once it is let go: freeing a
+        // slot wakes a call.
+        let call = lock(&self.0.call).take();
+        if let Some(call) = call {
+            let took = call.started.elapsed();
+            if took > BUDGET {
+                call.runner.quarantine(took);
+            }
+        }
     }
 }
 
@@ -408,8 +419,8 @@ impl Watchdog {
     }
 
     /// Quarantines the provider of every call running past the budget,
-    /// frees the inline slot it holds, and tells the owner of each thread
-    /// stuck so (once a call).
+    /// tells the owner of each thread stuck so (once a call), then frees
+    /// the inline slot the call holds.
     fn inspect(&self) {
         let threads = {
             let mut threads = lock(&self.threads);
@@ -505,10 +516,16 @@ mod tests {
         let runner = StepRunner::sharing("busy", patient_slots(2));
         let (release, holders) = hold_every_slot(&runner, 2);
         let here = std::thread::current().id();
-        let (ran_on, ()) = tokio::join!(runner.run(|| std::thread::current().id()), async {
+        // Well within the patience: the freed slot wakes the call.
+        let waited = tokio::time::timeout(
+            Duration::from_secs(5),
+            runner.run(|| std::thread::current().id()),
+        );
+        let (ran_on, ()) = tokio::join!(waited, async {
             tokio::time::sleep(PATIENCE / 10).await;
             release.send(()).unwrap();
         });
+        let ran_on = ran_on.expect("woken when the slot came free");
         assert_eq!(ran_on.unwrap(), here, "inline, once a slot came free");
         release.send(()).unwrap();
         for holder in holders {
@@ -604,10 +621,13 @@ mod tests {
         let (release, holder) = hold_every_slot(&stuck, 1);
         let quick = StepRunner::sharing("quick", stuck.inline);
         let started = Instant::now();
-        while !stuck.is_quarantined() && started.elapsed() < BUDGET * 5 {
+        while stuck.inline.taken.load(Ordering::SeqCst) > 0 && started.elapsed() < BUDGET * 5 {
             tokio::time::sleep(WATCH_EVERY / 2).await;
         }
-        assert!(stuck.is_quarantined());
+        assert!(
+            stuck.is_quarantined(),
+            "quarantined before its slot is freed"
+        );
         let here = std::thread::current().id();
         let ran_on = quick.run(|| std::thread::current().id()).await.unwrap();
         assert_eq!(ran_on, here, "inline, in the stuck call's slot");
