@@ -41,6 +41,102 @@ pub fn serving_threads() -> usize {
         .unwrap_or(cores + 1)
 }
 
+/// Pins this thread, a serving thread numbered `number`, to a core of its
+/// own: serving threads 0 to one fewer than the cores, each to the one of
+/// that rank among the CPUs the process may run on. Not the threads beyond
+/// (the one standing by, and those started in a stuck thread's place),
+/// nor when the process may run on more CPUs than it has cores to use (a
+/// CPU quota), nor when `SOCIALGATE_PIN_SERVING_THREADS=0`.
+///
+/// Why: on a machine whose cores the server shares (with a load generator
+/// and an upstream on the same two cores, in bench/run.sh), the scheduler
+/// otherwise moves the serving threads around and now and then stacks both
+/// on one core, and a thread waiting for its core holds its connections'
+/// answers: p99 at `profile@32` 1.24-4.32 ms unpinned against 1.31-2.16
+/// pinned in 21 interleaved lab rounds, throughput the same or a few
+/// percent more (bench/RESULTS.md).
+pub fn pin_serving_thread(number: usize) {
+    if number >= cores() || std::env::var("SOCIALGATE_PIN_SERVING_THREADS").is_ok_and(|v| v == "0")
+    {
+        return;
+    }
+    affinity::pin_to_rank(number);
+}
+
+/// Lets this thread run on every CPU the process may: for threads a
+/// pinned serving thread starts (they inherit its one CPU), which must not
+/// crowd it, a plugin call stuck on one least of all.
+pub fn unpin_this_thread() {
+    affinity::unpin();
+}
+
+#[cfg(target_os = "linux")]
+mod affinity {
+    use std::sync::OnceLock;
+
+    /// The CPUs the process may run on, as the first thread to ask found
+    /// them (before any serving thread pinned itself: each is started by an
+    /// unpinned thread, and asks before it pins itself).
+    fn process_cpus() -> Option<&'static libc::cpu_set_t> {
+        static CPUS: OnceLock<Option<libc::cpu_set_t>> = OnceLock::new();
+        CPUS.get_or_init(|| {
+            // SAFETY: a zeroed cpu_set_t is a valid empty set, and the call
+            // writes at most its size.
+            let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+            let got = unsafe {
+                libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set)
+            };
+            (got == 0).then_some(set)
+        })
+        .as_ref()
+    }
+
+    pub fn pin_to_rank(rank: usize) {
+        let Some(cpus) = process_cpus() else {
+            return;
+        };
+        let allowed: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+            // SAFETY: `cpu` is within the set's size.
+            .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, cpus) })
+            .collect();
+        // More CPUs than cores to use: a quota; the scheduler knows better.
+        if allowed.len() != super::cores() {
+            return;
+        }
+        let Some(&cpu) = allowed.get(rank) else {
+            return;
+        };
+        // SAFETY: as above.
+        let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        unsafe { libc::CPU_SET(cpu, &mut one) };
+        set(&one, &format!("pinned to CPU {cpu}"));
+    }
+
+    pub fn unpin() {
+        if let Some(cpus) = process_cpus() {
+            set(cpus, "unpinned");
+        }
+    }
+
+    fn set(cpus: &libc::cpu_set_t, what: &str) {
+        // SAFETY: `cpus` is a valid set of the size given.
+        let done =
+            unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), cpus) };
+        if done == 0 {
+            tracing::debug!("this thread is {what}");
+        } else {
+            let e = std::io::Error::last_os_error();
+            tracing::warn!("this thread could not be {what}: {e}");
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+mod affinity {
+    pub fn pin_to_rank(_rank: usize) {}
+    pub fn unpin() {}
+}
+
 /// The control runtime: two workers (one may be busy starting a reload's
 /// plugins while the other keeps the shared store's connection going).
 pub fn control() -> std::io::Result<Runtime> {
@@ -53,7 +149,12 @@ pub fn control() -> std::io::Result<Runtime> {
 
 /// A serving thread's runtime: this thread alone runs its tasks.
 pub fn serving() -> std::io::Result<Runtime> {
-    let runtime = Builder::new_current_thread().enable_all().build()?;
+    let runtime = Builder::new_current_thread()
+        .enable_all()
+        // Its blocking pool's threads (plugin calls off the serving
+        // threads) must not share a pinned serving thread's core.
+        .on_thread_start(unpin_this_thread)
+        .build()?;
     runtime.spawn(keep_next_wake_near());
     Ok(runtime)
 }

@@ -406,6 +406,64 @@ async fn healthy_plugins_under_load_start_no_threads_for_their_calls() {
     );
 }
 
+/// One serving thread per core is pinned to a core of its own; the one
+/// standing by and the threads plugin calls may be sent to are not, so a
+/// stuck plugin call never crowds a serving thread's core. (Unless the
+/// process may run on more CPUs than it has cores to use: then nothing is
+/// pinned.)
+#[tokio::test]
+async fn each_serving_thread_but_the_spare_has_a_core_of_its_own() {
+    let stack = Stack::builder().start().await;
+    stack.primary.serve_fixtures().await;
+    // The first plugin call starts the watchdog, from a serving thread.
+    assert_eq!(stack.get(PATHS[0]).await.status, 200);
+    let cpus_of = |pid: String| {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("Cpus_allowed_list:"))
+            .unwrap()
+            .trim()
+            .to_owned()
+    };
+    let ours = cpus_of(std::process::id().to_string());
+    let cores = std::thread::available_parallelism().unwrap().get();
+    let allowed = |list: &str| -> usize {
+        list.split(',')
+            .map(|range| match range.split_once('-') {
+                Some((from, to)) => {
+                    to.parse::<usize>().unwrap() - from.parse::<usize>().unwrap() + 1
+                }
+                None => 1,
+            })
+            .sum()
+    };
+    let pins = allowed(&ours) == cores;
+    let mut seen = std::collections::BTreeMap::new();
+    for task in std::fs::read_dir(format!("/proc/{}/task", stack.server.pid())).unwrap() {
+        let task = task.unwrap().path();
+        let name = std::fs::read_to_string(task.join("comm")).unwrap();
+        let tid = task.file_name().unwrap().to_string_lossy().into_owned();
+        seen.insert(
+            name.trim().to_owned(),
+            cpus_of(format!("{}/task/{tid}", stack.server.pid())),
+        );
+    }
+    let mut pinned_to = std::collections::BTreeSet::new();
+    for number in 0..cores {
+        let cpus = &seen[&format!("serving-{number}")];
+        if pins {
+            assert_eq!(allowed(cpus), 1, "serving-{number} on one CPU: {seen:?}");
+            assert!(pinned_to.insert(cpus.clone()), "each its own: {seen:?}");
+        } else {
+            assert_eq!(cpus, &ours, "{seen:?}");
+        }
+    }
+    for spare in [format!("serving-{cores}"), "plugin-watchdog".to_owned()] {
+        assert_eq!(seen[&spare], ours, "{spare} runs anywhere: {seen:?}");
+    }
+}
+
 /// Audit finding 7: a plugin that follows an upstream-supplied link would
 /// send its provider's key wherever the link points. The host refuses any
 /// request outside the provider's `base_url` origin: a failed attempt of

@@ -221,6 +221,7 @@ impl Shared {
             std::thread::Builder::new()
                 .name(format!("serving-{number}"))
                 .spawn(move || {
+                    crate::runtime::pin_serving_thread(number);
                     let gone = Gone {
                         shared: shared.clone(),
                         thread: Arc::downgrade(&thread),

@@ -374,9 +374,14 @@ impl Watchdog {
         WATCHDOG.get_or_init(|| {
             let spawned = std::thread::Builder::new()
                 .name("plugin-watchdog".into())
-                .spawn(|| loop {
-                    std::thread::sleep(WATCH_EVERY);
-                    Watchdog::get().inspect();
+                .spawn(|| {
+                    // Started by whichever thread first needs it: a pinned
+                    // serving thread, perhaps.
+                    crate::runtime::unpin_this_thread();
+                    loop {
+                        std::thread::sleep(WATCH_EVERY);
+                        Watchdog::get().inspect();
+                    }
                 });
             if let Err(e) = spawned {
                 tracing::error!(
