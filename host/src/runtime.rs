@@ -14,6 +14,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::OnceLock;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -22,8 +23,11 @@ use tokio::runtime::{Builder, Handle, Runtime};
 /// The cores this process may run on: as many plugin calls may hold an
 /// inline slot on the serving threads at once
 /// ([`crate::resilience::runaway`]), and there is one serving thread more.
+/// Read once: finding out reads the cgroup's files, and the count is asked
+/// for each connection handed to a serving thread.
 pub fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, usize::from)
+    static CORES: OnceLock<usize> = OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from))
 }
 
 /// Serving threads, when `SOCIALGATE_SERVING_THREADS` does not say: one per

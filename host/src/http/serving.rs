@@ -164,8 +164,7 @@ impl Shared {
     /// call waiting for one is woken from another thread: 40% of the
     /// throughput of comment pages at 256 connections (bench/RESULTS.md).
     fn hand_over(&self, accepted: StdAccepted) {
-        static CORES: OnceLock<usize> = OnceLock::new();
-        let cores = *CORES.get_or_init(crate::runtime::cores);
+        let cores = crate::runtime::cores();
         let threads = lock(&self.threads);
         let free = |thread: &&Arc<Thread>| {
             thread
