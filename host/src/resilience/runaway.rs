@@ -142,22 +142,12 @@ impl StepRunner {
         .map_err(|_| NotRun)
     }
 
-    /// Runs `call` here, watched, and quarantines the provider if it took
-    /// too long. The inline slot, if any, is the watchdog's to free should
-    /// the call not end.
+    /// Runs `call` here, watched: the provider is quarantined if it took
+    /// too long ([`Watched`]). The inline slot, if any, is the watchdog's to
+    /// free should the call not end.
     fn timed<T>(self: &Arc<Self>, call: impl FnOnce() -> T, slot: Option<InlineSlot>) -> T {
-        let started = Instant::now();
-        let watched = Watchdog::get().watch(self, started, slot);
-        let output = call();
-        let slot = watched.end();
-        let took = started.elapsed();
-        if took > BUDGET {
-            self.quarantine(took);
-        }
-        // Freed only now: a call waiting for it must find the provider
-        // quarantined.
-        drop(slot);
-        output
+        let _watched = Watchdog::get().watch(self, Instant::now(), slot);
+        call()
     }
 }
 
@@ -341,20 +331,13 @@ impl Drop for WhenStuckGuard {
     }
 }
 
-/// Clears the thread's entry when the call ends (or unwinds).
+/// Ends the thread's call when it returns (or unwinds): clears the entry,
+/// quarantines the provider if the call took too long, and only then frees
+/// its inline slot (unless the watchdog has), so that a call waiting for
+/// the slot finds the provider quarantined.
 struct Watched(Arc<Running>);
 
-impl Watched {
-    /// Clears the entry; the call's inline slot, unless the watchdog has
-    /// freed it.
-    fn end(&self) -> Option<InlineSlot> {
-        let call = lock(&self.0.call).take();
-        call.and_then(|call| call.slot)
-    }
-}
-
 impl Drop for Watched {
-    /// Ends the call if [`StepRunner::timed`] did not: it unwound.
     fn drop(&mut self) {
         // Taken out under the lock, dropped once it is let go: freeing a
         // slot wakes a call.
