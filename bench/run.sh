@@ -1081,14 +1081,15 @@ bolt_build() {
 #   floor-Kw       bench/floor: socialgate's serving threads, HTTP server
 #                  and upstream client forwarding, none of its work; on 1
 #                  thread, one per core (N), and N + 1 (socialgate's count)
-#   socialgate     the main instance (N + 1 serving threads)
+#   socialgate     the main instance (N + 1 serving threads: one per core,
+#                  each pinned to its core, and one standing by for when
+#                  another is held by a plugin call)
 #   socialgate-plain  the same, built without PGO (when BENCH_PGO=1)
 #   socialgate-pgo    the same, the PGO build without BOLT (when BENCH_BOLT=1)
 #   socialgate-1w  socialgate on one serving thread
-#                  (SOCIALGATE_SERVING_THREADS=1): without the thread the
-#                  runaway defence keeps free, so a stuck plugin would stall
-#                  it until the watchdog gives the thread up; measured, never
-#                  a setting to serve with.
+#                  (SOCIALGATE_SERVING_THREADS=1): none standing by, so a
+#                  stuck plugin would stall it until the watchdog gives the
+#                  thread up; measured, never a setting to serve with.
 # Beside each, the upstream's CPU and wake-ups per request: on one machine the
 # upstream double shares the cores with the server in front of it, and what
 # it costs depends on how that server hands it work.

@@ -493,9 +493,9 @@ def floor_report(out, res, cpu_path, meta, notes):
             return "nginx proxy, 1 worker"
         if target == "socialgate":
             count = f"{cores + 1} threads" if cores else "its default threads"
-            return f"socialgate, {count} (its default: one per core and one more)"
+            return f"socialgate, {count} (its default: one per core, and one more standing by)"
         if target == "socialgate-1w":
-            return "socialgate, 1 thread (without the spare thread of its runaway defence)"
+            return "socialgate, 1 thread (none standing by for its runaway defence)"
         if target == "socialgate-plain":
             return "socialgate, its default threads, plain release build (no PGO)"
         if target == "socialgate-pgo":
