@@ -320,7 +320,8 @@ async fn connections_waiting_for_a_stuck_thread_are_served_in_its_place() {
 /// most `MAX_POOLED` (2) at a time off the request threads, and each waits
 /// for a slot within its attempt's timeout; so however many requests ask
 /// it, the threads its code holds stay bounded, and every request is still
-/// answered by the fallback.
+/// answered by the fallback. Those threads are not pinned to a serving
+/// thread's core: a stuck call spinning there would take that core's time.
 #[tokio::test]
 async fn a_plugin_stuck_in_a_step_holds_a_bounded_number_of_threads() {
     let stack = Stack::builder()
@@ -350,6 +351,7 @@ async fn a_plugin_stuck_in_a_step_holds_a_bounded_number_of_threads() {
     .await;
     let pid = stack.server.pid();
     let baseline = thread_count(pid);
+    let before = threads_of(pid);
 
     for round in 0..15 {
         let a = stack.get(PATHS[0]).await;
@@ -363,6 +365,22 @@ async fn a_plugin_stuck_in_a_step_holds_a_bounded_number_of_threads() {
         after <= baseline + 2 + 2,
         "15 calls into a stuck plugin grew the threads from {baseline} to {after}"
     );
+    // The threads started for its calls, stuck in it now, run anywhere: none
+    // spins on a pinned serving thread's core. Only the serving threads one
+    // per core are pinned (the first stuck call holds one of them).
+    let ours = cpus_allowed(&format!("/proc/{}", std::process::id()));
+    let cores = std::thread::available_parallelism().unwrap().get();
+    let pinned: Vec<String> = (0..cores).map(|n| format!("serving-{n}")).collect();
+    let now = threads_of(pid);
+    assert!(
+        now.keys().any(|tid| !before.contains_key(tid)),
+        "no thread started for the quarantined calls: {now:?}"
+    );
+    for (tid, (name, cpus)) in &now {
+        if !pinned.contains(name) {
+            assert_eq!(cpus, &ours, "{name} ({tid}) runs anywhere: {now:?}");
+        }
+    }
     first.abort();
 }
 
@@ -417,43 +435,16 @@ async fn each_serving_thread_but_the_spare_has_a_core_of_its_own() {
     stack.primary.serve_fixtures().await;
     // The first plugin call starts the watchdog, from a serving thread.
     assert_eq!(stack.get(PATHS[0]).await.status, 200);
-    let cpus_of = |pid: String| {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-        status
-            .lines()
-            .find_map(|line| line.strip_prefix("Cpus_allowed_list:"))
-            .unwrap()
-            .trim()
-            .to_owned()
-    };
-    let ours = cpus_of(std::process::id().to_string());
+    let ours = cpus_allowed(&format!("/proc/{}", std::process::id()));
     let cores = std::thread::available_parallelism().unwrap().get();
-    let allowed = |list: &str| -> usize {
-        list.split(',')
-            .map(|range| match range.split_once('-') {
-                Some((from, to)) => {
-                    to.parse::<usize>().unwrap() - from.parse::<usize>().unwrap() + 1
-                }
-                None => 1,
-            })
-            .sum()
-    };
-    let pins = allowed(&ours) == cores;
-    let mut seen = std::collections::BTreeMap::new();
-    for task in std::fs::read_dir(format!("/proc/{}/task", stack.server.pid())).unwrap() {
-        let task = task.unwrap().path();
-        let name = std::fs::read_to_string(task.join("comm")).unwrap();
-        let tid = task.file_name().unwrap().to_string_lossy().into_owned();
-        seen.insert(
-            name.trim().to_owned(),
-            cpus_of(format!("{}/task/{tid}", stack.server.pid())),
-        );
-    }
+    let pins = cpu_count(&ours) == cores;
+    let seen: std::collections::BTreeMap<String, String> =
+        threads_of(stack.server.pid()).into_values().collect();
     let mut pinned_to = std::collections::BTreeSet::new();
     for number in 0..cores {
         let cpus = &seen[&format!("serving-{number}")];
         if pins {
-            assert_eq!(allowed(cpus), 1, "serving-{number} on one CPU: {seen:?}");
+            assert_eq!(cpu_count(cpus), 1, "serving-{number} on one CPU: {seen:?}");
             assert!(pinned_to.insert(cpus.clone()), "each its own: {seen:?}");
         } else {
             assert_eq!(cpus, &ours, "{seen:?}");
@@ -462,6 +453,45 @@ async fn each_serving_thread_but_the_spare_has_a_core_of_its_own() {
     for spare in [format!("serving-{cores}"), "plugin-watchdog".to_owned()] {
         assert_eq!(seen[&spare], ours, "{spare} runs anywhere: {seen:?}");
     }
+}
+
+/// `Cpus_allowed_list` of the process or thread at `/proc` path `task`.
+fn cpus_allowed(task: &str) -> String {
+    let status = std::fs::read_to_string(format!("{task}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("Cpus_allowed_list:"))
+        .unwrap()
+        .trim()
+        .to_owned()
+}
+
+/// How many CPUs a `Cpus_allowed_list` (`0-1`, `0,2-3`) names.
+fn cpu_count(list: &str) -> usize {
+    list.split(',')
+        .map(|range| match range.split_once('-') {
+            Some((from, to)) => to.parse::<usize>().unwrap() - from.parse::<usize>().unwrap() + 1,
+            None => 1,
+        })
+        .sum()
+}
+
+/// Each of `pid`'s threads, by its id: its name and the CPUs it may run on.
+fn threads_of(pid: u32) -> std::collections::BTreeMap<u32, (String, String)> {
+    let mut threads = std::collections::BTreeMap::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let task = task.unwrap().path();
+        let name = std::fs::read_to_string(task.join("comm")).unwrap();
+        let tid = task.file_name().unwrap().to_string_lossy().parse().unwrap();
+        threads.insert(
+            tid,
+            (
+                name.trim().to_owned(),
+                cpus_allowed(&task.to_string_lossy()),
+            ),
+        );
+    }
+    threads
 }
 
 /// Audit finding 7: a plugin that follows an upstream-supplied link would
