@@ -350,8 +350,8 @@ async fn a_plugin_stuck_in_a_step_holds_a_bounded_number_of_threads() {
     )
     .await;
     let pid = stack.server.pid();
-    let baseline = thread_count(pid);
     let before = threads_of(pid);
+    let baseline = before.len();
 
     for round in 0..15 {
         let a = stack.get(PATHS[0]).await;
@@ -360,7 +360,8 @@ async fn a_plugin_stuck_in_a_step_holds_a_bounded_number_of_threads() {
     }
     // Two in the quarantine pool, and a little room for the runtime's own
     // idle blocking threads.
-    let after = thread_count(pid);
+    let now = threads_of(pid);
+    let after = now.len();
     assert!(
         after <= baseline + 2 + 2,
         "15 calls into a stuck plugin grew the threads from {baseline} to {after}"
@@ -371,7 +372,6 @@ async fn a_plugin_stuck_in_a_step_holds_a_bounded_number_of_threads() {
     let ours = cpus_allowed(&format!("/proc/{}", std::process::id()));
     let cores = std::thread::available_parallelism().unwrap().get();
     let pinned: Vec<String> = (0..cores).map(|n| format!("serving-{n}")).collect();
-    let now = threads_of(pid);
     assert!(
         now.keys().any(|tid| !before.contains_key(tid)),
         "no thread started for the quarantined calls: {now:?}"

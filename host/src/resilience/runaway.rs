@@ -30,10 +30,9 @@
 //!   inline again.
 //! - A quarantined provider's calls run on the blocking pool, at most
 //!   [`MAX_POOLED`] at a time; each holds its pool place until it really
-//!   ends, and
-//!   a call waits for a slot within its attempt's timeout. So a stuck plugin
-//!   holds a bounded number of threads whatever the traffic, its attempts
-//!   fail by their timeout, and its breaker opens.
+//!   ends, and a call waits for a place within its attempt's timeout. So a
+//!   stuck plugin holds a bounded number of threads whatever the traffic,
+//!   its attempts fail by their timeout, and its breaker opens.
 //!
 //! Quarantine lasts for the life of the provider instance: a reload that
 //! sets the provider up anew (a new library, say) starts it clean.
