@@ -1090,6 +1090,9 @@ bolt_build() {
 #                  (SOCIALGATE_SERVING_THREADS=1): none standing by, so a
 #                  stuck plugin would stall it until the watchdog gives the
 #                  thread up; measured, never a setting to serve with.
+#   socialgate-unbatched  the main build with each socket write its own
+#                  system call (SOCIALGATE_BATCH_WRITES=0), where socialgate
+#                  sends a serving thread's writes a turn at a time
 # Beside each, the upstream's CPU and wake-ups per request: on one machine the
 # upstream double shares the cores with the server in front of it, and what
 # it costs depends on how that server hands it work.
@@ -1140,9 +1143,25 @@ floor_build() {
     check_socialgate "${url[$target]}" profile "$key"
 }
 
+# floor_variant TARGET NAME SETTING: one more row of floor()'s, the main
+# build configured as the main instance and started with the environment
+# SETTING. It adds to the caller's targets, url, pid and header.
+floor_variant() {
+    local target=$1 name=$2 key
+    write_config "$WORK/$name" "" "$CACHE_OFF"
+    key=$(issue_key "$WORK/$name" bench)
+    SG_WRAP=(env "$3")
+    start_socialgate "$name"
+    SG_WRAP=()
+    targets+=("$target")
+    url[$target]=$SG_URL${SG_PATH[profile]} pid[$target]=$SG_PID
+    header[$target]="X-API-Key: $key"
+    check_socialgate "${url[$target]}" profile "$key"
+}
+
 floor() {
     [[ $FLOOR_MODE == 1 ]] || return 0
-    local cores round target before after one_key threads upstream
+    local cores round target before after threads upstream
     local up_before up_after woke_before woke_after
     cores=$(nproc)
     local up_hdr="X-Api-Key: $SHORTVIDEO_PRIMARY_KEY"
@@ -1160,17 +1179,11 @@ floor() {
         url[$target]=$FLOOR_URL${UP_PATH[profile]} pid[$target]=$FLOOR_PID header[$target]=$up_hdr
         check_upstream "${url[$target]}" "$target profile"
     done
-    targets+=(socialgate socialgate-1w)
+    targets+=(socialgate)
     url[socialgate]=$MAIN_URL${SG_PATH[profile]} pid[socialgate]=$MAIN_PID
     header[socialgate]="X-API-Key: $MAIN_KEY"
-    write_config "$WORK/sg-one-thread" "" "$CACHE_OFF"
-    one_key=$(issue_key "$WORK/sg-one-thread" bench)
-    SG_WRAP=(env SOCIALGATE_SERVING_THREADS=1)
-    start_socialgate sg-one-thread
-    SG_WRAP=()
-    url[socialgate-1w]=$SG_URL${SG_PATH[profile]} pid[socialgate-1w]=$SG_PID
-    header[socialgate-1w]="X-API-Key: $one_key"
-    check_socialgate "${url[socialgate-1w]}" profile "$one_key"
+    floor_variant socialgate-1w sg-one-thread SOCIALGATE_SERVING_THREADS=1
+    floor_variant socialgate-unbatched sg-unbatched SOCIALGATE_BATCH_WRITES=0
     if [[ $PGO_MODE == 1 ]]; then
         floor_build socialgate-plain "$PLAIN_SG" "$PLAIN_PLUGIN_DIR"
     fi

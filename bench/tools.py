@@ -496,6 +496,8 @@ def floor_report(out, res, cpu_path, meta, notes):
             return f"socialgate, {count} (its default: one per core, and one more standing by)"
         if target == "socialgate-1w":
             return "socialgate, 1 thread (none standing by for its runaway defence)"
+        if target == "socialgate-unbatched":
+            return "socialgate, its default threads, each socket write its own system call"
         if target == "socialgate-plain":
             return "socialgate, its default threads, plain release build (no PGO)"
         if target == "socialgate-pgo":

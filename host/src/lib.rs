@@ -49,7 +49,8 @@
 //! when the config, the keys or a library changes, [`lifecycle`] starts the
 //! process and shuts it down in one documented order, [`logging`] sets up
 //! the log lines, [`runtime`] builds the runtimes (the control one, and
-//! each serving thread's), [`cli`] is the command line (with [`scaffold`], the
+//! each serving thread's, whose socket writes [`write_batch`] sends a turn
+//! at a time), [`cli`] is the command line (with [`scaffold`], the
 //! provider author's `plugin new` and `plugin inspect`), and [`demo`] runs everything
 //! against built-in sandbox upstreams. [`files`] creates the files the
 //! process writes for itself (private, exclusive, never through a link) and
@@ -88,6 +89,7 @@ pub(crate) mod shared;
 pub(crate) mod state;
 pub(crate) mod sync;
 pub mod upstream;
+pub mod write_batch;
 
 /// The maps every request looks in (metrics handles, accounts, ledger
 /// counts, rate-limit buckets, key digests, idle upstream connections),

@@ -20,6 +20,8 @@ use std::time::Duration;
 
 use tokio::runtime::{Builder, Handle, Runtime};
 
+use crate::write_batch;
+
 /// The cores this process may run on: as many plugin calls may hold an
 /// inline slot on the serving threads at once
 /// ([`crate::resilience::runaway`]), and there is one serving thread more.
@@ -160,6 +162,9 @@ pub fn serving() -> std::io::Result<Runtime> {
         .on_thread_start(unpin_this_thread)
         .build()?;
     runtime.spawn(keep_next_wake_near());
+    if write_batch::enabled() {
+        runtime.spawn(write_batch::flush_each_turn());
+    }
     Ok(runtime)
 }
 

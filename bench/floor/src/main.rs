@@ -4,7 +4,8 @@
 //! The same runtimes (as socialgate's serving threads: that many threads,
 //! each with a single-threaded runtime accepting from the one listener and
 //! serving its own connections), the same HTTP server (hyper's HTTP/1.1
-//! connections, `TCP_NODELAY`) and the same upstream client (`socialgate::upstream::direct`, which
+//! connections, `TCP_NODELAY`, writes sent a turn at a time:
+//! `socialgate::write_batch`) and the same upstream client (`socialgate::upstream::direct`, which
 //! exchanges on the request's own task, with the server's settings and
 //! request head) as socialgate, and the same allocator. Each request is
 //! sent on to one upstream with its path, query and headers (but
@@ -33,6 +34,7 @@ use hyper::{Request, Response, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
 use socialgate::upstream::wire::{Client, Target};
 use socialgate::upstream::{direct, request_head, DEFAULT_MAX_BODY_BYTES};
+use socialgate::write_batch::Batched;
 
 // The allocator socialgate uses, so the two differ only in their work.
 #[global_allocator]
@@ -116,7 +118,7 @@ async fn serve(listener: std::net::TcpListener, upstream: Arc<Upstream>) {
         tokio::spawn(async move {
             // A client that hangs up mid-request is no concern of the floor's.
             let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
+                .serve_connection(TokioIo::new(Batched::new(stream)), service)
                 .await;
         });
     }

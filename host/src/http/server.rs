@@ -49,6 +49,7 @@ use super::refusal::Refusals;
 use super::response::Body;
 use super::tls::TlsFiles;
 use crate::config::{ConfigError, Context, RawServer};
+use crate::write_batch::Batched;
 
 const DEFAULT_LISTEN: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8080);
@@ -503,7 +504,7 @@ where
             let response = Box::pin(handler(request));
             async move { Ok::<_, Infallible>(response.await) }
         });
-        let stream = WriteTimeout::new(stream, hardening.write_timeout);
+        let stream = WriteTimeout::new(Batched::new(stream), hardening.write_timeout);
         let opening = Opening {
             builders: self.builders.clone(),
             watcher: self.graceful.watcher(),

@@ -30,6 +30,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
 use crate::sync::lock;
+use crate::write_batch::Batched;
 use crate::FastMap;
 
 /// The longest answer head read.
@@ -317,6 +318,7 @@ impl Client {
                 Err(_) => connect_by_name(host, target.port).await?,
             };
             tcp.set_nodelay(true).map_err(WireError::Connect)?;
+            let tcp = Batched::new(tcp);
             if !target.https {
                 return Ok::<Box<dyn Io>, WireError>(Box::new(tcp));
             }
