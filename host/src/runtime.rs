@@ -162,9 +162,7 @@ pub fn serving() -> std::io::Result<Runtime> {
         .on_thread_start(unpin_this_thread)
         .build()?;
     runtime.spawn(keep_next_wake_near());
-    if write_batch::enabled() {
-        runtime.spawn(write_batch::flush_each_turn());
-    }
+    write_batch::start_on_this_thread(&runtime);
     Ok(runtime)
 }
 

@@ -34,7 +34,7 @@ use hyper::{Request, Response, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
 use socialgate::upstream::wire::{Client, Target};
 use socialgate::upstream::{direct, request_head, DEFAULT_MAX_BODY_BYTES};
-use socialgate::write_batch::Batched;
+use socialgate::write_batch::{Batched, Flushed};
 
 // The allocator socialgate uses, so the two differ only in their work.
 #[global_allocator]
@@ -118,7 +118,10 @@ async fn serve(listener: std::net::TcpListener, upstream: Arc<Upstream>) {
         tokio::spawn(async move {
             // A client that hangs up mid-request is no concern of the floor's.
             let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(Batched::new(stream)), service)
+                .serve_connection(
+                    TokioIo::new(Batched::new(stream, Flushed::WhenSent)),
+                    service,
+                )
                 .await;
         });
     }

@@ -49,7 +49,7 @@ use super::refusal::Refusals;
 use super::response::Body;
 use super::tls::TlsFiles;
 use crate::config::{ConfigError, Context, RawServer};
-use crate::write_batch::Batched;
+use crate::write_batch::{AsRawSocket, Batched, Flushed};
 
 const DEFAULT_LISTEN: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8080);
@@ -504,7 +504,12 @@ where
             let response = Box::pin(handler(request));
             async move { Ok::<_, Infallible>(response.await) }
         });
-        let stream = WriteTimeout::new(Batched::new(stream), hardening.write_timeout);
+        // The write timeout under the batch: waiting for the thread's queue to
+        // be sent is not a client failing to read.
+        let stream = Batched::new(
+            WriteTimeout::new(stream, hardening.write_timeout),
+            Flushed::WhenSent,
+        );
         let opening = Opening {
             builders: self.builders.clone(),
             watcher: self.graceful.watcher(),
@@ -747,6 +752,12 @@ impl<T> WriteTimeout<T> {
             ))),
             Poll::Pending => Poll::Pending,
         }
+    }
+}
+
+impl<T: AsRawSocket> AsRawSocket for WriteTimeout<T> {
+    fn raw_socket(&self) -> i32 {
+        self.io.raw_socket()
     }
 }
 

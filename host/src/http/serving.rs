@@ -42,6 +42,7 @@ use super::server::{self, Accepted, Connections, Listening, StdAccepted};
 use crate::resilience::{abandon, runaway};
 use crate::state::App;
 use crate::sync::{lock, Outstanding};
+use crate::write_batch;
 
 /// A thread in a plugin call this long gets no new connection while the
 /// call lasts, if another thread is free: calls take microseconds.
@@ -252,7 +253,14 @@ impl Shared {
         let stuck = {
             let (shared, ended) = (self.clone(), ended.clone());
             let thread = Arc::downgrade(&thread);
-            runaway::when_this_thread_is_stuck(move || shared.give_up(&thread, &ended))
+            let unsent = write_batch::Unsent::of_this_thread();
+            runaway::when_this_thread_is_stuck(move || {
+                // What its connections wrote before the call that holds it.
+                if let Some(unsent) = &unsent {
+                    unsent.send_now();
+                }
+                shared.give_up(&thread, &ended)
+            })
         };
         let _ = thread.calls.set(stuck.calls());
         drop(thread);

@@ -30,7 +30,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
 use crate::sync::lock;
-use crate::write_batch::Batched;
+use crate::write_batch::{Batched, Flushed};
 use crate::FastMap;
 
 /// The longest answer head read.
@@ -318,7 +318,9 @@ impl Client {
                 Err(_) => connect_by_name(host, target.port).await?,
             };
             tcp.set_nodelay(true).map_err(WireError::Connect)?;
-            let tcp = Batched::new(tcp);
+            // The answer is read next, under the attempt's deadline: a flush is
+            // done once the request is queued.
+            let tcp = Batched::new(tcp, Flushed::WhenQueued);
             if !target.https {
                 return Ok::<Box<dyn Io>, WireError>(Box::new(tcp));
             }
@@ -412,6 +414,9 @@ async fn exchange(
                     io::ErrorKind::ConnectionReset
                         | io::ErrorKind::ConnectionAborted
                         | io::ErrorKind::UnexpectedEof
+                        // The request's send failing, reported at the read
+                        // (its write was queued: `Flushed::WhenQueued`).
+                        | io::ErrorKind::BrokenPipe
                 ),
                 _ => false,
             };
