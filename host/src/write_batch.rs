@@ -7,7 +7,7 @@
 //! so a thread with 16 answers ready switched out and back up to 16 times.
 //! Sent in one submission, the peers are woken during one system call, the
 //! thread switches once, and each peer finds a batch to read
-//! (bench/RESULTS.md, "Batched writes", has the measurements).
+//! (bench/RESULTS.md, "batched writes", has the measurements).
 //!
 //! How: [`Batched`] wraps a socket. Its writes copy into the connection's
 //! outbox and report success; the outbox joins this thread's queue, which
