@@ -129,21 +129,34 @@ thread_local! {
 /// `SOCIALGATE_BATCH_WRITES=0`.
 pub fn start_on_this_thread(runtime: &tokio::runtime::Runtime) {
     if !enabled() {
+        say_once(|| {
+            tracing::info!("socket writes: each its own system call (SOCIALGATE_BATCH_WRITES=0)")
+        });
         return;
     }
     let ring = match Ring::new() {
         Ok(ring) => ring,
         Err(e) => {
-            tracing::debug!("socket writes are not batched on this thread: {e}");
+            say_once(|| tracing::info!("socket writes: each its own system call ({e})"));
             return;
         }
     };
+    say_once(|| {
+        tracing::info!("socket writes: a serving thread's of one turn in one io_uring submission")
+    });
     let queue = Arc::new(Queue {
         ring: Mutex::new(ring),
         waiting: Mutex::new(Waiting::default()),
     });
     QUEUE.with(|this| *this.borrow_mut() = Some(queue.clone()));
     runtime.spawn(flush_each_turn(queue));
+}
+
+/// Runs `say` the first time the process calls it: the serving threads
+/// all find the same kernel, and an operator wants to be told once.
+fn say_once(say: impl FnOnce()) {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(say);
 }
 
 /// Sends `queue` once a turn, for as long as its runtime runs.
