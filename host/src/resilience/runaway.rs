@@ -23,7 +23,9 @@
 //!   thread, which checks the calls in progress every [`WATCH_EVERY`],
 //!   quarantines the provider of any call running past the budget and
 //!   then frees the inline slot the call holds. The thread a stuck call
-//!   holds is lost, and so are the requests of the connections it served;
+//!   holds is lost, and so are the requests of the connections it served
+//!   (the answers they had written go out: the owner sends the thread's
+//!   queue of writes, [`crate::write_batch::Unsent`]);
 //!   the watchdog tells the thread's owner ([`when_this_thread_is_stuck`]),
 //!   which starts another in its place and hands it the connections the
 //!   lost one had not begun to serve, and that provider's code never runs
