@@ -43,7 +43,7 @@ use crate::sync::lock;
 const OUTBOX_LIMIT: usize = 64 * 1024;
 
 /// Whether `SOCIALGATE_BATCH_WRITES` leaves batching on (anything but `0`).
-pub fn enabled() -> bool {
+fn enabled() -> bool {
     std::env::var("SOCIALGATE_BATCH_WRITES").map_or(true, |v| v != "0")
 }
 
@@ -84,16 +84,21 @@ impl Outbox {
     }
 
     fn remember(&mut self, cx: &Context<'_>) {
-        match &self.waker {
-            Some(waker) if waker.will_wake(cx.waker()) => {}
-            _ => self.waker = Some(cx.waker().clone()),
-        }
+        remember(&mut self.waker, cx);
     }
 
     fn wake(&mut self) {
         if let Some(waker) = self.waker.take() {
             waker.wake();
         }
+    }
+}
+
+/// Keeps `cx`'s waker in `slot`, cloning it only when it is another.
+fn remember(slot: &mut Option<Waker>, cx: &Context<'_>) {
+    match slot {
+        Some(waker) if waker.will_wake(cx.waker()) => {}
+        _ => *slot = Some(cx.waker().clone()),
     }
 }
 
@@ -168,10 +173,7 @@ async fn flush_each_turn(queue: Arc<Queue>) {
             if !waiting.outboxes.is_empty() {
                 return Poll::Ready(());
             }
-            match &waiting.flusher {
-                Some(flusher) if flusher.will_wake(cx.waker()) => {}
-                _ => waiting.flusher = Some(cx.waker().clone()),
-            }
+            remember(&mut waiting.flusher, cx);
             Poll::Pending
         })
         .await;
@@ -492,7 +494,7 @@ mod sys {
     use std::io;
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-    use io_uring::{opcode, types, IoUring};
+    use io_uring::{opcode, squeue, types, IoUring};
 
     const FLAGS: i32 = libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL;
     /// `IORING_ENTER_GETEVENTS`: wait for completions.
@@ -534,9 +536,7 @@ mod sys {
             // Static: were the kernel to keep the send, it reads from here
             // until the ring is closed.
             static PROBE: [u8; 4096] = [0; 4096];
-            let entry = opcode::Send::new(types::Fd(full.as_raw_fd()), PROBE.as_ptr(), 4096)
-                .flags(FLAGS)
-                .build();
+            let entry = send(full.as_raw_fd(), &PROBE);
             // SAFETY: the bytes are static.
             unsafe { ring.ring.submission().push(&entry) }
                 .map_err(|_| io::Error::other("a new ring has no room"))?;
@@ -572,11 +572,7 @@ mod sys {
                     if self.broken {
                         continue;
                     }
-                    let len = bytes.len().min(u32::MAX as usize) as u32;
-                    let entry = opcode::Send::new(types::Fd(fd), bytes.as_ptr(), len)
-                        .flags(FLAGS)
-                        .build()
-                        .user_data((u64::from(self.round) << 32) | i as u64);
+                    let entry = send(fd, bytes).user_data((u64::from(self.round) << 32) | i as u64);
                     // SAFETY: `bytes` outlives the send: the kernel takes
                     // every entry before this returns (or the ring is
                     // broken, and no later submission takes it), and each
@@ -656,6 +652,14 @@ mod sys {
             }
             results
         }
+    }
+
+    /// A `MSG_DONTWAIT` send of `bytes` (at most 4 GiB of them) to `fd`.
+    fn send(fd: i32, bytes: &[u8]) -> squeue::Entry {
+        let len = bytes.len().min(u32::MAX as usize) as u32;
+        opcode::Send::new(types::Fd(fd), bytes.as_ptr(), len)
+            .flags(FLAGS)
+            .build()
     }
 
     /// A socket whose peer reads nothing, filled until a send would block.
