@@ -230,12 +230,12 @@ fn run(cli: Cli) -> Result<(), RunError> {
     Ok(())
 }
 
-/// Runs `future` on the control runtime ([`crate::runtime`]) to its end,
+/// Runs `future` on the process's runtime ([`crate::runtime`]) to its end,
 /// then leaves without waiting on threads that cannot finish (a stuck
 /// plugin call): everything that needed an orderly end had it before
 /// `future` returned.
 fn run_to_end<T>(future: impl std::future::Future<Output = T>) -> std::io::Result<T> {
-    let runtime = crate::runtime::control()?;
+    let runtime = crate::runtime::build()?;
     let output = runtime.block_on(future);
     runtime.shutdown_timeout(EXIT_WAIT);
     Ok(output)

@@ -5,9 +5,7 @@
 //!
 //! A request flows one way through these modules:
 //!
-//! - [`http::serving`] runs the threads that serve the public API, each
-//!   serving the connections handed to it from their first byte to their
-//!   last; [`http::server`] accepts
+//! - [`http::server`] accepts
 //!   connections (for every listener, with the same hardening; HTTP/1.1
 //!   and HTTP/2, over [`http::tls`] when configured; heads hyper refuses
 //!   made envelopes by [`http::refusal`]); [`http::head`] refuses what a
@@ -48,9 +46,7 @@
 //! it hands them out of what they say), [`reload`] rebuilds the snapshot
 //! when the config, the keys or a library changes, [`lifecycle`] starts the
 //! process and shuts it down in one documented order, [`logging`] sets up
-//! the log lines, [`runtime`] builds the runtimes (the control one, and
-//! each serving thread's, whose socket writes [`write_batch`] sends a turn
-//! at a time), [`cli`] is the command line (with [`scaffold`], the
+//! the log lines, [`runtime`] builds the process's one runtime, [`cli`] is the command line (with [`scaffold`], the
 //! provider author's `plugin new` and `plugin inspect`), and [`demo`] runs everything
 //! against built-in sandbox upstreams. [`files`] creates the files the
 //! process writes for itself (private, exclusive, never through a link) and
@@ -89,7 +85,6 @@ pub(crate) mod shared;
 pub(crate) mod state;
 pub(crate) mod sync;
 pub mod upstream;
-pub mod write_batch;
 
 /// The maps every request looks in (metrics handles, accounts, ledger
 /// counts, rate-limit buckets, key digests, idle upstream connections),

@@ -29,9 +29,7 @@
 //!    balancers still probing over open connections.
 //! 2. The token fires: both listeners stop accepting, and their open
 //!    connections finish the request in flight, for at most
-//!    `shutdown_grace_ms`; the reloader and the two followers stop. (A
-//!    serving thread closes what is still open once the work of step 3
-//!    that runs on it has ended.)
+//!    `shutdown_grace_ms`; the reloader and the two followers stop.
 //! 3. Work that callers who hung up left running ends, for at most
 //!    `shutdown_grace_ms` more: it holds credits until it ends.
 //! 4. The ledger writes what is pending and its writer thread ends (with
@@ -51,10 +49,9 @@ use crate::auth::KeysError;
 use crate::billing::Billing;
 use crate::config::{Config, ConfigError};
 use crate::cursor::CursorSealer;
-use crate::http::admin;
 use crate::http::server::{self, Listening};
-use crate::http::serving::Serving;
 use crate::http::tls::{Tls, TlsError};
+use crate::http::{admin, api};
 use crate::ledger::{Ledger, LedgerError};
 use crate::metrics::MetricsError;
 use crate::plugins::Loader;
@@ -69,11 +66,6 @@ use crate::upstream::{ClientError, UpstreamClient};
 /// How often counted credits are written to the ledger: a crash loses at
 /// most that much, and one transaction a second costs nothing.
 const LEDGER_FLUSH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
-/// How much longer than twice the grace period shutdown waits for the
-/// serving threads to end (each drains within the grace period, then lets
-/// what hung-up callers left end, within the grace period more, and closes
-/// what is still open): a thread stuck in a plugin call never ends.
-const THREADS_END_MARGIN: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Why a command failed. Each is one line naming its cause.
 #[derive(Debug, thiserror::Error)]
@@ -285,17 +277,25 @@ pub async fn serve(
     let shutdown = CancellationToken::new();
     let mut listeners = Vec::new();
     let mut stopped_accepting = Vec::new();
-    let mut serving = Serving::start(
-        public,
-        Listening::new(
-            "public",
-            listener.hardening,
-            tls.as_ref().map(Tls::acceptor),
-        ),
-        crate::runtime::serving_threads(),
-        shutdown.clone(),
-        app.clone(),
-    )?;
+    {
+        let (stopped, stopped_public) = oneshot::channel();
+        stopped_accepting.push(stopped_public);
+        let app = app.clone();
+        listeners.push(tokio::spawn(server::serve(
+            Listening::new(
+                "public",
+                listener.hardening,
+                tls.as_ref().map(Tls::acceptor),
+            ),
+            public,
+            shutdown.clone(),
+            Some(stopped),
+            move |request| {
+                let app = app.clone();
+                async move { api::handle(&app, request).await }
+            },
+        )));
+    }
     if let Some(admin) = admin {
         let (stopped, stopped_admin) = oneshot::channel();
         stopped_accepting.push(stopped_admin);
@@ -333,17 +333,12 @@ pub async fn serve(
     signals.terminate.await;
     // 1.
     app.begin_draining();
-    // 2. Said once it is true: whoever reads the line may rely on it. (A
-    // serving thread stuck in a plugin call is not waited for past a
-    // bound.)
+    // 2. Said once it is true: whoever reads the line may rely on it.
     shutdown.cancel();
-    let grace = listener.hardening.shutdown_grace;
-    serving.stopped_accepting().await;
     for stopped in stopped_accepting {
         let _ = stopped.await;
     }
     tracing::info!("shutting down: not ready, no new connections; finishing requests in flight");
-    serving.finished(grace * 2 + THREADS_END_MARGIN).await;
     for listener in listeners {
         let _ = listener.await;
     }

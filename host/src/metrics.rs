@@ -23,6 +23,7 @@ const ATTEMPTS: &str = "socialgate_upstream_attempts_total";
 const ATTEMPT_SECONDS: &str = "socialgate_upstream_attempt_duration_seconds";
 const FAILOVERS: &str = "socialgate_failovers_total";
 const BREAKER_OPEN: &str = "socialgate_breaker_open";
+const QUARANTINED: &str = "socialgate_provider_quarantined";
 const RELOADS: &str = "socialgate_reloads_total";
 const CREDITS: &str = "socialgate_credits_total";
 const CACHE_REQUESTS: &str = "socialgate_cache_requests_total";
@@ -89,6 +90,13 @@ pub fn render(handle: &PrometheusHandle, snapshot: &Snapshot, cache_bytes: u64) 
     for provider in snapshot.routes.providers() {
         gauge!(BREAKER_OPEN, "provider" => provider.name.clone())
             .set(if provider.breaker.is_open() { 1.0 } else { 0.0 });
+        gauge!(QUARANTINED, "provider" => provider.name.clone()).set(
+            if provider.runner.is_quarantined() {
+                1.0
+            } else {
+                0.0
+            },
+        );
     }
     handle.run_upkeep();
     handle.render()

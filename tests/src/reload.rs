@@ -195,16 +195,6 @@ pub fn thread_count(pid: u32) -> usize {
         .count()
 }
 
-/// How many of the process's threads serve the public API (named
-/// `serving-N`), from `/proc/<pid>/task/*/comm`.
-pub fn serving_thread_count(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .expect("can read the task folder")
-        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
-        .filter(|name| name.starts_with("serving-"))
-        .count()
-}
-
 /// How many file descriptors the process has open, from `/proc/<pid>/fd`.
 pub fn open_fd_count(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))

@@ -875,11 +875,20 @@ fn readiness(app: &App, snapshot: &Snapshot) -> Response<Body> {
         .all(|platform| snapshot.routes.serves_anything(platform));
     if every_live_platform_served && snapshot.keys_are_current() {
         // Every replica shares a Redis outage: failing readiness would take
-        // them all out of the load balancer at once. Serve, and say so.
+        // them all out of the load balancer at once. Serve, and say so; a
+        // provider quarantined for a stuck plugin call likewise (its
+        // chains fail over, and a restart would not mend the plugin).
+        let quarantined = || {
+            snapshot
+                .routes
+                .providers()
+                .any(|provider| provider.runner.is_quarantined())
+        };
         if app
             .shared
             .as_ref()
             .is_some_and(|shared| !shared.is_healthy())
+            || quarantined()
         {
             return response::plain_json(StatusCode::OK, r#"{"status":"degraded"}"#);
         }

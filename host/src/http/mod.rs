@@ -1,4 +1,4 @@
-//! The HTTP surfaces. Public: the threads that serve it ([`serving`]), the
+//! The HTTP surfaces. Public: the
 //! listener ([`server`], with [`tls`], [`refusal`] of heads hyper
 //! cannot read and the time limits of HTTP/2 connections, [`h2_limits`]),
 //! what a head hyper read may still get wrong ([`head`]), the checks every
@@ -18,5 +18,4 @@ pub mod refusal;
 pub mod request_id;
 pub mod response;
 pub mod server;
-pub mod serving;
 pub mod tls;

@@ -26,7 +26,6 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
@@ -49,7 +48,6 @@ use super::refusal::Refusals;
 use super::response::Body;
 use super::tls::TlsFiles;
 use crate::config::{ConfigError, Context, RawServer};
-use crate::write_batch::{AsRawSocket, Batched, Flushed};
 
 const DEFAULT_LISTEN: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8080);
@@ -256,9 +254,7 @@ const MAX_HEADER_FIELDS: usize = 100;
 /// What a client sends first on an HTTP/2 connection (RFC 9113, 3.4).
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// A listener's settings, and its cap on open connections, shared by every
-/// thread that serves it (the public listener has several: see
-/// [`super::serving`]).
+/// A listener's settings, and its cap on open connections.
 #[derive(Clone)]
 pub struct Listening {
     /// Which listener, in logs.
@@ -266,8 +262,7 @@ pub struct Listening {
     hardening: Hardening,
     /// With it, every connection is TLS first.
     tls: Option<TlsAcceptor>,
-    /// `max_connections` slots, for the connections of every thread that
-    /// serves this listener.
+    /// `max_connections` slots, one per open connection.
     slots: Arc<Semaphore>,
 }
 
@@ -309,79 +304,22 @@ pub async fn serve<H, F>(
 }
 
 /// A connection accepted, not yet served.
-pub struct Accepted {
+struct Accepted {
     stream: TcpStream,
     peer: SocketAddr,
-    held: Held,
+    /// Its place under the listener's cap, while it is open.
+    slot: OwnedSemaphorePermit,
     /// When its first bytes must have arrived: the TLS handshake and the
     /// first bytes are part of the head's time, so a silent client cannot
     /// hold its slot either.
     deadline: Instant,
 }
 
-/// What a connection holds while it is open.
-struct Held {
-    /// Its place under the listener's cap.
-    _slot: OwnedSemaphorePermit,
-    /// The count of open connections it is counted in, if any.
-    _counted: Option<Counted>,
-}
-
-/// One in a count of open connections, while it lasts.
-struct Counted(Arc<AtomicUsize>);
-
-impl Drop for Counted {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-impl Accepted {
-    /// Its socket, off this runtime, to be served by another
-    /// ([`Accepted::from_std`]).
-    pub fn into_std(self) -> io::Result<StdAccepted> {
-        Ok(StdAccepted {
-            stream: self.stream.into_std()?,
-            peer: self.peer,
-            held: self.held,
-            deadline: self.deadline,
-        })
-    }
-
-    /// A connection accepted on another runtime, to be served on this one.
-    pub fn from_std(accepted: StdAccepted) -> io::Result<Accepted> {
-        Ok(Accepted {
-            stream: TcpStream::from_std(accepted.stream)?,
-            peer: accepted.peer,
-            held: accepted.held,
-            deadline: accepted.deadline,
-        })
-    }
-}
-
-/// An [`Accepted`] on its way from one runtime to another.
-pub struct StdAccepted {
-    stream: std::net::TcpStream,
-    peer: SocketAddr,
-    held: Held,
-    deadline: Instant,
-}
-
-impl StdAccepted {
-    /// Counts it in `open` for as long as it is open, and no longer in
-    /// the count it was in (if handed over again).
-    pub fn counted_in(mut self, open: &Arc<AtomicUsize>) -> StdAccepted {
-        open.fetch_add(1, Ordering::Relaxed);
-        self.held._counted = Some(Counted(open.clone()));
-        self
-    }
-}
-
 /// Accepts connections on `listener` until `shutdown` fires, each within
 /// the listener's cap (at the cap it stops accepting until one closes:
 /// new connections wait in the kernel's backlog), and hands each to
 /// `accepted`; then closes this handle of the socket.
-pub async fn accept(
+async fn accept(
     listening: &Listening,
     listener: TcpListener,
     shutdown: &CancellationToken,
@@ -433,10 +371,7 @@ pub async fn accept(
         accepted(Accepted {
             stream,
             peer,
-            held: Held {
-                _slot: slot,
-                _counted: None,
-            },
+            slot,
             deadline: Instant::now() + hardening.header_timeout,
         });
     }
@@ -444,7 +379,7 @@ pub async fn accept(
 
 /// Serves accepted connections on the runtime it is used on, each to its
 /// end, and drains them at shutdown.
-pub struct Connections<H> {
+struct Connections<H> {
     listening: Listening,
     builders: Arc<(http1::Builder, http2::Builder<TokioExecutor>)>,
     graceful: GracefulShutdown,
@@ -459,7 +394,7 @@ where
 {
     /// Connections of `listening` served with `handler`; `shutdown` tells
     /// each to finish its request in flight.
-    pub fn new(listening: Listening, shutdown: CancellationToken, handler: H) -> Connections<H> {
+    fn new(listening: Listening, shutdown: CancellationToken, handler: H) -> Connections<H> {
         let hardening = listening.hardening;
         let mut http1 = http1::Builder::new();
         http1
@@ -486,11 +421,11 @@ where
     }
 
     /// Serves `accepted` as a task of this runtime.
-    pub fn serve(&self, accepted: Accepted) {
+    fn serve(&self, accepted: Accepted) {
         let Accepted {
             stream,
             peer,
-            held,
+            slot,
             deadline,
         } = accepted;
         let (name, hardening) = (self.listening.name, self.listening.hardening);
@@ -504,12 +439,7 @@ where
             let response = Box::pin(handler(request));
             async move { Ok::<_, Infallible>(response.await) }
         });
-        // The write timeout under the batch: waiting for the thread's queue to
-        // be sent is not a client failing to read.
-        let stream = Batched::new(
-            WriteTimeout::new(stream, hardening.write_timeout),
-            Flushed::WhenSent,
-        );
+        let stream = WriteTimeout::new(stream, hardening.write_timeout);
         let opening = Opening {
             builders: self.builders.clone(),
             watcher: self.graceful.watcher(),
@@ -519,7 +449,7 @@ where
         };
         let tls = self.listening.tls.clone();
         tokio::spawn(async move {
-            let _held = held;
+            let _slot = slot;
             let served = match tls {
                 None => opening.serve(stream, service).await,
                 // Boxed, as the connections are in `serve`: a TLS session
@@ -544,14 +474,12 @@ where
 
     /// Waits, for at most the grace period, until every connection served
     /// here finished the request it had in flight when `shutdown` fired.
-    pub async fn drain(self) {
+    async fn drain(self) {
         let (name, hardening) = (self.listening.name, self.listening.hardening);
         let open = self.graceful.count();
         if open > 0 {
-            // One line per serving thread, each with its own connections.
             tracing::info!(
                 listener = name,
-                thread = std::thread::current().name().unwrap_or("-"),
                 connections = open,
                 "no new connections; finishing requests in flight"
             );
@@ -752,12 +680,6 @@ impl<T> WriteTimeout<T> {
             ))),
             Poll::Pending => Poll::Pending,
         }
-    }
-}
-
-impl<T: AsRawSocket> AsRawSocket for WriteTimeout<T> {
-    fn raw_socket(&self) -> i32 {
-        self.io.raw_socket()
     }
 }
 

@@ -3,41 +3,44 @@
 //! A plugin's `begin` and `step` are sans-IO: parsing a capped body and
 //! building the next request, microseconds of work. Handing each to another
 //! thread would cost more than the work (two context switches a step), so
-//! they run inline, on the request's own task. The price is that a plugin
-//! stuck in a loop holds the thread it runs on, and nothing can take it
-//! back. The defence is to notice, and never to run that provider's code
-//! inline again:
+//! they run inline, on the request's own task and the runtime worker that
+//! polls it. The price is that a plugin stuck in a loop holds that worker,
+//! and nothing can take it back. What was weighed: with every step inline,
+//! two stuck steps on a two-worker runtime freeze the server; with every
+//! step handed to a pool, every request pays the hand-off
+//! (docs/performance.md). So steps run inline, but never on every worker at
+//! once, and a provider whose call ran too long never runs inline again:
 //!
-//! - At most one call per core holds an inline slot (there is one serving
-//!   thread more than there are cores: [`crate::http::serving`]), so even
-//!   calls that never end leave a thread free. A call that finds every
-//!   slot taken waits for one while its thread serves other requests; only
-//!   when no slot has come free for [`PATIENCE`] (their holders are slow
-//!   or stuck) does it run on the blocking pool instead. Sending every
-//!   such call to the pool at once made the pool the busiest place under
-//!   load: hundreds of short-lived threads, each leaving its allocator
-//!   pages behind, and a process slower for minutes afterwards
-//!   (bench/RESULTS.md).
+//! - At most one call per worker but one holds an inline slot
+//!   ([`crate::runtime::workers`]), so calls that never end always leave a
+//!   worker to serve the others. A call that finds every slot taken waits
+//!   for one (holders take microseconds); only when none has come free for
+//!   [`PATIENCE`] (their holders are slow or stuck) does it run on the
+//!   blocking pool instead.
+//! - A worker held by a call must not hold up the others. Tokio's workers
+//!   take turns polling the sockets, and one that has gone idle while
+//!   another took its turn sleeps until woken: with the worker that would
+//!   wake it held in a call, no socket is read again. So the watchdog wakes
+//!   the runtime (a task of nothing) when it sees an inline call running
+//!   longer than [`WATCH_EVERY`]: an idle worker wakes and polls in its
+//!   place.
 //! - Every call is timed. One that takes longer than [`BUDGET`] quarantines
 //!   its provider when it ends; one that does not end is seen by a watchdog
-//!   thread, which checks the calls in progress every [`WATCH_EVERY`],
-//!   quarantines the provider of any call running past the budget and
-//!   then frees the inline slot the call holds. The thread a stuck call
-//!   holds is lost, and so are the requests of the connections it served
-//!   (the answers they had written go out: the owner sends the thread's
-//!   queue of writes, [`crate::write_batch::Unsent`]);
-//!   the watchdog tells the thread's owner ([`when_this_thread_is_stuck`]),
-//!   which starts another in its place and hands it the connections the
-//!   lost one had not begun to serve, and that provider's code never runs
-//!   inline again.
-//! - A quarantined provider's calls run on the blocking pool, at most
-//!   [`MAX_POOLED`] at a time; each holds its pool place until it really
-//!   ends, and a call waits for a place within its attempt's timeout. So a
-//!   stuck plugin holds a bounded number of threads whatever the traffic,
-//!   its attempts fail by their timeout, and its breaker opens.
+//!   thread, which looks at the calls in progress every [`WATCH_EVERY`]. It
+//!   quarantines the provider of a call past the budget and retires the
+//!   inline slot that call holds, with the worker it holds: one call fewer
+//!   runs inline from then on (none, on two workers), until the call ends.
+//! - Calls off the workers (a quarantined provider's, or those that found
+//!   no slot) run on the blocking pool, at most [`MAX_POOLED`] of one
+//!   provider at a time; each holds its place until it really ends, and a
+//!   call waits for a place within its attempt's timeout. So a stuck plugin
+//!   holds at most the inline slots and [`MAX_POOLED`] threads, whatever
+//!   the traffic, before and after its quarantine; its attempts fail by
+//!   their timeout, and its breaker opens.
 //!
-//! Quarantine lasts for the life of the provider instance: a reload that
-//! sets the provider up anew (a new library, say) starts it clean.
+//! Quarantine lasts for the life of the provider instance (a reload that
+//! sets the provider up anew, with a new library say, starts it clean), and
+//! is shown on `/readyz` and in `socialgate_provider_quarantined`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -51,8 +54,8 @@ use crate::sync::lock;
 /// (plugin-api's, which its test kit holds plugins to).
 pub const BUDGET: Duration = plugin_api::ffi::STEP_BUDGET;
 /// How often the watchdog looks at the calls in progress.
-pub const WATCH_EVERY: Duration = Duration::from_millis(100);
-/// Calls of one quarantined provider that may run at once.
+pub const WATCH_EVERY: Duration = Duration::from_millis(50);
+/// Calls of one provider that may run off the workers at once.
 pub const MAX_POOLED: usize = 2;
 /// How long a call waits for an inline slot while none comes free before
 /// it runs on the blocking pool: far longer than healthy calls hold one
@@ -88,7 +91,7 @@ impl StepRunner {
         })
     }
 
-    /// Whether this provider's calls are kept off the request threads.
+    /// Whether this provider's calls are kept off the runtime's workers.
     pub fn is_quarantined(&self) -> bool {
         self.quarantined.load(Ordering::Relaxed)
     }
@@ -99,7 +102,7 @@ impl StepRunner {
                 provider = %self.provider,
                 took_ms = took.as_millis() as u64,
                 budget_ms = BUDGET.as_millis() as u64,
-                "a plugin call ran past its budget; this provider's calls now run off the request threads, {MAX_POOLED} at most"
+                "a plugin call ran past its budget; this provider's calls now run off the runtime's workers, {MAX_POOLED} at most"
             );
         }
     }
@@ -117,26 +120,24 @@ impl StepRunner {
             };
             // Quarantined while this call waited: not inline after all.
             if let (Some(slot), false) = (slot, self.is_quarantined()) {
+                self.inline
+                    .runtime
+                    .get_or_init(tokio::runtime::Handle::current);
                 return Ok(self.timed(call, Some(slot)));
             }
         }
-        let slot = if self.is_quarantined() {
-            // Waits, within the attempt's timeout, for a call to end.
-            Some(
-                self.pooled
-                    .clone()
-                    .acquire_owned()
-                    .await
-                    .map_err(|_| NotRun)?,
-            )
-        } else {
-            None
-        };
+        // Waits, within the attempt's timeout, for a call to end.
+        let place = self
+            .pooled
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| NotRun)?;
         let span = tracing::Span::current();
         let runner = self.clone();
         tokio::task::spawn_blocking(move || {
             // Held until the call really ends, stuck or not.
-            let _slot = slot;
+            let _place = place;
             span.in_scope(|| runner.timed(call, None))
         })
         .await
@@ -144,26 +145,26 @@ impl StepRunner {
     }
 
     /// Runs `call` here, watched: the provider is quarantined if it took
-    /// too long ([`Watched`]). The inline slot, if any, is the watchdog's to
-    /// free should the call not end.
+    /// too long ([`Watched`]).
     fn timed<T>(self: &Arc<Self>, call: impl FnOnce() -> T, slot: Option<InlineSlot>) -> T {
-        let _watched = Watchdog::get().watch(self, Instant::now(), slot);
+        let _watched = Watchdog::get().watch(self, slot);
         call()
     }
 }
 
-/// The inline slots: one per core, so that calls that never end cannot
-/// hold every worker.
+/// The inline slots: one per worker but one, so that calls that never end
+/// cannot hold every worker.
 ///
 /// Not a semaphore that hands a freed slot to the first call in line: a
-/// call in line on a thread that is stuck would hold the slot it was
+/// call in line on a worker that is stuck would hold the slot it was
 /// handed for ever. A waiting call is only woken here, and takes a slot
-/// itself when its thread runs it.
+/// itself when its worker runs it.
 struct InlineSlots {
-    limit: usize,
+    /// Slots not retired with a stuck call.
+    limit: AtomicUsize,
     taken: AtomicUsize,
-    /// Calls waiting for a slot (for good, those on a stuck thread):
-    /// freeing one wakes a call only when one waits.
+    /// Calls waiting for a slot: freeing one wakes a call only when one
+    /// waits.
     waiting: AtomicUsize,
     one_freed: Notify,
     /// Slots freed so far, for a waiting call to tell a line that moves
@@ -171,23 +172,27 @@ struct InlineSlots {
     freed: AtomicU64,
     /// How long a waiting call bears with no slot freed ([`PATIENCE`]).
     patience: Duration,
+    /// The runtime whose workers the slots are on, to wake when one is
+    /// held too long (see the module doc).
+    runtime: OnceLock<tokio::runtime::Handle>,
 }
 
 impl InlineSlots {
-    /// The process's: every provider's calls share the serving threads.
+    /// The process's: every provider's calls share the workers.
     fn process_wide() -> &'static InlineSlots {
         static SLOTS: OnceLock<InlineSlots> = OnceLock::new();
-        SLOTS.get_or_init(|| InlineSlots::new(crate::runtime::cores(), PATIENCE))
+        SLOTS.get_or_init(|| InlineSlots::new(crate::runtime::workers() - 1, PATIENCE))
     }
 
     fn new(limit: usize, patience: Duration) -> InlineSlots {
         InlineSlots {
-            limit,
+            limit: AtomicUsize::new(limit),
             taken: AtomicUsize::new(0),
             waiting: AtomicUsize::new(0),
             one_freed: Notify::new(),
             freed: AtomicU64::new(0),
             patience,
+            runtime: OnceLock::new(),
         }
     }
 
@@ -195,23 +200,27 @@ impl InlineSlots {
     fn take(&'static self) -> Option<InlineSlot> {
         // SeqCst here, in `wait` and in `InlineSlot::drop`: a freed slot
         // is seen by a waiting call's next try, or wakes one. (One woken on
-        // a thread now stuck takes the wake-up with it: the call behind it
+        // a worker now stuck takes the wake-up with it: the call behind it
         // finds the slot when its patience runs out.)
+        let limit = self.limit.load(Ordering::SeqCst);
         self.taken
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |taken| {
-                (taken < self.limit).then_some(taken + 1)
+                (taken < limit).then_some(taken + 1)
             })
             .ok()
             .map(|_| InlineSlot { slots: self })
     }
 
     /// Waits for a slot, for as long as slots keep coming free; `None` once
-    /// none has for its patience.
+    /// none has for its patience, or at once when every slot is retired.
     async fn wait(&'static self) -> Option<InlineSlot> {
         self.waiting.fetch_add(1, Ordering::SeqCst);
         let _counted = Waiting(&self.waiting);
         let mut freed_before = self.freed.load(Ordering::Relaxed);
         loop {
+            if self.limit.load(Ordering::SeqCst) == 0 {
+                return None;
+            }
             let woken = self.one_freed.notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
@@ -231,6 +240,13 @@ impl InlineSlots {
             }
         }
     }
+
+    /// Wakes a waiting call, if any, to try for a slot.
+    fn wake_one(&self) {
+        if self.waiting.load(Ordering::SeqCst) > 0 {
+            self.one_freed.notify_one();
+        }
+    }
 }
 
 /// Counts a call in [`InlineSlots::wait`] until it stops waiting, however
@@ -248,101 +264,76 @@ struct InlineSlot {
     slots: &'static InlineSlots,
 }
 
+impl InlineSlot {
+    /// Takes this slot out of use while its call is stuck: the slot is
+    /// free, but there is one fewer. Given back when the call ends.
+    fn retire(self) -> RetiredSlot {
+        let slots = self.slots;
+        std::mem::forget(self);
+        slots.limit.fetch_sub(1, Ordering::SeqCst);
+        slots.taken.fetch_sub(1, Ordering::SeqCst);
+        // Those waiting for a slot that may now never come go elsewhere.
+        slots.one_freed.notify_waiters();
+        RetiredSlot { slots }
+    }
+}
+
 impl Drop for InlineSlot {
     fn drop(&mut self) {
         let slots = self.slots;
         slots.freed.fetch_add(1, Ordering::Relaxed);
         slots.taken.fetch_sub(1, Ordering::SeqCst);
-        if slots.waiting.load(Ordering::SeqCst) > 0 {
-            slots.one_freed.notify_one();
-        }
+        slots.wake_one();
     }
 }
 
-/// What to do when this thread is seen stuck in a plugin call.
-type WhenStuck = Box<dyn Fn() + Send + Sync>;
+/// An inline slot retired with a stuck call; back in use when dropped (the
+/// call ended after all).
+struct RetiredSlot {
+    slots: &'static InlineSlots,
+}
+
+impl Drop for RetiredSlot {
+    fn drop(&mut self) {
+        let slots = self.slots;
+        slots.limit.fetch_add(1, Ordering::SeqCst);
+        slots.freed.fetch_add(1, Ordering::Relaxed);
+        slots.wake_one();
+    }
+}
 
 /// A plugin call in progress, as the watchdog sees it.
 struct Call {
     started: Instant,
     runner: Arc<StepRunner>,
-    /// Held until the call ends, or the watchdog sees it stuck.
+    /// Held until the call ends; retired by the watchdog should it not.
     slot: Option<InlineSlot>,
+    retired: Option<RetiredSlot>,
 }
 
-/// What one thread is running, for the watchdog.
-#[derive(Default)]
-struct Running {
-    /// The call in progress.
-    call: Mutex<Option<Call>>,
-    /// Set by the thread's owner ([`when_this_thread_is_stuck`]).
-    when_stuck: Mutex<Option<Arc<WhenStuck>>>,
-    /// The start of the call last said stuck: each is said once.
-    said_stuck: Mutex<Option<Instant>>,
-}
-
-/// The thread that notices inline calls that do not end.
+/// The thread that notices calls that do not end.
 struct Watchdog {
-    /// One entry per living thread that ran a plugin call or asked to be
-    /// told when stuck.
-    threads: Mutex<Vec<Arc<Running>>>,
+    /// One entry per living thread that ran a plugin call: each thread runs
+    /// one call at a time, so its entry is locked by it and the watchdog
+    /// only.
+    threads: Mutex<Vec<Arc<Mutex<Option<Call>>>>>,
 }
 
 thread_local! {
-    static THIS_THREAD: OnceLock<Arc<Running>> = const { OnceLock::new() };
+    static THIS_THREAD: OnceLock<Arc<Mutex<Option<Call>>>> = const { OnceLock::new() };
 }
 
-/// Runs `action` (once a call) should a plugin call on this thread be seen
-/// past its budget: the thread's owner learns it has lost the thread, and
-/// what it served there, for as long as the call runs. Until the returned
-/// guard is dropped.
-#[must_use]
-pub fn when_this_thread_is_stuck(action: impl Fn() + Send + Sync + 'static) -> WhenStuckGuard {
-    let running = Watchdog::get().this_thread();
-    *lock(&running.when_stuck) = Some(Arc::new(Box::new(action)));
-    WhenStuckGuard(running)
-}
-
-/// Keeps the action of [`when_this_thread_is_stuck`] set.
-pub struct WhenStuckGuard(Arc<Running>);
-
-impl WhenStuckGuard {
-    /// The plugin calls of the thread it was made on, to look at from
-    /// others.
-    pub fn calls(&self) -> ThreadCalls {
-        ThreadCalls(self.0.clone())
-    }
-}
-
-/// One thread's plugin calls, as another thread sees them.
-pub struct ThreadCalls(Arc<Running>);
-
-impl ThreadCalls {
-    /// How long the call that thread runs now has been running, if any.
-    pub fn in_call_for(&self) -> Option<Duration> {
-        lock(&self.0.call)
-            .as_ref()
-            .map(|call| call.started.elapsed())
-    }
-}
-
-impl Drop for WhenStuckGuard {
-    fn drop(&mut self) {
-        lock(&self.0.when_stuck).take();
-    }
-}
-
-/// Ends the thread's call when it returns (or unwinds): clears the entry,
-/// quarantines the provider if the call took too long, and only then frees
-/// its inline slot (unless the watchdog has), so that a call waiting for
-/// the slot finds the provider quarantined.
-struct Watched(Arc<Running>);
+/// Ends the thread's call when it returns (or unwinds): clears the entry
+/// and quarantines the provider if the call took too long, before its
+/// inline slot is freed, so that a call waiting for the slot finds the
+/// provider quarantined.
+struct Watched(Arc<Mutex<Option<Call>>>);
 
 impl Drop for Watched {
     fn drop(&mut self) {
         // Taken out under the lock, dropped once it is let go: freeing a
         // slot wakes a call.
-        let call = lock(&self.0.call).take();
+        let call = lock(&self.0).take();
         if let Some(call) = call {
             let took = call.started.elapsed();
             if took > BUDGET {
@@ -358,14 +349,9 @@ impl Watchdog {
         WATCHDOG.get_or_init(|| {
             let spawned = std::thread::Builder::new()
                 .name("plugin-watchdog".into())
-                .spawn(|| {
-                    // Started by whichever thread first needs it: a pinned
-                    // serving thread, perhaps.
-                    crate::runtime::unpin_this_thread();
-                    loop {
-                        std::thread::sleep(WATCH_EVERY);
-                        Watchdog::get().inspect();
-                    }
+                .spawn(|| loop {
+                    std::thread::sleep(WATCH_EVERY);
+                    Watchdog::get().inspect();
                 });
             if let Err(e) = spawned {
                 tracing::error!(
@@ -378,69 +364,62 @@ impl Watchdog {
         })
     }
 
-    /// This thread's entry, made on first use.
-    fn this_thread(&self) -> Arc<Running> {
-        THIS_THREAD.with(|slot| {
-            slot.get_or_init(|| {
-                let running = Arc::new(Running::default());
-                lock(&self.threads).push(running.clone());
-                running
-            })
-            .clone()
-        })
-    }
-
-    /// Notes that this thread runs a call of `runner` since `started`,
-    /// holding `slot`.
-    fn watch(
-        &self,
-        runner: &Arc<StepRunner>,
-        started: Instant,
-        slot: Option<InlineSlot>,
-    ) -> Watched {
-        let running = self.this_thread();
-        *lock(&running.call) = Some(Call {
-            started,
+    /// Notes that this thread runs a call of `runner` from now, holding
+    /// `slot`.
+    fn watch(&self, runner: &Arc<StepRunner>, slot: Option<InlineSlot>) -> Watched {
+        let entry = THIS_THREAD.with(|entry| {
+            entry
+                .get_or_init(|| {
+                    let entry = Arc::new(Mutex::new(None));
+                    lock(&self.threads).push(entry.clone());
+                    entry
+                })
+                .clone()
+        });
+        *lock(&entry) = Some(Call {
+            started: Instant::now(),
             runner: runner.clone(),
             slot,
+            retired: None,
         });
-        Watched(running)
+        Watched(entry)
     }
 
-    /// Quarantines the provider of every call running past the budget,
-    /// tells the owner of each thread stuck so (once a call), then frees
-    /// the inline slot the call holds.
+    /// Wakes the runtime of every inline call running longer than
+    /// [`WATCH_EVERY`]; quarantines the provider of every call running past
+    /// the budget, and retires the inline slot such a call holds.
     fn inspect(&self) {
         let threads = {
             let mut threads = lock(&self.threads);
             // An entry only this list holds is a thread's that ended (its
-            // thread-local went with it): blocking-pool and replacement
-            // threads come and go, and the list must not grow with them.
-            threads.retain(|running| Arc::strong_count(running) > 1);
+            // thread-local went with it): blocking-pool threads come and
+            // go, and the list must not grow with them.
+            threads.retain(|entry| Arc::strong_count(entry) > 1);
             threads.clone()
         };
-        for running in threads {
-            let (started, took, runner, slot) = {
-                let mut call = lock(&running.call);
-                let Some(call) = call.as_mut() else {
-                    continue;
-                };
-                let took = call.started.elapsed();
-                if took <= BUDGET {
-                    continue;
-                }
-                // Taken under the lock: freed once, by whoever comes first.
-                (call.started, took, call.runner.clone(), call.slot.take())
+        for entry in threads {
+            let mut call = lock(&entry);
+            let Some(call) = call.as_mut() else {
+                continue;
             };
-            runner.quarantine(took);
-            let first_time = lock(&running.said_stuck).replace(started) != Some(started);
-            let when_stuck = lock(&running.when_stuck).clone();
-            if let (true, Some(when_stuck)) = (first_time, when_stuck) {
-                when_stuck();
+            let took = call.started.elapsed();
+            if took > WATCH_EVERY {
+                let slots = (call.slot.as_ref().map(|slot| slot.slots))
+                    .or(call.retired.as_ref().map(|retired| retired.slots));
+                let runtime = slots.and_then(|slots| slots.runtime.get());
+                if let Some(runtime) = runtime {
+                    runtime.spawn(async {});
+                }
             }
-            // Freed last: whoever takes it finds the provider quarantined
-            // and the stuck thread given up.
-            drop(slot);
+            if took <= BUDGET {
+                continue;
+            }
+            // Quarantined before the slot is retired: a call woken by the
+            // change finds it so.
+            call.runner.quarantine(took);
+            if let Some(slot) = call.slot.take() {
+                call.retired = Some(slot.retire());
+            }
         }
     }
 }
@@ -461,6 +440,14 @@ mod tests {
         Box::leak(Box::new(InlineSlots::new(slots, Duration::from_secs(30))))
     }
 
+    /// A runtime on this thread alone, as a worker would poll a task.
+    fn one_thread() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
     /// Takes every one of `slots` with a call of `runner`'s on a thread of
     /// its own, each until it is sent `()`.
     fn hold_every_slot(
@@ -476,8 +463,7 @@ mod tests {
             .map(|_| {
                 let (runner, released) = (runner.clone(), released.clone());
                 std::thread::spawn(move || {
-                    let runtime = crate::runtime::serving().unwrap();
-                    runtime
+                    one_thread()
                         .block_on(runner.run(move || lock(&released).recv()))
                         .unwrap()
                         .unwrap();
@@ -523,9 +509,9 @@ mod tests {
         assert!(!runner.is_quarantined());
     }
 
-    /// A call waiting for a slot on a thread that then gets stuck (in
+    /// A call waiting for a slot on a worker that then gets stuck (in
     /// another call, say) takes no slot with it: a slot freed meanwhile
-    /// goes to a call whose thread runs.
+    /// goes to a call whose worker runs.
     #[tokio::test]
     async fn a_call_waiting_on_a_stuck_thread_keeps_no_slot() {
         let slots = patient_slots(1);
@@ -536,8 +522,7 @@ mod tests {
         let stuck_thread = {
             let runner = runner.clone();
             std::thread::spawn(move || {
-                let runtime = crate::runtime::serving().unwrap();
-                runtime.block_on(async move {
+                one_thread().block_on(async move {
                     let waiting = tokio::spawn(async move { runner.run(|| ()).await });
                     let since = Instant::now();
                     while slots.waiting.load(Ordering::SeqCst) == 0
@@ -586,7 +571,7 @@ mod tests {
     /// Holders that do not let go (slow, or stuck before the watchdog can
     /// tell): a call waits no longer than [`PATIENCE`] for them.
     #[tokio::test]
-    async fn a_call_behind_slots_that_stay_taken_runs_off_the_serving_thread() {
+    async fn a_call_behind_slots_that_stay_taken_runs_off_the_worker() {
         let runner = StepRunner::sharing("slow", own_slots(2));
         let (release, holders) = hold_every_slot(&runner, 2);
         let here = std::thread::current().id();
@@ -602,29 +587,34 @@ mod tests {
         }
     }
 
-    /// A stuck call's slot is freed when the watchdog sees it: calls that
-    /// never end do not leave the others without slots for good.
+    /// A stuck call's slot is retired when the watchdog sees it: the
+    /// others run on the blocking pool at once, without waiting for it,
+    /// and the slot is back once the call ends.
     #[tokio::test]
-    async fn the_slot_of_a_stuck_call_is_freed_for_the_others() {
-        let stuck = StepRunner::sharing("stuck", own_slots(1));
+    async fn the_slot_of_a_stuck_call_is_retired_until_it_ends() {
+        let slots = own_slots(1);
+        let stuck = StepRunner::sharing("stuck", slots);
         let (release, holder) = hold_every_slot(&stuck, 1);
-        let quick = StepRunner::sharing("quick", stuck.inline);
+        let quick = StepRunner::sharing("quick", slots);
         let started = Instant::now();
-        while stuck.inline.taken.load(Ordering::SeqCst) > 0 && started.elapsed() < BUDGET * 5 {
+        while slots.limit.load(Ordering::SeqCst) > 0 && started.elapsed() < BUDGET * 5 {
             tokio::time::sleep(WATCH_EVERY / 2).await;
         }
-        assert!(
-            stuck.is_quarantined(),
-            "quarantined before its slot is freed"
-        );
+        assert!(stuck.is_quarantined(), "quarantined");
+        assert_eq!(slots.limit.load(Ordering::SeqCst), 0, "its slot retired");
         let here = std::thread::current().id();
+        let waited = Instant::now();
         let ran_on = quick.run(|| std::thread::current().id()).await.unwrap();
-        assert_eq!(ran_on, here, "inline, in the stuck call's slot");
+        assert_ne!(ran_on, here, "off the worker: no slot is left");
+        assert!(waited.elapsed() < PATIENCE, "without waiting for one");
         release.send(()).unwrap();
         for holder in holder {
             holder.join().unwrap();
         }
-        assert_eq!(stuck.inline.taken.load(Ordering::SeqCst), 0, "freed once");
+        assert_eq!(slots.limit.load(Ordering::SeqCst), 1, "back once it ended");
+        assert_eq!(slots.taken.load(Ordering::SeqCst), 0);
+        let ran_on = quick.run(|| std::thread::current().id()).await.unwrap();
+        assert_eq!(ran_on, here, "inline again");
     }
 
     #[tokio::test]
@@ -636,39 +626,46 @@ mod tests {
         assert!(!runner.is_quarantined());
     }
 
-    /// A thread's owner is told once when a call there is stuck past the
-    /// budget, and the provider quarantined; once the owner lets go, it is
-    /// told nothing more.
-    #[test]
-    fn the_owner_of_a_thread_stuck_in_a_call_is_told_once() {
-        let runner = StepRunner::sharing("stuck on its thread", own_slots(1));
-        let told = Arc::new(AtomicUsize::new(0));
+    /// Audit finding: calls that found no inline slot went to the blocking
+    /// pool with no bound, so a provider stuck on some input took a thread
+    /// per request before its quarantine. Now a provider holds at most
+    /// [`MAX_POOLED`] pool threads, quarantined or not.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stuck_provider_holds_a_bounded_number_of_threads_before_quarantine() {
+        // No inline slot: every call goes to the pool, as when the slots
+        // are held.
+        let runner = StepRunner::sharing("stuck on some input", own_slots(0));
+        let running = Arc::new(AtomicUsize::new(0));
         let (release, released) = std::sync::mpsc::channel::<()>();
-        let thread = {
-            let (runner, told) = (runner.clone(), told.clone());
-            std::thread::spawn(move || {
-                let guard = when_this_thread_is_stuck(move || {
-                    told.fetch_add(1, Ordering::SeqCst);
-                });
-                let runtime = crate::runtime::serving().unwrap();
-                runtime
-                    .block_on(runner.run(move || released.recv()))
-                    .unwrap()
-                    .unwrap();
-                drop(guard);
+        let released = Arc::new(Mutex::new(released));
+        let calls: Vec<_> = (0..20)
+            .map(|_| {
+                let (runner, running, released) =
+                    (runner.clone(), running.clone(), released.clone());
+                tokio::spawn(async move {
+                    runner
+                        .run(move || {
+                            running.fetch_add(1, Ordering::SeqCst);
+                            let _ = lock(&released).recv();
+                        })
+                        .await
+                })
             })
-        };
-        let deadline = Instant::now() + BUDGET * 5;
-        while told.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
-            std::thread::sleep(WATCH_EVERY / 2);
+            .collect();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!runner.is_quarantined(), "not yet past its budget");
+        assert_eq!(
+            running.load(Ordering::SeqCst),
+            MAX_POOLED,
+            "20 calls, {MAX_POOLED} threads"
+        );
+        for _ in 0..20 {
+            release.send(()).unwrap();
         }
-        assert_eq!(told.load(Ordering::SeqCst), 1, "told when past the budget");
-        assert!(runner.is_quarantined());
-        // More rounds of the watchdog over the same call: told once.
-        std::thread::sleep(WATCH_EVERY * 3);
-        assert_eq!(told.load(Ordering::SeqCst), 1);
-        release.send(()).unwrap();
-        thread.join().unwrap();
+        for call in calls {
+            assert_eq!(call.await.unwrap(), Ok(()));
+        }
+        assert_eq!(running.load(Ordering::SeqCst), 20, "each ran in turn");
     }
 
     #[tokio::test]
@@ -689,19 +686,22 @@ mod tests {
                     .await
             }));
         }
-        // Let both calls start and take their slots.
+        // Let both calls start and take their places.
         let started = Instant::now();
         while runner.pooled.available_permits() > 0 && started.elapsed() < Duration::from_secs(5) {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         let third = tokio::time::timeout(Duration::from_millis(300), runner.run(|| ())).await;
-        assert!(third.is_err(), "no third thread: the call waits for a slot");
+        assert!(
+            third.is_err(),
+            "no third thread: the call waits for a place"
+        );
         for _ in 0..MAX_POOLED {
             release.send(()).unwrap();
         }
         for call in stuck {
             assert_eq!(call.await.unwrap(), Ok(()));
         }
-        assert_eq!(runner.run(|| 7).await, Ok(7), "slots come back");
+        assert_eq!(runner.run(|| 7).await, Ok(7), "places come back");
     }
 }

@@ -146,9 +146,6 @@ pub enum StateError {
 /// The connection to the shared store, and whether it answers.
 pub struct Shared {
     conn: ConnectionManager,
-    /// The runtime the connection and the batches' task run on, whoever
-    /// asks: the control runtime ([`crate::runtime`]).
-    control: tokio::runtime::Handle,
     prefix: String,
     /// Whether the last operation succeeded; `/readyz` says `degraded`
     /// while it did not.
@@ -176,7 +173,7 @@ pub struct Shared {
 impl Shared {
     /// A connection to `config`'s server, made on first use and remade
     /// after every failure by the connection manager. Needs a tokio
-    /// runtime, which it keeps for the connection's work; does no I/O.
+    /// runtime; does no I/O.
     pub fn connect(config: &RedisConfig) -> Result<Shared, StateError> {
         let client = redis::Client::open(config.url.expose())
             .map_err(|e| StateError::Connect(format!("{:?}", e.kind())))?;
@@ -191,7 +188,6 @@ impl Shared {
         let conn = ConnectionManager::new_lazy_with_config(client, manager)?;
         Ok(Shared {
             conn,
-            control: tokio::runtime::Handle::current(),
             prefix: config.prefix.clone(),
             healthy: AtomicBool::new(true),
             logs_health: true,
@@ -216,8 +212,7 @@ impl Shared {
     fn queue(self: &Arc<Self>, asked: batches::Asked) -> bool {
         let batches = self.batches.get_or_init(|| {
             let (batches, asked) = mpsc::unbounded_channel();
-            self.control
-                .spawn(batches::send_batches(Arc::downgrade(self), asked));
+            tokio::spawn(batches::send_batches(Arc::downgrade(self), asked));
             batches
         });
         self.unanswered.add(1);
@@ -279,16 +274,13 @@ impl Shared {
     /// Runs `op` (named `name` in metrics and logs) on a connection,
     /// bounded by [`OP_TIMEOUT`]; a failure is counted, and the first of a
     /// run of failures logged (an outage is one warning, not one per
-    /// request), as is the recovery. What the connection starts for it (a
-    /// reconnection) runs on the control runtime, not on the asking
-    /// thread's.
+    /// request), as is the recovery.
     pub async fn run<T, F, Fut>(&self, name: &'static str, op: F) -> Result<T, StateError>
     where
         F: FnOnce(ConnectionManager) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
-        let op = crate::runtime::on(&self.control, op(self.conn.clone()));
-        let result = match tokio::time::timeout(OP_TIMEOUT, op).await {
+        let result = match tokio::time::timeout(OP_TIMEOUT, op(self.conn.clone())).await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(e)) => Err(StateError::Redis(e)),
             Err(_) => Err(StateError::Timeout),

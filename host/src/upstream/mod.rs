@@ -345,10 +345,8 @@ impl UpstreamClient {
                         Response::from(response).map(|body| body.map_err(|e| e.without_url()));
                     read_in_full(response, max_body).await
                 };
-                match runtime {
-                    Some(runtime) => crate::runtime::on(runtime, exchange).await,
-                    None => exchange.await,
-                }
+                let _ = runtime;
+                exchange.await
             }
         }
     }

@@ -30,7 +30,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
 use crate::sync::lock;
-use crate::write_batch::{Batched, Flushed};
+
 use crate::FastMap;
 
 /// The longest answer head read.
@@ -320,7 +320,7 @@ impl Client {
             tcp.set_nodelay(true).map_err(WireError::Connect)?;
             // The answer is read next, under the attempt's deadline: a flush is
             // done once the request is queued.
-            let tcp = Batched::new(tcp, Flushed::WhenQueued);
+
             if !target.https {
                 return Ok::<Box<dyn Io>, WireError>(Box::new(tcp));
             }
@@ -946,7 +946,10 @@ mod tests {
         let exchanging = |until: Arc<std::sync::Barrier>| {
             let (client, target) = (client.clone(), target.clone());
             std::thread::spawn(move || {
-                let runtime = crate::runtime::serving().unwrap();
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
                 runtime.block_on(async {
                     for _ in 0..2 {
                         client.exchange(&target, GET, 1024).await.unwrap();
