@@ -32,6 +32,7 @@ const ABANDONED: &str = "socialgate_requests_abandoned_total";
 const KEY_BUSY: &str = "socialgate_requests_key_busy_total";
 const STATE_ERRORS: &str = "socialgate_state_errors_total";
 const KEYS_FILE_USABLE: &str = "socialgate_keys_file_usable";
+const LOG_LINES_DROPPED: &str = "socialgate_log_lines_dropped_total";
 
 /// Latency buckets, in seconds: from a cached-fast answer to a timeout.
 const BUCKETS: &[f64] = &[
@@ -82,6 +83,7 @@ pub async fn keep_up(handle: PrometheusHandle) {
 /// The page `/metrics` serves: recorded series plus gauges read now.
 pub fn render(handle: &PrometheusHandle, snapshot: &Snapshot, cache_bytes: u64) -> String {
     gauge!(CACHE_BYTES).set(cache_bytes as f64);
+    counter!(LOG_LINES_DROPPED).absolute(crate::logging::dropped_lines());
     gauge!(KEYS_FILE_USABLE).set(if snapshot.keys_are_current() {
         1.0
     } else {

@@ -194,6 +194,13 @@ async fn a_failover_is_counted_with_the_failed_provider_and_no_secret_is_exporte
         "{}",
         m.text
     );
+    // Log lines dropped because stderr fell behind: none, to a file.
+    assert_eq!(
+        m.sum("socialgate_log_lines_dropped_total", &[]),
+        Some(0.0),
+        "{}",
+        m.text
+    );
 
     // A reload by SIGHUP is counted.
     signal(&stack.server, "HUP");

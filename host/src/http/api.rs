@@ -153,7 +153,6 @@ pub async fn handle(app: &App, mut request: Request<Incoming>) -> Response<Body>
         }
     }
     let line = RequestLine {
-        id: &id,
         method: request.method().as_str(),
         path,
         status,
