@@ -137,7 +137,7 @@ pub struct Ask<'a> {
     pub directives: Directives,
 }
 
-/// The answer to an admitted request: found ([`find`]) while `admitted`
+/// The answer to an admitted request: found (`find`) while `admitted`
 /// is held, then its `ETag`, the preconditions (`If-Match`, then
 /// `If-None-Match`), the charge (none for a `304`, whose reservation is
 /// refunded) and its headers; or the error it came to, with what the

@@ -4,7 +4,7 @@
 //! its metrics.
 //!
 //! Admission is one ordered list of gates, each a small function that
-//! returns what it took or the refusal: the head ([`head::check`]);
+//! returns what it took or the refusal: the head (`head::check`);
 //! `OPTIONS` and the public paths (`/healthz`, `/readyz`,
 //! `/v1/openapi.json`); overload; method; key; rate limit; the key's slot;
 //! `/v1/account`, or the platform, endpoint and parameters; credits. The
@@ -52,7 +52,7 @@ use crate::error::ApiError;
 use crate::logging::RequestLine;
 use crate::metrics::{self, RouteLabels};
 use crate::resilience::concurrency::KeyInFlight;
-use crate::resilience::rate_limit::{RateLimitConfig, Standing};
+use crate::resilience::rate_limit::{RateLimitConfig, RateLimiter, Standing};
 use crate::routing::{Chain, Provider};
 use crate::state::{App, Snapshot};
 
@@ -211,14 +211,15 @@ async fn route<'s>(
     // A request that will not reach its credits takes the token it owes
     // now, before the refusal or the account: a refusal of the rate limit
     // comes first, as it would have without the deferral.
-    if !matches!(parsed, Some(Ok(_))) {
-        take_owed(app, key, owed, report).await?;
+    if let (Some(limiter), false) = (owed, matches!(parsed, Some(Ok(_)))) {
+        take_token(app, limiter, key, report).await?;
     }
     let places = (slot, key_slot?);
     let Some(parsed) = parsed else {
         return account(app, snapshot, key, id).await;
     };
     let ask = parsed?;
+    let owed = owed.map(RateLimiter::config);
     let credits = credits(app, snapshot, key, &ask, owed, report).await?;
     let admitted = Admitted {
         _places: places,
@@ -255,43 +256,47 @@ fn unkeyed(
     }))
 }
 
-/// The key's rate limit: a token taken now, or owed (its config comes
+/// The key's rate limit: a token taken now, or owed (its limiter comes
 /// back). With shared books and billing enforced, the credits take it in
-/// the same round trip, or [`take_owed`] does for a request that will not
+/// the same round trip, or [`take_token`] does for a request that will not
 /// reach them: the same answers in the same order, for one round trip in
 /// the common case.
-async fn rate_limit(
+async fn rate_limit<'s>(
     app: &App,
-    snapshot: &Snapshot,
+    snapshot: &'s Snapshot,
     key: &str,
     report: &mut Report<'_>,
-) -> Result<Option<RateLimitConfig>, ApiError> {
-    let Some(limiter) = &snapshot.rate_limiter else {
+) -> Result<Option<&'s RateLimiter>, ApiError> {
+    let Some(limiter) = snapshot.rate_limiter.as_deref() else {
         return Ok(None);
     };
     if app.shared.is_some() && app.billing.checks_rate_limit(snapshot.serving.billing) {
-        return Ok(Some(limiter.config()));
+        return Ok(Some(limiter));
     }
+    take_token(app, limiter, key, report).await.map(|()| None)
+}
+
+/// Takes a token of `key`'s bucket, here or in the shared store: where the
+/// bucket stands goes in the report (nothing when the store could not say:
+/// the limit failed open), or the refusal comes back.
+async fn take_token(
+    app: &App,
+    limiter: &RateLimiter,
+    key: &str,
+    report: &mut Report<'_>,
+) -> Result<(), ApiError> {
     let verdict = match &app.shared {
         None => limiter.check(key, tokio::time::Instant::now()).map(Some),
         // Boxed: the local path's future stays as small as it was.
         Some(shared) => Box::pin(shared.rate_limit(key, limiter.config())).await,
     };
-    take_verdict(verdict, report).map(|()| None)
-}
-
-/// Takes the token a request owes ([`rate_limit`]) when it will not reach
-/// its credits.
-async fn take_owed(
-    app: &App,
-    key: &str,
-    owed: Option<RateLimitConfig>,
-    report: &mut Report<'_>,
-) -> Result<(), ApiError> {
-    if let (Some(config), Some(shared)) = (owed, &app.shared) {
-        take_verdict(Box::pin(shared.rate_limit(key, config)).await, report)?;
+    match verdict {
+        Ok(standing) => {
+            report.rate = standing;
+            Ok(())
+        }
+        Err(wait) => Err(rate_limited(wait, report)),
     }
-    Ok(())
 }
 
 /// A place among the key's requests in flight, when they are limited.
@@ -346,21 +351,6 @@ async fn credits(
         }
         Err(NoCredit::Unavailable) => Err(ApiError::store_unavailable()),
         Err(NoCredit::RateLimited(wait)) => Err(rate_limited(wait, report)),
-    }
-}
-
-/// A rate limiter's verdict: where the bucket stands, in the report (none
-/// when the shared store could not say: it failed open), or a refusal.
-fn take_verdict(
-    verdict: Result<Option<Standing>, Duration>,
-    report: &mut Report<'_>,
-) -> Result<(), ApiError> {
-    match verdict {
-        Ok(standing) => {
-            report.rate = standing;
-            Ok(())
-        }
-        Err(wait) => Err(rate_limited(wait, report)),
     }
 }
 
