@@ -1,24 +1,61 @@
-//! Where a data answer comes from, once a request has passed its checks:
-//! the cache, a fetch shared with others asking the same, or (when the
-//! cache is off for the endpoint) the failover chain directly. Also where
-//! an expired answer stands in when the providers fail.
+//! A data answer, once a request is admitted: where it comes from (the
+//! cache, a fetch shared with others asking the same, or, when the cache is
+//! off for the endpoint, the failover chain directly; an expired answer
+//! stands in when the providers fail), then what its caller is told: the
+//! data with its `ETag`, preconditions and charge, or the error.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use hyper::header::{HeaderMap, HeaderName, HeaderValue, AGE, CACHE_CONTROL, ETAG, LINK};
+use hyper::{Response, StatusCode};
 use plugin_api::{Call, Endpoint};
 use tracing::Instrument;
 
+use super::encoding::{self, NotModified};
+use super::response::{self, Body};
+use crate::billing::Reservation;
 use crate::cache::freshness::{self, Directives, Verdict};
 use crate::cache::status::{seconds_left, CacheStatus, Forward};
 use crate::cache::{CacheConfig, Data, Entry, Fetched, Key, Stored};
 use crate::chain::{self, ChainError, Job, Journal, Served};
+use crate::cursor::{Listing, Position};
 use crate::error::ApiError;
 use crate::metrics;
+use crate::resilience::concurrency::{InFlight, KeyInFlight};
 use crate::resilience::deadline::Deadline;
-use crate::resilience::rate_limit;
+use crate::resilience::rate_limit::{self, Standing};
 use crate::routing::Provider;
 use crate::state::{App, Snapshot};
+
+/// RFC 9211.
+const CACHE_STATUS: HeaderName = HeaderName::from_static("cache-status");
+
+/// What a request did, for its headers, its log line and its metrics.
+#[derive(Default)]
+pub struct Report<'s> {
+    /// The name (never the value) of the key that was accepted.
+    pub key: Option<&'s str>,
+    pub provider: Option<Arc<str>>,
+    /// What the cache did, for data answers.
+    pub cache: Option<CacheStatus>,
+    pub journal: Journal,
+    /// Where the key's rate-limit bucket stands, once checked.
+    pub rate: Option<Standing>,
+    /// The key's balance after the answer's charge, once charged.
+    pub remaining: Option<u64>,
+}
+
+/// What admission took for a data request: the server's slot, the key's,
+/// and the credits held for its answer. Moved by value into the upstream
+/// work (the chain's attempt, or the wait on a shared fetch), so a caller
+/// who hangs up keeps it until that work ends; dropped, on any exit, it
+/// gives each back (the credits refunded: nothing was delivered), so no
+/// exit gives anything back by hand.
+pub struct Admitted {
+    pub _places: (InFlight, Option<KeyInFlight>),
+    pub credits: Reservation,
+}
 
 /// An answer with data.
 pub struct Found {
@@ -88,30 +125,126 @@ impl NoData {
 /// before its own (see [`find_cached`]).
 const MAX_JOINS: u32 = 3;
 
-/// What one request needs to find its answer.
+/// What one request asks, as admission checked it.
 pub struct Ask<'a> {
     pub platform: &'a str,
     /// Shared with the attempts that serve it.
-    pub call: &'a Arc<Call>,
+    pub call: Arc<Call>,
     /// The providers to ask, in order.
     pub providers: &'a [Arc<Provider>],
     /// For a later page: the provider whose cursor the call continues.
     pub issuer: Option<&'a str>,
     pub directives: Directives,
-    pub deadline: Deadline,
 }
 
-/// Finds the answer to `ask`, noting in `journal` what the chain did for
-/// this request (nothing when another request's fetch answered it).
-///
-/// `held` is what the request holds while upstream work runs for it (its
-/// overload slot, its key's slot and credits): the chain's attempt, or the wait for a
-/// shared fetch, keeps it to its end even if the caller hangs up. It is
-/// handed back with the answer.
-pub async fn find<H: Send + 'static>(
+/// The answer to an admitted request: found (`find`) while `admitted`
+/// is held, then its `ETag`, the preconditions (`If-Match`, then
+/// `If-None-Match`), the charge (none for a `304`, whose reservation is
+/// refunded) and its headers; or the error it came to, with what the
+/// cache did.
+pub async fn answer(
     app: &App,
     snapshot: &Snapshot,
+    request: &HeaderMap,
     ask: Ask<'_>,
+    admitted: Admitted,
+    report: &mut Report<'_>,
+    id: &str,
+) -> Result<Response<Body>, ApiError> {
+    let deadline = Deadline::after(snapshot.serving.request_timeout);
+    let (found, admitted) =
+        find(app, snapshot, &ask, deadline, &mut report.journal, admitted).await;
+    let (platform, call) = (ask.platform, &*ask.call);
+    let endpoint = call.endpoint();
+    let found = match found {
+        Ok(found) => found,
+        Err(Unanswered { error, status, age }) => {
+            report.cache = status;
+            let mut response = response::error(&error.into_api_error(endpoint), id);
+            if let Some(status) = status {
+                set_cache_headers(&mut response, &status, age, None);
+            }
+            return Ok(response);
+        }
+    };
+    let data = found.data();
+    report.provider = Some(data.provider.clone());
+    report.cache = Some(found.status);
+
+    let next_cursor = endpoint.is_list().then(|| {
+        data.next_cursor.as_ref().map(|upstream| {
+            let position = Position {
+                provider: data.provider.to_string(),
+                upstream: upstream.clone(),
+            };
+            app.cursors.seal(listing_of(platform, call), &position)
+        })
+    });
+    // The tag covers what the answer says (its data, and where its next
+    // page starts, while its token lasts), not `meta`'s per-request facts.
+    let etag = match &data.next_cursor {
+        None => encoding::etag(&[platform.as_bytes(), &data.json]),
+        Some(position) => {
+            let epoch = app.cursors.tag_epoch();
+            encoding::etag(&[platform.as_bytes(), &data.json, position.as_bytes(), &epoch])
+        }
+    };
+    // `If-Match` first (RFC 9110, 13.2.2), and before the charge: a `412`
+    // delivers nothing, and the dropped reservation is refunded.
+    if !encoding::if_match_holds(request, Some(&etag)) {
+        return Err(ApiError::PreconditionFailed);
+    }
+    let (age, cached) = (found.age, found.age.is_some());
+    let not_modified = encoding::not_modified(request, &etag);
+    let credits_used = if not_modified {
+        // Nothing is delivered: the reservation is refunded when dropped.
+        drop(admitted.credits);
+        0
+    } else {
+        let charge = admitted.credits.commit(cached);
+        report.remaining = Some(charge.remaining);
+        charge.credits
+    };
+    // A `304` is made from the `200` it stands for (see `represent`).
+    let mut response = response::success(
+        platform,
+        &data.json,
+        credits_used,
+        cached,
+        next_cursor.as_ref().map(|c| c.as_deref()),
+        id,
+    );
+    response.headers_mut().insert(ETAG, etag);
+    if let Some(Some(token)) = &next_cursor {
+        if let Some(link) = next_page_link(platform, call, token) {
+            response.headers_mut().insert(LINK, link);
+        }
+    }
+    // A page's token is sealed now: no cache may keep the page past it.
+    let reusable_for = data
+        .next_cursor
+        .is_some()
+        .then(|| app.cursors.reusable_for());
+    set_cache_headers(&mut response, &found.status, age, reusable_for);
+    if not_modified {
+        response.extensions_mut().insert(NotModified);
+    }
+    Ok(response)
+}
+
+/// Finds the answer to `ask` by `deadline`, noting in `journal` what the
+/// chain did for this request (nothing when another request's fetch
+/// answered it).
+///
+/// `held` is what the request holds while upstream work runs for it
+/// ([`Admitted`]): the chain's attempt, or the wait for a shared fetch,
+/// keeps it to its end even if the caller hangs up. It is handed back with
+/// the answer.
+async fn find<H: Send + 'static>(
+    app: &App,
+    snapshot: &Snapshot,
+    ask: &Ask<'_>,
+    deadline: Deadline,
     journal: &mut Journal,
     held: H,
 ) -> (Result<Found, Unanswered>, H) {
@@ -123,9 +256,9 @@ pub async fn find<H: Send + 'static>(
         }
         metrics::cache(endpoint, "bypass");
         let job = Job {
-            call: ask.call,
+            call: &ask.call,
             client: &app.upstream,
-            deadline: ask.deadline,
+            deadline,
         };
         let (served, held) = chain::serve(ask.providers, job, journal, held).await;
         let found = served
@@ -141,21 +274,22 @@ pub async fn find<H: Send + 'static>(
             });
         return (found, held);
     };
-    find_cached(app, config, ask, journal, ttl, held).await
+    find_cached(app, config, ask, deadline, journal, ttl, held).await
 }
 
 /// [`find`] for an endpoint the cache keeps.
 async fn find_cached<H: Send + 'static>(
     app: &App,
     config: &CacheConfig,
-    ask: Ask<'_>,
+    ask: &Ask<'_>,
+    deadline: Deadline,
     journal: &mut Journal,
     ttl: Duration,
     held: H,
 ) -> (Result<Found, Unanswered>, H) {
     let endpoint = ask.call.endpoint();
 
-    let key = Key::new(ask.platform, ask.call, ask.issuer);
+    let key = Key::new(ask.platform, &ask.call, ask.issuer);
     let stored = app.cache.lookup(&key).await;
     // Read once: the verdict, `ttl` and `Age` must agree.
     let age = stored.as_ref().map_or(Duration::ZERO, |entry| entry.age());
@@ -195,7 +329,6 @@ async fn find_cached<H: Send + 'static>(
             ask.call.clone(),
             app.upstream.clone(),
         );
-        let deadline = ask.deadline;
         async move {
             let mut journal = Journal::default();
             // No caller owns the fetch, so it holds nothing of its own:
@@ -234,7 +367,7 @@ async fn find_cached<H: Send + 'static>(
                 key.clone(),
                 keep_for,
                 keep_not_found_for,
-                ask.deadline,
+                deadline,
                 fetch(),
                 held,
             )
@@ -244,7 +377,7 @@ async fn find_cached<H: Send + 'static>(
         // Bounded, though each round ends at a later deadline.
         let theirs_ran_out = collapsed
             && matches!(landing.outcome, Err(ChainError::DeadlineExceeded))
-            && !ask.deadline.expired();
+            && !deadline.expired();
         joined += 1;
         if theirs_ran_out && joined < MAX_JOINS {
             held = back;
@@ -281,7 +414,7 @@ async fn find_cached<H: Send + 'static>(
             | ChainError::Busy),
         ) => {
             if let (Some(issuer), false) = (ask.issuer, error == ChainError::Busy) {
-                app.cache.forget_first_page(ask.platform, ask.call, issuer);
+                app.cache.forget_first_page(ask.platform, &ask.call, issuer);
             }
             let landed = Landed { forward, collapsed };
             stand_in(stored, landed, config.stale_if_error, endpoint).ok_or(Unanswered {
@@ -367,4 +500,87 @@ fn data_of(served: Served) -> Data {
         provider: served.provider.name.clone(),
         next_cursor: served.answer.next_cursor,
     }
+}
+
+/// `Cache-Status`, and `Age` for an answer from the cache. A data
+/// answer's `Cache-Control` says how long it stays fresh here (`private`:
+/// it was asked for with a key), but no longer than `reusable_for` seconds
+/// from now (a page's next token); errors stay `no-store`. With `Age`,
+/// that is counted from the fetch, as HTTP caches count it: they take `Age`
+/// off `max-age`, so a hit's is its remaining time plus its age.
+fn set_cache_headers(
+    response: &mut Response<Body>,
+    status: &CacheStatus,
+    age: Option<Duration>,
+    reusable_for: Option<u64>,
+) {
+    let data = matches!(response.status(), StatusCode::OK | StatusCode::NOT_MODIFIED);
+    let headers = response.headers_mut();
+    headers.insert(CACHE_STATUS, status.header_value());
+    let age = age.map(|age| age.as_secs());
+    if data {
+        let fresh_for = match *status {
+            CacheStatus::Fetched {
+                forward: Forward::Bypass,
+                ..
+            } => None,
+            CacheStatus::Fetched { stored, .. } => Some(stored.unwrap_or(0)),
+            // Never on data.
+            CacheStatus::NotStored => None,
+            // Expired: to be revalidated at once.
+            CacheStatus::StoodIn {
+                forward: Forward::Stale,
+                ..
+            } => Some(0),
+            // Stored and fresh: its time left, counted from the fetch.
+            CacheStatus::Hit { ttl } | CacheStatus::StoodIn { ttl, .. } => {
+                Some(ttl.max(0) as u64 + age.unwrap_or(0))
+            }
+        };
+        let fresh_for = match (fresh_for, reusable_for) {
+            (Some(secs), Some(limit)) => Some(secs.min(age.unwrap_or(0) + limit)),
+            (fresh_for, _) => fresh_for,
+        };
+        let value = match fresh_for {
+            Some(secs) => HeaderValue::try_from(format!("private, max-age={secs}")),
+            None => Ok(HeaderValue::from_static("private, no-cache")),
+        };
+        if let Ok(value) = value {
+            headers.insert(CACHE_CONTROL, value);
+        }
+    }
+    if let Some(age) = age {
+        headers.insert(AGE, HeaderValue::from(age));
+    }
+}
+
+/// The listing a cursor belongs to: the same endpoint and subject.
+pub(super) fn listing_of<'a>(platform: &'a str, call: &'a Call) -> Listing<'a> {
+    Listing {
+        platform,
+        endpoint: call.endpoint().as_str(),
+        subject: call.subject(),
+    }
+}
+
+/// `Link: <...>; rel="next"` (RFC 8288) to the page after this one: the
+/// same listing with `cursor` set to `token`. A reference relative to the
+/// request's own origin (the `Host` a client sent is not to be trusted),
+/// written from the request as checked: the subject, the page size and the
+/// token, nothing else the client sent.
+fn next_page_link(platform: &str, call: &Call, token: &str) -> Option<HeaderValue> {
+    let endpoint = call.endpoint();
+    let mut query = form_urlencoded::Serializer::new(String::new());
+    query.append_pair(endpoint.subject_param(), call.subject());
+    if let Some(count) = call.count() {
+        query.append_pair("count", itoa::Buffer::new().format(count));
+    }
+    query.append_pair("cursor", token);
+    let link = format!(
+        "</v1/{platform}/{}?{}>; rel=\"next\"",
+        endpoint.as_str(),
+        query.finish()
+    );
+    // Every part but the configured platform name is URL-encoded.
+    HeaderValue::try_from(link).ok()
 }

@@ -1,20 +1,24 @@
-//! One request, through its checks in a fixed order: `OPTIONS` and the
-//! public paths first (`/healthz`, `/readyz`, `/v1/openapi.json`), then
-//! overload, method, key, rate limit, platform, endpoint, parameters,
-//! credits, and finally the failover chain. Each check answers from the
-//! error catalogue; nothing after a failed check runs, so invalid input
-//! never reaches an upstream.
+//! One request, from its head to its answer: [`handle`] runs admission
+//! (the gates below, in order), then the answer ([`answer`]), then its
+//! representation ([`encoding::represent`]), and ends in one log line and
+//! its metrics.
+//!
+//! Admission is one ordered list of gates, each a small function that
+//! returns what it took or the refusal: the head (`head::check`);
+//! `OPTIONS` and the public paths (`/healthz`, `/readyz`,
+//! `/v1/openapi.json`); overload; method; key; rate limit; the key's slot;
+//! `/v1/account`, or the platform, endpoint and parameters; credits. The
+//! first refusal is the answer, so invalid input never reaches an
+//! upstream. What the gates took is one [`Admitted`], moved by value into
+//! the fetch: dropped, on whatever exit, it gives everything back.
 //!
 //! `HEAD` is `GET` without the body: it passes the same checks and costs
 //! what the `GET` would. A data answer carries a strong `ETag` over its
 //! data; a request whose `If-None-Match` matches it gets `304` and is not
 //! charged, and one whose `If-Match` does not gets `412` and is not charged
 //! either (`If-Match` is evaluated on every answer that would be a `2xx`).
-//! Then every answer is represented for its caller: CORS headers
-//! ([`super::cors`]), a content coding ([`super::encoding`]), no body for
-//! `HEAD`.
 //!
-//! `GET /v1/account` answers right after the rate limit, with what the key
+//! `GET /v1/account` answers right after the key's slot, with what the key
 //! may read of its own account; it costs nothing.
 //!
 //! Every answer carries the request's ID, and every answer to a request
@@ -28,37 +32,31 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
-use http_body_util::{BodyExt, Full};
-use hyper::body::{Body as _, Incoming};
+use hyper::body::Incoming;
 use hyper::header::{
-    HeaderMap, HeaderName, HeaderValue, ACCEPT_ENCODING, AGE, CACHE_CONTROL, CONNECTION,
-    CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, ETAG, LINK,
+    HeaderMap, HeaderName, HeaderValue, ACCEPT_ENCODING, CACHE_CONTROL, CONNECTION, ETAG,
 };
 use hyper::{Method, Request, Response, StatusCode};
 use plugin_api::{Call, Endpoint};
 use tracing::Instrument;
 
-use super::answer::{self, Ask, Found, Unanswered};
-use super::encoding::{self, Precompressed};
+use super::answer::{self, listing_of, Admitted, Ask, Report};
+use super::encoding::{self, NotModified, Precompressed};
 use super::response::{self, Body};
-use super::{cors, head, request_id};
-use crate::billing::{NoCredit, Reservation, Reserved, Source};
+use super::{head, request_id};
+use crate::billing::{NoCredit, Reservation, Source};
 use crate::cache::freshness::Directives;
-use crate::cache::status::{CacheStatus, Forward};
-use crate::chain::Journal;
-use crate::cursor::{Listing, Position};
+use crate::cache::status::CacheStatus;
+use crate::cursor::Position;
 use crate::error::ApiError;
 use crate::logging::RequestLine;
 use crate::metrics::{self, RouteLabels};
-use crate::resilience::concurrency::{InFlight, KeyInFlight};
-use crate::resilience::deadline::Deadline;
-use crate::resilience::rate_limit::{RateLimitConfig, Standing};
+use crate::resilience::concurrency::KeyInFlight;
+use crate::resilience::rate_limit::{RateLimitConfig, RateLimiter, Standing};
 use crate::routing::{Chain, Provider};
 use crate::state::{App, Snapshot};
 
 const API_KEY_HEADER: HeaderName = HeaderName::from_static("x-api-key");
-/// RFC 9211.
-const CACHE_STATUS: HeaderName = HeaderName::from_static("cache-status");
 /// The key's balance after this answer's charge, when billing is enforced.
 const CREDITS_REMAINING: HeaderName = HeaderName::from_static("x-credits-remaining");
 /// draft-ietf-httpapi-ratelimit-headers.
@@ -69,21 +67,6 @@ const ACCOUNT_PATH: &str = "/v1/account";
 /// The OpenAPI document changes only with the binary: caches may keep it a
 /// while, and revalidate with its `ETag`.
 const DOCUMENT_CACHE_CONTROL: &str = "public, max-age=300";
-
-/// What a request did, for its log line.
-#[derive(Default)]
-struct Report<'s> {
-    /// The name (never the value) of the key that was accepted.
-    key: Option<&'s str>,
-    provider: Option<Arc<str>>,
-    /// What the cache did, for data answers.
-    cache: Option<CacheStatus>,
-    journal: Journal,
-    /// Where the key's rate-limit bucket stands, once checked.
-    rate: Option<Standing>,
-    /// The key's balance after the answer's charge, once charged.
-    remaining: Option<u64>,
-}
 
 /// Answers one request; never fails, never panics out.
 pub async fn handle(app: &App, mut request: Request<Incoming>) -> Response<Body> {
@@ -106,12 +89,12 @@ pub async fn handle(app: &App, mut request: Request<Incoming>) -> Response<Body>
         // RFC 9110, 13.2.1: a precondition counts for an answer that would
         // be a `2xx`, and never for `CONNECT`, `OPTIONS` or `TRACE`: here,
         // for what `GET` and `HEAD` select. A data answer evaluated its
-        // `If-Match` before it was charged (see `route`); here it holds
+        // `If-Match` before it was charged (see [`answer::answer`]); here it holds
         // again, and the other answers (`/v1/account`, the public paths)
         // are evaluated.
         Ok(Ok(response))
             if response.status().is_success()
-                && matches!(*request.method(), Method::GET | Method::HEAD)
+                && reads(request.method())
                 && !encoding::if_match_holds(request.headers(), response.headers().get(ETAG)) =>
         {
             response::error(&ApiError::PreconditionFailed, &id)
@@ -135,7 +118,8 @@ pub async fn handle(app: &App, mut request: Request<Incoming>) -> Response<Body>
         set_standing_headers(app, &snapshot, key, &report, &mut response);
     }
     let path = request.uri().path();
-    let response = represent(&snapshot, &request, path == OPENAPI_PATH, response);
+    let cors = &snapshot.serving.cors;
+    let response = encoding::represent(cors, &request, path == OPENAPI_PATH, response);
 
     let elapsed = started.elapsed();
     let status = response.status().as_u16();
@@ -175,69 +159,6 @@ fn is_public(path: &str) -> bool {
     matches!(path, "/healthz" | "/readyz" | OPENAPI_PATH)
 }
 
-/// Marks a `200` answer whose validator the request's `If-None-Match`
-/// matched: [`represent`] sends it as `304 Not Modified`, with the headers
-/// the `200` would have had (its coding's `ETag`, `Vary`).
-#[derive(Clone, Copy)]
-struct NotModified;
-
-/// The answer as its caller takes it: CORS headers, a content coding when
-/// asked for and worth it, no body for `HEAD` (its `Content-Length` stays
-/// what the `GET` would have), and a `304` for one marked [`NotModified`].
-fn represent(
-    snapshot: &Snapshot,
-    request: &Request<Incoming>,
-    public: bool,
-    response: Response<Body>,
-) -> Response<Body> {
-    let (mut parts, body) = response.into_parts();
-    cors::decorate(
-        &snapshot.serving.cors,
-        public,
-        request.headers(),
-        &mut parts.headers,
-    );
-    let head = *request.method() == Method::HEAD;
-    let length = body.size_hint().exact().unwrap_or(0);
-    let compressible = length >= encoding::MIN_COMPRESSED_BYTES as u64
-        && !parts.headers.contains_key(CONTENT_ENCODING)
-        && parts
-            .headers
-            .get(CONTENT_TYPE)
-            .is_some_and(|t| t.as_bytes().starts_with(b"application/json"));
-    if parts.extensions.remove::<NotModified>().is_some() {
-        if compressible {
-            encoding::mark_negotiated(request.headers(), &mut parts.headers);
-        }
-        // No body, and nothing that would describe one.
-        parts.status = StatusCode::NOT_MODIFIED;
-        for describes_the_body in [CONTENT_TYPE, CONTENT_LENGTH, CONTENT_ENCODING] {
-            parts.headers.remove(describes_the_body);
-        }
-        return Response::from_parts(parts, Full::default());
-    }
-    if !compressible && !head {
-        return Response::from_parts(parts, body);
-    }
-    // A `Full` body is one ready frame: collecting it does not wait.
-    let Some(Ok(collected)) = body.collect().now_or_never() else {
-        return Response::from_parts(parts, Full::default());
-    };
-    let mut bytes = collected.to_bytes();
-    if compressible {
-        if let Some(coding) = encoding::mark_negotiated(request.headers(), &mut parts.headers) {
-            bytes = coding.encode(&bytes, true);
-        }
-    }
-    if head {
-        parts
-            .headers
-            .insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
-        return Response::from_parts(parts, Full::default());
-    }
-    Response::from_parts(parts, Full::new(bytes))
-}
-
 /// `/v1/openapi.json`: cacheable, with an `ETag`, in the coding asked for.
 fn openapi_document(request: &HeaderMap) -> Response<Body> {
     static TAG: std::sync::LazyLock<HeaderValue> =
@@ -260,179 +181,160 @@ fn openapi_document(request: &HeaderMap) -> Response<Body> {
     response
 }
 
+/// Admission: the gates, in the order of the module doc, then the answer.
 async fn route<'s>(
     app: &App,
     snapshot: &'s Snapshot,
-    request: &Request<Incoming>,
+    request: &'s Request<Incoming>,
     id: &str,
     report: &mut Report<'s>,
 ) -> Result<Response<Body>, ApiError> {
-    let path = request.uri().path();
-    let method = request.method();
-    // hyper refuses most HTTP/1 heads over the limit itself (see
-    // `refusal`), but not one that arrives whole in a read buffer grown by
-    // earlier requests; HTTP/2 heads are measured only here (hyper's limit
-    // for them is above this one: `server::H2_HEADER_LIST_MARGIN`).
-    if head::head_size(request) > app.process.listener.hardening.max_header_bytes {
-        return Err(ApiError::HeadersTooLarge);
-    }
-    head::check_head(request)?;
-    // `OPTIONS` (and a browser's preflight, which carries no key) is
-    // answered on every path, before anything is spent on it.
-    if *method == Method::OPTIONS {
-        return Ok(response::options());
-    }
-    let reads = matches!(*method, Method::GET | Method::HEAD);
-
-    if is_public(path) {
-        if !reads {
-            return Err(ApiError::MethodNotAllowed);
-        }
-        return Ok(match path {
-            "/healthz" => response::plain_json(StatusCode::OK, r#"{"status":"ok"}"#),
-            "/readyz" => readiness(app, snapshot),
-            _ => openapi_document(request.headers()),
-        });
+    head::check(request, app.process.listener.hardening.max_header_bytes)?;
+    if let Some(answer) = unkeyed(app, snapshot, request)? {
+        return Ok(answer);
     }
     // Held until the answer is built, or while the upstream work of an
     // abandoned request runs; past the limit, refuse at once.
     let slot = app.in_flight.try_enter().ok_or_else(ApiError::overloaded)?;
-    if !reads {
+    if !reads(request.method()) {
         return Err(ApiError::MethodNotAllowed);
     }
-
     let key = authenticate(snapshot, request)?;
     report.key = Some(key);
-    let billing = snapshot.serving.billing;
-    // With shared books and billing enforced, the rate limit is taken in
-    // the same round trip as the credit, or, for a request refused before
-    // it reaches its credit, just before answering that: the same answers
-    // in the same order, for one round trip in the common case.
-    let deferred_limit = match &snapshot.rate_limiter {
-        Some(limiter) if app.shared.is_some() && app.billing.checks_rate_limit(billing) => {
-            Some(limiter.config())
-        }
-        Some(limiter) => {
-            let verdict = match &app.shared {
-                None => limiter.check(key, tokio::time::Instant::now()).map(Some),
-                // Boxed: the local path's future stays as small as it was.
-                Some(shared) => Box::pin(shared.rate_limit(key, limiter.config())).await,
-            };
-            take_verdict(verdict, report)?;
-            None
-        }
-        None => None,
+    let owed = rate_limit(app, snapshot, key, report).await?;
+    let key_slot = key_slot(app, snapshot, key);
+    let parsed = match key_slot {
+        Ok(_) if request.uri().path() != ACCOUNT_PATH => Some(parse(app, snapshot, request)),
+        _ => None,
     };
-    // After the rate limit: every request with a key takes a token, this
-    // refusal's included, so `[rate_limit]` bounds how often a key may ask
-    // whatever the answer.
-    let key_slot = match snapshot.serving.max_concurrent_requests_per_key {
-        None => None,
-        Some(max) => match app.in_flight_by_key.try_enter(key, max) {
-            Some(slot) => Some(slot),
-            None => {
-                metrics::key_busy();
-                take_deferred_limit(app, key, deferred_limit, report).await?;
-                return Err(ApiError::KeyBusy { max });
-            }
-        },
-    };
-    if path == ACCOUNT_PATH {
-        take_deferred_limit(app, key, deferred_limit, report).await?;
-        return account(app, snapshot, key, id).await;
+    // A request that will not reach its credits takes the token it owes
+    // now, before the refusal or the account: a refusal of the rate limit
+    // comes first, as it would have without the deferral.
+    if let (Some(limiter), false) = (owed, matches!(parsed, Some(Ok(_)))) {
+        take_token(app, limiter, key, report).await?;
     }
-
-    let parsed = match parse(app, snapshot, request) {
-        Ok(parsed) => parsed,
-        Err(error) => {
-            take_deferred_limit(app, key, deferred_limit, report).await?;
-            return Err(error);
-        }
+    let places = (slot, key_slot?);
+    let Some(parsed) = parsed else {
+        return account(app, snapshot, key, id).await;
     };
-    let Parsed {
-        platform,
-        endpoint,
-        call,
-        providers,
-        issuer,
-    } = parsed;
+    let ask = parsed?;
+    let owed = owed.map(RateLimiter::config);
+    let credits = credits(app, snapshot, key, &ask, owed, report).await?;
+    let admitted = Admitted {
+        _places: places,
+        credits,
+    };
+    answer::answer(app, snapshot, request.headers(), ask, admitted, report, id).await
+}
 
-    let directives = Directives::parse(
-        request
-            .headers()
-            .get_all(CACHE_CONTROL)
-            .iter()
-            .filter_map(|v| v.to_str().ok()),
-    );
-    // Held before any upstream call, refunded unless the answer is
-    // delivered: what an answer from where this one may come can cost.
-    // `only-if-cached` with `no-cache` can only end in `504 NOT_CACHED`,
-    // as where the cache is off.
+fn reads(method: &Method) -> bool {
+    matches!(*method, Method::GET | Method::HEAD)
+}
+
+/// `OPTIONS` on every path (a browser's preflight carries no key) and the
+/// public paths: answered before anything is spent on them.
+fn unkeyed(
+    app: &App,
+    snapshot: &Snapshot,
+    request: &Request<Incoming>,
+) -> Result<Option<Response<Body>>, ApiError> {
+    let path = request.uri().path();
+    if *request.method() == Method::OPTIONS {
+        return Ok(Some(response::options()));
+    }
+    if !is_public(path) {
+        return Ok(None);
+    }
+    if !reads(request.method()) {
+        return Err(ApiError::MethodNotAllowed);
+    }
+    Ok(Some(match path {
+        "/healthz" => response::plain_json(StatusCode::OK, r#"{"status":"ok"}"#),
+        "/readyz" => readiness(app, snapshot),
+        _ => openapi_document(request.headers()),
+    }))
+}
+
+/// The key's rate limit: a token taken now, or owed (its limiter comes
+/// back). With shared books and billing enforced, the credits take it in
+/// the same round trip, or [`take_token`] does for a request that will not
+/// reach them: the same answers in the same order, for one round trip in
+/// the common case.
+async fn rate_limit<'s>(
+    app: &App,
+    snapshot: &'s Snapshot,
+    key: &str,
+    report: &mut Report<'_>,
+) -> Result<Option<&'s RateLimiter>, ApiError> {
+    let Some(limiter) = snapshot.rate_limiter.as_deref() else {
+        return Ok(None);
+    };
+    if app.shared.is_some() && app.billing.checks_rate_limit(snapshot.serving.billing) {
+        return Ok(Some(limiter));
+    }
+    take_token(app, limiter, key, report).await.map(|()| None)
+}
+
+/// Takes a token of `key`'s bucket, here or in the shared store: where the
+/// bucket stands goes in the report (nothing when the store could not say:
+/// the limit failed open), or the refusal comes back.
+async fn take_token(
+    app: &App,
+    limiter: &RateLimiter,
+    key: &str,
+    report: &mut Report<'_>,
+) -> Result<(), ApiError> {
+    let verdict = match &app.shared {
+        None => limiter.check(key, tokio::time::Instant::now()).map(Some),
+        // Boxed: the local path's future stays as small as it was.
+        Some(shared) => Box::pin(shared.rate_limit(key, limiter.config())).await,
+    };
+    match verdict {
+        Ok(standing) => {
+            report.rate = standing;
+            Ok(())
+        }
+        Err(wait) => Err(rate_limited(wait, report)),
+    }
+}
+
+/// A place among the key's requests in flight, when they are limited.
+/// After the rate limit: every request with a key takes a token, this
+/// refusal's included, so `[rate_limit]` bounds how often a key may ask
+/// whatever the answer.
+fn key_slot(app: &App, snapshot: &Snapshot, key: &str) -> Result<Option<KeyInFlight>, ApiError> {
+    let Some(max) = snapshot.serving.max_concurrent_requests_per_key else {
+        return Ok(None);
+    };
+    let slot = app.in_flight_by_key.try_enter(key, max).ok_or_else(|| {
+        metrics::key_busy();
+        ApiError::KeyBusy { max }
+    })?;
+    Ok(Some(slot))
+}
+
+/// The credits held for the answer, and where the key stands, in the
+/// report: what an answer from where this one may come can cost, refunded
+/// unless it is delivered. `only-if-cached` with `no-cache` can only end
+/// in `504 NOT_CACHED`, as where the cache is off.
+async fn credits(
+    app: &App,
+    snapshot: &Snapshot,
+    key: &str,
+    ask: &Ask<'_>,
+    owed: Option<RateLimitConfig>,
+    report: &mut Report<'_>,
+) -> Result<Reservation, ApiError> {
+    let (endpoint, directives) = (ask.call.endpoint(), ask.directives);
     let stored_may_answer = snapshot.serving.cache.ttl(endpoint).is_some()
         && !(directives.only_if_cached && directives.refuses_every_stored());
     let source = Source::of(stored_may_answer, directives.only_if_cached);
-    let reserved = app
+    let billing = snapshot.serving.billing;
+    match app
         .billing
-        .reserve_for(key, endpoint, source, billing, deferred_limit)
-        .await;
-    let credits = take_reservation(reserved, report)?;
-
-    let ask = Ask {
-        platform,
-        call: &call,
-        providers,
-        issuer,
-        directives,
-        deadline: Deadline::after(snapshot.serving.request_timeout),
-    };
-    // Whoever runs the upstream work holds the slot and the credits: if
-    // the caller hangs up, they are released only when that work ends, and
-    // the credits refunded (nothing was delivered).
-    let held = Held {
-        _slot: slot,
-        _key_slot: key_slot,
-        credits,
-    };
-    let (
-        found,
-        Held {
-            _slot,
-            _key_slot,
-            credits,
-        },
-    ) = answer::find(app, snapshot, ask, &mut report.journal, held).await;
-    let found = match found {
-        Ok(found) => found,
-        Err(Unanswered { error, status, age }) => {
-            report.cache = status;
-            let mut response = response::error(&error.into_api_error(endpoint), id);
-            if let Some(status) = status {
-                set_cache_headers(&mut response, &status, age, None);
-            }
-            return Ok(response);
-        }
-    };
-    deliver(
-        app,
-        request,
-        Delivery {
-            platform,
-            call: &call,
-            found,
-            credits,
-        },
-        report,
-        id,
-    )
-}
-
-/// The held credits, and where the key stands, in the report; or the
-/// refusal the reservation came back with.
-fn take_reservation(
-    reserved: Result<Reserved, NoCredit>,
-    report: &mut Report<'_>,
-) -> Result<Reservation, ApiError> {
-    match reserved {
+        .reserve_for(key, endpoint, source, billing, owed)
+        .await
+    {
         Ok(reserved) => {
             if reserved.standing.is_some() {
                 report.rate = reserved.standing;
@@ -459,144 +361,13 @@ fn rate_limited(wait: Duration, report: &mut Report<'_>) -> ApiError {
     ApiError::rate_limited(wait)
 }
 
-/// A data answer found for a request, and the credits held for it.
-struct Delivery<'a> {
-    platform: &'a str,
-    call: &'a Call,
-    found: Found,
-    credits: Reservation,
-}
-
-/// The answer to a request that found data: its next page's cursor
-/// sealed, its `ETag`, then the preconditions (`If-Match`, then
-/// `If-None-Match`), the charge (none for a `304`, whose reservation is
-/// refunded), and its headers.
-fn deliver(
-    app: &App,
-    request: &Request<Incoming>,
-    delivery: Delivery<'_>,
-    report: &mut Report<'_>,
-    id: &str,
-) -> Result<Response<Body>, ApiError> {
-    let Delivery {
-        platform,
-        call,
-        found,
-        credits,
-    } = delivery;
-    let endpoint = call.endpoint();
-    let data = found.data();
-    report.provider = Some(data.provider.clone());
-    report.cache = Some(found.status);
-
-    let next_cursor = endpoint.is_list().then(|| {
-        data.next_cursor.as_ref().map(|upstream| {
-            let position = Position {
-                provider: data.provider.to_string(),
-                upstream: upstream.clone(),
-            };
-            app.cursors.seal(listing_of(platform, call), &position)
-        })
-    });
-    // The tag covers what the answer says (its data, and where its next
-    // page starts, while its token lasts), not `meta`'s per-request facts.
-    let etag = match &data.next_cursor {
-        None => encoding::etag(&[platform.as_bytes(), &data.json]),
-        Some(position) => {
-            let epoch = app.cursors.tag_epoch();
-            encoding::etag(&[platform.as_bytes(), &data.json, position.as_bytes(), &epoch])
-        }
-    };
-    // `If-Match` first (RFC 9110, 13.2.2), and before the charge: a `412`
-    // delivers nothing, and the dropped reservation is refunded.
-    if !encoding::if_match_holds(request.headers(), Some(&etag)) {
-        return Err(ApiError::PreconditionFailed);
-    }
-    let (age, cached) = (found.age, found.age.is_some());
-    let not_modified = encoding::not_modified(request.headers(), &etag);
-    let credits_used = if not_modified {
-        // Nothing is delivered: the reservation is refunded when dropped.
-        drop(credits);
-        0
-    } else {
-        let charge = credits.commit(cached);
-        report.remaining = Some(charge.remaining);
-        charge.credits
-    };
-    // A `304` is made from the `200` it stands for (see `represent`).
-    let mut response = response::success(
-        platform,
-        &data.json,
-        credits_used,
-        cached,
-        next_cursor.as_ref().map(|c| c.as_deref()),
-        id,
-    );
-    response.headers_mut().insert(ETAG, etag);
-    if let Some(Some(token)) = &next_cursor {
-        if let Some(link) = next_page_link(platform, call, token) {
-            response.headers_mut().insert(LINK, link);
-        }
-    }
-    // A page's token is sealed now: no cache may keep the page past it.
-    let reusable_for = data
-        .next_cursor
-        .is_some()
-        .then(|| app.cursors.reusable_for());
-    set_cache_headers(&mut response, &found.status, age, reusable_for);
-    if not_modified {
-        response.extensions_mut().insert(NotModified);
-    }
-    Ok(response)
-}
-
-/// A rate limiter's verdict: where the bucket stands, in the report (none
-/// when the shared store could not say: it failed open), or a refusal.
-fn take_verdict(
-    verdict: Result<Option<Standing>, Duration>,
-    report: &mut Report<'_>,
-) -> Result<(), ApiError> {
-    match verdict {
-        Ok(standing) => {
-            report.rate = standing;
-            Ok(())
-        }
-        Err(wait) => Err(rate_limited(wait, report)),
-    }
-}
-
-/// Takes the token a request left for its reservation to take, when it
-/// will not reach one (refused before, or the account).
-async fn take_deferred_limit(
-    app: &App,
-    key: &str,
-    deferred: Option<RateLimitConfig>,
-    report: &mut Report<'_>,
-) -> Result<(), ApiError> {
-    if let (Some(config), Some(shared)) = (deferred, &app.shared) {
-        take_verdict(Box::pin(shared.rate_limit(key, config)).await, report)?;
-    }
-    Ok(())
-}
-
-/// A request's platform, endpoint and parameters, as checked.
-struct Parsed<'a> {
-    platform: &'a str,
-    endpoint: plugin_api::Endpoint,
-    call: Arc<Call>,
-    /// The providers to ask, in order.
-    providers: &'a [Arc<Provider>],
-    /// For a later page: the provider whose cursor the call continues.
-    issuer: Option<&'a str>,
-}
-
-/// The checks between the rate limit and the credits: platform, endpoint,
-/// parameters, then the cursor.
+/// What the request asks: platform, endpoint, parameters, then the cursor
+/// (and the cache directives, which refuse nothing).
 fn parse<'a>(
     app: &App,
     snapshot: &'a Snapshot,
     request: &'a Request<Incoming>,
-) -> Result<Parsed<'a>, ApiError> {
+) -> Result<Ask<'a>, ApiError> {
     let path = request.uri().path();
     let (platform, endpoint) = match path.strip_prefix("/v1/").map(|rest| rest.split_once('/')) {
         Some(Some((platform, endpoint))) => (platform, endpoint),
@@ -630,12 +401,19 @@ fn parse<'a>(
         }
         _ => (&chain[..], None),
     };
-    Ok(Parsed {
+    let directives = Directives::parse(
+        request
+            .headers()
+            .get_all(CACHE_CONTROL)
+            .iter()
+            .filter_map(|v| v.to_str().ok()),
+    );
+    Ok(Ask {
         platform,
-        endpoint,
         call: Arc::new(call),
         providers,
         issuer,
+        directives,
     })
 }
 
@@ -744,65 +522,6 @@ fn set_standing_headers(
     }
 }
 
-/// What a request holds while upstream work runs for it.
-struct Held {
-    _slot: InFlight,
-    _key_slot: Option<KeyInFlight>,
-    credits: Reservation,
-}
-
-/// `Cache-Status`, and `Age` for an answer from the cache. A data
-/// answer's `Cache-Control` says how long it stays fresh here (`private`:
-/// it was asked for with a key), but no longer than `reusable_for` seconds
-/// from now (a page's next token); errors stay `no-store`. With `Age`,
-/// that is counted from the fetch, as HTTP caches count it: they take `Age`
-/// off `max-age`, so a hit's is its remaining time plus its age.
-fn set_cache_headers(
-    response: &mut Response<Body>,
-    status: &CacheStatus,
-    age: Option<Duration>,
-    reusable_for: Option<u64>,
-) {
-    let data = matches!(response.status(), StatusCode::OK | StatusCode::NOT_MODIFIED);
-    let headers = response.headers_mut();
-    headers.insert(CACHE_STATUS, status.header_value());
-    let age = age.map(|age| age.as_secs());
-    if data {
-        let fresh_for = match *status {
-            CacheStatus::Fetched {
-                forward: Forward::Bypass,
-                ..
-            } => None,
-            CacheStatus::Fetched { stored, .. } => Some(stored.unwrap_or(0)),
-            // Never on data.
-            CacheStatus::NotStored => None,
-            // Expired: to be revalidated at once.
-            CacheStatus::StoodIn {
-                forward: Forward::Stale,
-                ..
-            } => Some(0),
-            // Stored and fresh: its time left, counted from the fetch.
-            CacheStatus::Hit { ttl } | CacheStatus::StoodIn { ttl, .. } => {
-                Some(ttl.max(0) as u64 + age.unwrap_or(0))
-            }
-        };
-        let fresh_for = match (fresh_for, reusable_for) {
-            (Some(secs), Some(limit)) => Some(secs.min(age.unwrap_or(0) + limit)),
-            (fresh_for, _) => fresh_for,
-        };
-        let value = match fresh_for {
-            Some(secs) => HeaderValue::try_from(format!("private, max-age={secs}")),
-            None => Ok(HeaderValue::from_static("private, no-cache")),
-        };
-        if let Ok(value) = value {
-            headers.insert(CACHE_CONTROL, value);
-        }
-    }
-    if let Some(age) = age {
-        headers.insert(AGE, HeaderValue::from(age));
-    }
-}
-
 /// Opens a caller's cursor: the provider that issued it (only it can
 /// continue the listing, since upstream cursors do not transfer) and the
 /// call continuing from its upstream cursor.
@@ -827,37 +546,6 @@ fn resume<'c>(
         std::slice::from_ref(issuer),
         call.clone().with_cursor(Some(upstream)),
     ))
-}
-
-/// The listing a cursor belongs to: the same endpoint and subject.
-fn listing_of<'a>(platform: &'a str, call: &'a Call) -> Listing<'a> {
-    Listing {
-        platform,
-        endpoint: call.endpoint().as_str(),
-        subject: call.subject(),
-    }
-}
-
-/// `Link: <...>; rel="next"` (RFC 8288) to the page after this one: the
-/// same listing with `cursor` set to `token`. A reference relative to the
-/// request's own origin (the `Host` a client sent is not to be trusted),
-/// written from the request as checked: the subject, the page size and the
-/// token, nothing else the client sent.
-fn next_page_link(platform: &str, call: &Call, token: &str) -> Option<HeaderValue> {
-    let endpoint = call.endpoint();
-    let mut query = form_urlencoded::Serializer::new(String::new());
-    query.append_pair(endpoint.subject_param(), call.subject());
-    if let Some(count) = call.count() {
-        query.append_pair("count", itoa::Buffer::new().format(count));
-    }
-    query.append_pair("cursor", token);
-    let link = format!(
-        "</v1/{platform}/{}?{}>; rel=\"next\"",
-        endpoint.as_str(),
-        query.finish()
-    );
-    // Every part but the configured platform name is URL-encoded.
-    HeaderValue::try_from(link).ok()
 }
 
 /// Ready when serving from a valid configuration in which every live

@@ -9,15 +9,26 @@
 //! the coding appended (`"<hash>-gzip"`), so tags stay strong per
 //! representation, and a conditional request matches on the hash: the data
 //! is the same whichever coding carried it.
+//!
+//! [`represent`] is the last step of every answer: CORS headers
+//! ([`super::cors`]), a content coding, no body for `HEAD`, `304` for an
+//! answer marked [`NotModified`].
 
 use std::io::Write;
 use std::sync::OnceLock;
 
 use bytes::Bytes;
+use futures_util::FutureExt;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Body as _;
 use hyper::header::{
-    HeaderMap, HeaderValue, ACCEPT_ENCODING, CONTENT_ENCODING, ETAG, IF_MATCH, IF_NONE_MATCH, VARY,
+    HeaderMap, HeaderValue, ACCEPT_ENCODING, CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, ETAG,
+    IF_MATCH, IF_NONE_MATCH, VARY,
 };
+use hyper::{Method, Request, Response, StatusCode};
 
+use super::cors::{self, CorsConfig};
+use super::response::Body;
 use crate::hex::push_hex;
 
 /// Smaller bodies are sent as they are.
@@ -272,6 +283,65 @@ impl Precompressed {
         once.get_or_init(|| coding.map_or_else(Bytes::new, |c| c.encode(&self.identity, false)))
             .clone()
     }
+}
+
+/// Marks a `200` answer whose validator the request's `If-None-Match`
+/// matched: [`represent`] sends it as `304 Not Modified`, with the headers
+/// the `200` would have had (its coding's `ETag`, `Vary`).
+#[derive(Clone, Copy)]
+pub struct NotModified;
+
+/// The answer as its caller takes it: CORS headers (`public`: any origin
+/// may read it), a content coding when asked for and worth it, no body for
+/// `HEAD` (its `Content-Length` stays what the `GET` would have), and a
+/// `304` for one marked [`NotModified`].
+pub fn represent<B>(
+    cors: &CorsConfig,
+    request: &Request<B>,
+    public: bool,
+    response: Response<Body>,
+) -> Response<Body> {
+    let (mut parts, body) = response.into_parts();
+    cors::decorate(cors, public, request.headers(), &mut parts.headers);
+    let head = *request.method() == Method::HEAD;
+    let length = body.size_hint().exact().unwrap_or(0);
+    let compressible = length >= MIN_COMPRESSED_BYTES as u64
+        && !parts.headers.contains_key(CONTENT_ENCODING)
+        && parts
+            .headers
+            .get(CONTENT_TYPE)
+            .is_some_and(|t| t.as_bytes().starts_with(b"application/json"));
+    if parts.extensions.remove::<NotModified>().is_some() {
+        if compressible {
+            mark_negotiated(request.headers(), &mut parts.headers);
+        }
+        // No body, and nothing that would describe one.
+        parts.status = StatusCode::NOT_MODIFIED;
+        for describes_the_body in [CONTENT_TYPE, CONTENT_LENGTH, CONTENT_ENCODING] {
+            parts.headers.remove(describes_the_body);
+        }
+        return Response::from_parts(parts, Full::default());
+    }
+    if !compressible && !head {
+        return Response::from_parts(parts, body);
+    }
+    // A `Full` body is one ready frame: collecting it does not wait.
+    let Some(Ok(collected)) = body.collect().now_or_never() else {
+        return Response::from_parts(parts, Full::default());
+    };
+    let mut bytes = collected.to_bytes();
+    if compressible {
+        if let Some(coding) = mark_negotiated(request.headers(), &mut parts.headers) {
+            bytes = coding.encode(&bytes, true);
+        }
+    }
+    if head {
+        parts
+            .headers
+            .insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+        return Response::from_parts(parts, Full::default());
+    }
+    Response::from_parts(parts, Full::new(bytes))
 }
 
 #[cfg(test)]

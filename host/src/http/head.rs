@@ -16,6 +16,18 @@ use crate::error::ApiError;
 /// cursor take a few hundred bytes); a longer one is `414`.
 const MAX_TARGET_BYTES: usize = 8 * 1024;
 
+/// Admission's first gate: a head past `max_header_bytes` (`431`), then
+/// [`check_head`]. hyper refuses most HTTP/1 heads over the limit itself
+/// (see `refusal`), but not one that arrives whole in a read buffer grown
+/// by earlier requests; HTTP/2 heads are measured only here (hyper's limit
+/// for them is above this one: `server::H2_HEADER_LIST_MARGIN`).
+pub(super) fn check<B>(request: &Request<B>, max_header_bytes: usize) -> Result<(), ApiError> {
+    if head_size(request) > max_header_bytes {
+        return Err(ApiError::HeadersTooLarge);
+    }
+    check_head(request)
+}
+
 /// What a head hyper has read may still get wrong (RFC 9112, 3.2 and 3.2.1):
 /// a target in a form its method does not take (`GET healthz`, `GET *`),
 /// an HTTP/1.1 request without exactly one `Host` (HTTP/2 names the host
@@ -23,7 +35,7 @@ const MAX_TARGET_BYTES: usize = 8 * 1024;
 /// and port, a body framed in a way a proxy in front may read otherwise
 /// ([`has_odd_transfer_coding`]). And a target longer than
 /// [`MAX_TARGET_BYTES`].
-pub(super) fn check_head<B>(request: &Request<B>) -> Result<(), ApiError> {
+fn check_head<B>(request: &Request<B>) -> Result<(), ApiError> {
     let uri = request.uri();
     let target = uri.path_and_query().map_or("", |pq| pq.as_str());
     let form_fits = match *request.method() {
@@ -144,7 +156,7 @@ fn target_len(uri: &hyper::Uri) -> usize {
 }
 
 /// About the bytes of a request's head as sent in HTTP/1.1.
-pub(super) fn head_size<B>(request: &Request<B>) -> usize {
+fn head_size<B>(request: &Request<B>) -> usize {
     let line = request.method().as_str().len() + target_len(request.uri()) + 12;
     request
         .headers()
