@@ -88,7 +88,7 @@ pub(crate) mod scaffold;
 pub(crate) mod shared;
 pub(crate) mod state;
 pub(crate) mod sync;
-pub mod upstream;
+pub(crate) mod upstream;
 pub mod write_batch;
 
 /// The maps every request looks in (metrics handles, accounts, ledger
