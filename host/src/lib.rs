@@ -52,8 +52,8 @@
 //! process writes for itself (private, exclusive, never through a link) and
 //! warns about trusted files others could change.
 
-// Only the CLI, the upstream client and the runtimes are used from outside
-// (main.rs, bench/floor): the rest is crate-private, so the compiler reports
+// Only the CLI is used from outside (main.rs): the rest is crate-private,
+// so the compiler reports
 // what nothing uses. This map links them all; CI checks the links with
 // `cargo doc -p socialgate --document-private-items`.
 #![allow(rustdoc::private_intra_doc_links)]
@@ -79,12 +79,12 @@ pub(crate) mod redact;
 pub(crate) mod reload;
 pub(crate) mod resilience;
 pub(crate) mod routing;
-pub mod runtime;
+pub(crate) mod runtime;
 pub(crate) mod scaffold;
 pub(crate) mod shared;
 pub(crate) mod state;
 pub(crate) mod sync;
-pub mod upstream;
+pub(crate) mod upstream;
 
 /// The maps every request looks in (metrics handles, accounts, ledger
 /// counts, rate-limit buckets, key digests, idle upstream connections),

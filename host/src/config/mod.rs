@@ -339,11 +339,6 @@ impl<'a> Context<'a> {
         }
     }
 
-    /// The config file.
-    pub fn path(&self) -> &Path {
-        self.path
-    }
-
     /// `path` relative to the config file's folder.
     pub fn resolve(&self, path: &Path) -> PathBuf {
         // Absolute (against the working folder, lexically): a path written

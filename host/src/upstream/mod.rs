@@ -7,30 +7,22 @@
 //! may only ask for `GET`s within its provider's [`Origin`]: one that
 //! followed an upstream-supplied link would otherwise send the key anywhere.
 //!
-//! Two transports, one behaviour. Direct requests (no `upstream_proxy`, the
-//! common case) are `wire`'s: HTTP/1.1 on the request's own task, over
-//! rustls with the webpki roots for `https://`, and the CAs of
-//! `upstream_ca_file` when the config names one. Its idle connections are
-//! looked over every 15 seconds: those the upstream closed, or that
-//! idled past a minute, are closed. Through a proxy (a hop of
-//! its own, whose cost dwarfs a client's), reqwest does the proxying, as
-//! it always has: absolute-form requests for `http://` upstreams, `CONNECT`
-//! tunnels for `https://` ones, credentials from the proxy URL.
-
-// Public, with `direct` and `request_head`, for `bench/floor`, which
-// measures the stack with this client and none of the rest.
-pub mod wire;
+//! One transport, reqwest, for direct and proxied requests alike: HTTP/1.1
+//! over rustls with the webpki roots for `https://`, and the CAs of
+//! `upstream_ca_file` when the config names one. Its pool keeps idle
+//! connections per host and closes those idle past a minute. Through
+//! `upstream_proxy`, `http://` upstreams get absolute-form requests and
+//! `https://` ones `CONNECT` tunnels, with credentials from the proxy URL.
 
 use std::error::Error as StdError;
 use std::fmt::Write as _;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::Body;
 use hyper::header::{HeaderName, HeaderValue, CONTENT_LENGTH, USER_AGENT};
-use hyper::{Request, Response, Uri};
+use hyper::{Response, Uri};
 use plugin_api::{ErrorKind, ProviderError, UpstreamRequest, UpstreamResponse};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::CertificateDer;
@@ -42,8 +34,8 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
-/// How often idle upstream connections are looked over ([`wire::reap`]).
-const REAP_EVERY: Duration = Duration::from_secs(15);
+/// Idle connections kept per upstream host, at most.
+const MAX_IDLE_PER_HOST: usize = 1024;
 const USER_AGENT_VALUE: &str = concat!("socialgate/", env!("CARGO_PKG_VERSION"));
 
 /// `[server] upstream_proxy`: `http://` or `https://` only, since the client
@@ -120,7 +112,16 @@ pub fn ca_file_from_raw(
 pub struct Origin {
     /// The host is ASCII, lower case (IDNA applied), with brackets around
     /// an IPv6 address: the spelling every admitted request connects with.
-    target: wire::Target,
+    target: Target,
+}
+
+/// Where a connection goes: a URL's scheme, host (as its provider's origin
+/// spells it: lower case, brackets around an IPv6 address) and port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Target {
+    https: bool,
+    host: String,
+    port: u16,
 }
 
 impl Origin {
@@ -134,7 +135,7 @@ impl Origin {
             _ => return None,
         };
         Some(Origin {
-            target: wire::Target {
+            target: Target {
                 https,
                 host: url.host()?.to_string(),
                 port: url.port_or_known_default()?,
@@ -205,35 +206,47 @@ impl Origin {
 #[derive(Debug)]
 pub struct Admitted<'o> {
     uri: Uri,
-    target: &'o wire::Target,
+    target: &'o Target,
+}
+
+impl Admitted<'_> {
+    /// The URL as reqwest takes it, checked to lead where the origin
+    /// admitted: parsed again by another parser, it must not go elsewhere.
+    fn into_url(self) -> Result<reqwest::Url, ProviderError> {
+        reqwest::Url::parse(&self.uri.to_string())
+            .ok()
+            .filter(|url| {
+                url.scheme() == if self.target.https { "https" } else { "http" }
+                    && url
+                        .host_str()
+                        .is_some_and(|host| host.eq_ignore_ascii_case(&self.target.host))
+                    && url.port_or_known_default() == Some(self.target.port)
+                    && url.username().is_empty()
+                    && url.password().is_none()
+            })
+            .ok_or_else(|| {
+                ProviderError::bad_response(
+                    "plugin asked for a URL outside its provider's base_url origin; refused",
+                )
+            })
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum ClientError {
-    #[error("cannot build the upstream HTTP client: {0}")]
-    Proxied(#[from] reqwest::Error),
-    #[error("cannot build the upstream HTTP client: {0}")]
-    Tls(#[from] rustls::Error),
-}
-
-/// How requests reach the upstreams; see the module doc.
-enum Transport {
-    /// Shared with the task that prunes its idle connections.
-    Direct(Arc<wire::Client>),
-    /// With the runtime its connections run on: the one it was made on
-    /// (the control runtime), not a serving thread's, whose connections a
-    /// stuck plugin call would stall for every thread.
-    Proxied(reqwest::Client, Option<tokio::runtime::Handle>),
-}
+#[error("cannot build the upstream HTTP client: {0}")]
+pub struct ClientError(#[from] reqwest::Error);
 
 /// The host's HTTP client for upstreams. A clone shares the connections
 /// (and costs one reference count: each attempt holds one).
 #[derive(Clone)]
 pub struct UpstreamClient {
-    transport: Arc<Transport>,
+    client: reqwest::Client,
+    /// Whether requests go through `[server] upstream_proxy`, whose
+    /// failures are then said to be the proxy's.
+    proxied: bool,
 }
 
-/// A response read in full.
+/// An upstream's answer, read in full.
 pub struct Fetched {
     status: u16,
     /// `name: value` lines, as the plugin reads them.
@@ -254,31 +267,23 @@ impl UpstreamClient {
         proxy: Option<&Secret>,
         extra_roots: &[CertificateDer<'static>],
     ) -> Result<UpstreamClient, ClientError> {
-        let transport = match proxy {
-            None => {
-                let client = Arc::new(direct(extra_roots)?);
-                // Without a runtime (a unit test), nothing prunes: idle
-                // connections are looked over when next used, as always.
-                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                    runtime.spawn(wire::reap(Arc::downgrade(&client), REAP_EVERY));
-                }
-                Transport::Direct(client)
-            }
-            Some(proxy) => {
-                let mut builder = reqwest::Client::builder()
-                    .no_proxy()
-                    .proxy(reqwest::Proxy::all(proxy.expose())?)
-                    .redirect(reqwest::redirect::Policy::none())
-                    .connect_timeout(CONNECT_TIMEOUT)
-                    .pool_idle_timeout(POOL_IDLE_TIMEOUT);
-                for root in extra_roots {
-                    builder = builder.add_root_certificate(reqwest::Certificate::from_der(root)?);
-                }
-                Transport::Proxied(builder.build()?, tokio::runtime::Handle::try_current().ok())
-            }
-        };
+        let mut builder = reqwest::Client::builder()
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
+            .http1_only()
+            .tcp_nodelay(true)
+            .connect_timeout(CONNECT_TIMEOUT)
+            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+            .pool_max_idle_per_host(MAX_IDLE_PER_HOST);
+        if let Some(proxy) = proxy {
+            builder = builder.proxy(reqwest::Proxy::all(proxy.expose())?);
+        }
+        for root in extra_roots {
+            builder = builder.add_root_certificate(reqwest::Certificate::from_der(root)?);
+        }
         Ok(UpstreamClient {
-            transport: Arc::new(transport),
+            client: builder.build()?,
+            proxied: proxy.is_some(),
         })
     }
 
@@ -291,70 +296,36 @@ impl UpstreamClient {
         request: &UpstreamRequest,
         max_body: usize,
     ) -> Result<Fetched, ProviderError> {
-        match &*self.transport {
-            Transport::Direct(client) => {
-                let head = request_head(&url.uri, request.headers())?;
-                let answer =
-                    client
-                        .exchange(url.target, &head, max_body)
-                        .await
-                        .map_err(|e| match e {
-                            wire::WireError::TooLarge(cap) => too_large(cap),
-                            wire::WireError::Malformed(_) => {
-                                ProviderError::bad_response(e.to_string())
-                            }
-                            e => transient("request failed", &e),
-                        })?;
-                Ok(Fetched {
-                    status: answer.status,
-                    header_lines: answer.header_lines,
-                    body: answer.body,
-                })
-            }
-            Transport::Proxied(client, runtime) => {
-                let headers = checked_headers(request)?;
-                let mut upstream = Request::get(url.uri)
-                    .body(reqwest::Body::from(""))
-                    .map_err(|_| {
-                        ProviderError::bad_response("plugin asked for an invalid request")
-                    })?;
-                let map = upstream.headers_mut();
-                map.insert(USER_AGENT, HeaderValue::from_static(USER_AGENT_VALUE));
-                for (name, value) in headers {
-                    map.append(name, value);
-                }
-                let upstream = reqwest::Request::try_from(upstream)
-                    .map_err(|e| transient("request failed", &e.without_url()))?;
-                let exchange = async {
-                    // Said as through the proxy: the operator's to look at
-                    // first, not the upstream's.
-                    let response = client.execute(upstream).await.map_err(|e| {
-                        transient(
-                            "request through the upstream proxy failed",
-                            &e.without_url(),
-                        )
-                    })?;
-                    if response.status() == reqwest::StatusCode::PROXY_AUTHENTICATION_REQUIRED {
-                        return Err(ProviderError::new(
-                            plugin_api::ErrorKind::Transient,
-                            "the upstream proxy refused its credentials (HTTP 407): check [server] upstream_proxy",
-                        ));
-                    }
-                    // Its body errors would name the URL too.
-                    let response =
-                        Response::from(response).map(|body| body.map_err(|e| e.without_url()));
-                    read_in_full(response, max_body).await
-                };
-                let _ = runtime;
-                exchange.await
-            }
+        let mut upstream = reqwest::Request::new(reqwest::Method::GET, url.into_url()?);
+        let map = upstream.headers_mut();
+        map.insert(USER_AGENT, HeaderValue::from_static(USER_AGENT_VALUE));
+        for (name, value) in checked_headers(request)? {
+            map.append(name, value);
         }
+        let response = self.client.execute(upstream).await.map_err(|e| {
+            // Said as through the proxy: the operator's to look at first,
+            // not the upstream's.
+            let what = match self.proxied {
+                true => "request through the upstream proxy failed",
+                false => "request failed",
+            };
+            transient(what, &e.without_url())
+        })?;
+        if self.proxied && response.status() == reqwest::StatusCode::PROXY_AUTHENTICATION_REQUIRED {
+            return Err(ProviderError::new(
+                ErrorKind::Transient,
+                "the upstream proxy refused its credentials (HTTP 407): check [server] upstream_proxy",
+            ));
+        }
+        // Its body errors would name the URL too.
+        let response = Response::from(response).map(|body| body.map_err(|e| e.without_url()));
+        read_in_full(response, max_body).await
     }
 }
 
 /// The plugin's headers, each a valid name and value that is not
-/// [reserved](plugin_api::upstream::RESERVED_HEADERS), for the proxied
-/// transport.
+/// [reserved](plugin_api::upstream::RESERVED_HEADERS) (plugin-api's rule,
+/// which the test kit applies too).
 fn checked_headers(
     request: &UpstreamRequest,
 ) -> Result<Vec<(HeaderName, HeaderValue)>, ProviderError> {
@@ -362,13 +333,15 @@ fn checked_headers(
         .headers()
         .iter()
         .map(|(name, value)| {
-            check_header(name, value)?;
+            if let Some(reason) = plugin_api::upstream::header_refusal(name, value) {
+                return Err(ProviderError::bad_response(reason));
+            }
             match (
                 HeaderName::from_bytes(name.as_bytes()),
                 HeaderValue::from_str(value),
             ) {
                 (Ok(name), Ok(value)) => Ok((name, value)),
-                // What `check_header` let through, these take.
+                // What `header_refusal` let through, these take.
                 _ => Err(ProviderError::bad_response(
                     "plugin asked for an invalid request header",
                 )),
@@ -377,80 +350,7 @@ fn checked_headers(
         .collect()
 }
 
-/// Refuses a header a plugin may not send (plugin-api's rule, which the
-/// test kit applies too).
-fn check_header(name: &str, value: &str) -> Result<(), ProviderError> {
-    match plugin_api::upstream::header_refusal(name, value) {
-        None => Ok(()),
-        Some(reason) => Err(ProviderError::bad_response(reason)),
-    }
-}
-
-/// A `GET` request head for `uri` (admitted: absolute, no userinfo) with
-/// a plugin's `headers`, names in lower case; a header that is invalid,
-/// or one the host sets itself, is refused.
-pub fn request_head<N: AsRef<str>, V: AsRef<str>>(
-    uri: &Uri,
-    headers: &[(N, V)],
-) -> Result<Vec<u8>, ProviderError> {
-    let path = match uri.path() {
-        "" => "/",
-        path => path,
-    };
-    let (mark, query) = uri.query().map_or(("", ""), |query| ("?", query));
-    let host = uri.authority().map_or("", |a| a.as_str());
-    let mut head = Vec::with_capacity(128 + path.len() + query.len() + 64 * headers.len());
-    for part in [
-        "GET ",
-        path,
-        mark,
-        query,
-        " HTTP/1.1\r\nhost: ",
-        host,
-        "\r\nuser-agent: ",
-        USER_AGENT_VALUE,
-        "\r\n",
-    ] {
-        head.extend_from_slice(part.as_bytes());
-    }
-    for (name, value) in headers {
-        let (name, value) = (name.as_ref(), value.as_ref());
-        check_header(name, value)?;
-        let start = head.len();
-        head.extend_from_slice(name.as_bytes());
-        head[start..].make_ascii_lowercase();
-        head.extend_from_slice(b": ");
-        head.extend_from_slice(value.as_bytes());
-        head.extend_from_slice(b"\r\n");
-    }
-    head.extend_from_slice(b"\r\n");
-    Ok(head)
-}
-
-/// The direct transport: `wire` over rustls (ring, webpki roots and
-/// `extra_roots`), with the server's connect and idle timeouts.
-pub fn direct(extra_roots: &[CertificateDer<'static>]) -> Result<wire::Client, ClientError> {
-    let mut roots = rustls::RootCertStore {
-        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-    };
-    for root in extra_roots {
-        roots.add(root.clone())?;
-    }
-    let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(wire::Client::new(
-        Arc::new(tls),
-        CONNECT_TIMEOUT,
-        POOL_IDLE_TIMEOUT,
-    ))
-}
-
-/// Reads a proxied `response` whole, refusing a body over `max_body` bytes (by its
+/// Reads `response` whole, refusing a body over `max_body` bytes (by its
 /// `Content-Length` before reading, or as it arrives).
 async fn read_in_full<B>(response: Response<B>, max_body: usize) -> Result<Fetched, ProviderError>
 where
@@ -467,7 +367,8 @@ where
     }
     let mut header_lines = String::new();
     for (name, value) in &parts.headers {
-        if let Ok(value) = value.to_str() {
+        // Text beyond ASCII (obs-text) is kept; bytes that are not UTF-8 are not.
+        if let Ok(value) = std::str::from_utf8(value.as_bytes()) {
             header_lines.push_str(name.as_str());
             header_lines.push_str(": ");
             header_lines.push_str(value);
@@ -513,26 +414,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_request_head_always_has_a_path() {
-        let head = |url: &str| {
-            let uri: Uri = url.parse().unwrap();
-            String::from_utf8(request_head::<&str, &str>(&uri, &[]).unwrap()).unwrap()
-        };
-        assert!(head("http://h?x=1").starts_with("GET /?x=1 HTTP/1.1\r\nhost: h\r\n"));
-        assert!(head("http://h:8080").starts_with("GET / HTTP/1.1\r\nhost: h:8080\r\n"));
-        assert!(head("http://h/a/b?c=d&e").starts_with("GET /a/b?c=d&e HTTP/1.1\r\n"));
-        assert!(head("http://h/a").ends_with("\r\n\r\n"));
-    }
-
-    #[test]
-    fn a_plugins_headers_are_written_in_lower_case_or_refused() {
-        let uri: Uri = "http://h/p".parse().unwrap();
-        let head = request_head(&uri, &[("X-Api-Key", "k\tv"), ("Accept", "*/*")]).unwrap();
-        let head = String::from_utf8(head).unwrap();
-        assert!(
-            head.ends_with("\r\nx-api-key: k\tv\r\naccept: */*\r\n\r\n"),
-            "{head}"
-        );
+    fn a_plugins_headers_are_sent_in_lower_case_or_refused() {
+        let request = UpstreamRequest::get("http://h", "/p")
+            .header("X-Api-Key", "k\tv")
+            .header("Accept", "*/*");
+        let headers = checked_headers(&request).unwrap();
+        let sent: Vec<(&str, &[u8])> = headers
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_bytes()))
+            .collect();
+        assert_eq!(sent, [("x-api-key", &b"k\tv"[..]), ("accept", &b"*/*"[..])]);
         for (name, value) in [
             ("Host", "evil"),
             ("content-LENGTH", "5"),
@@ -545,16 +436,12 @@ mod tests {
             ("x-ok", "nul\0"),
             ("x-ok", "del\u{7f}"),
         ] {
-            assert!(
-                request_head(&uri, &[(name, value)]).is_err(),
-                "{name}: {value:?}"
-            );
-            // The proxied transport refuses the same.
             let request = UpstreamRequest::get("http://h", "/p").header(name, value);
             assert!(checked_headers(&request).is_err(), "{name}: {value:?}");
         }
         // Non-ASCII text is a valid value (obs-text), as `HeaderValue` takes it.
-        assert!(request_head(&uri, &[("x-name", "café")]).is_ok());
+        let request = UpstreamRequest::get("http://h", "/p").header("x-name", "café");
+        assert!(checked_headers(&request).is_ok());
     }
 
     #[test]
@@ -612,6 +499,8 @@ mod tests {
         let upper = origin.admit("GET", "https://API.example.test/x").unwrap();
         assert_eq!(upper.target.host, "api.example.test");
         assert_eq!(upper.target.port, 443);
+        let url = upper.into_url().unwrap();
+        assert_eq!(url.as_str(), "https://api.example.test/x");
         assert_eq!(Origin::of("ftp://x/"), None);
         assert_eq!(Origin::of("http://"), None);
     }
