@@ -411,7 +411,8 @@ synthetic() {
         done
     done
     # How nginx answered: one MISS (the fill), then HITs.
-    PCACHE_STATUSES=$(awk '{n[$NF]++} END {for (s in n) printf "%s %d, ", s, n[s]}' \
+    PCACHE_STATUSES=$(awk 'index($0, "\"GET /v1/user/profile?") {n[$NF]++}
+        END {for (s in n) printf "%s %d, ", s, n[s]}' \
         "$WORK/nginx-proxy-cache/access.log" | sed 's/, $//')
     stop "${pid[socialgate]}" "${pid[socialgate-100k-keys]}" "${pid[socialgate-cached]}" \
         "${pid[proxy]}" "${pid[proxy-cache]}"
@@ -432,6 +433,8 @@ redis_state() {
         [[ $(redis-cli -p "$port" ping 2>/dev/null) == PONG ]] && break
         sleep 0.1
     done
+    [[ $(redis-cli -p "$port" ping 2>/dev/null) == PONG ]] ||
+        die "redis-server did not start: $(tail -n 3 "$WORK/redis/redis.log")"
     export BENCH_REDIS_URL=redis://127.0.0.1:$port/0
     sg_instance sg-state-local "$UPSTREAM_PORT" "$tables"
     local_url=$SG_URL$SG_PATH local_hdr="X-API-Key: $SG_KEY" local_pid=$SG_PID
