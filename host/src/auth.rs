@@ -30,7 +30,7 @@ use crate::FastMap;
 
 /// `[server] keys_file` (default `keys.toml` beside the config). Serving
 /// configuration: a reload reads the keys from the file it names.
-pub fn keys_file_from_raw(keys_file: Option<&Path>, cx: &crate::config::Context) -> PathBuf {
+pub fn keys_file_from_raw(keys_file: Option<&Path>, cx: &crate::settings::Context) -> PathBuf {
     cx.resolve(keys_file.unwrap_or(Path::new("keys.toml")))
 }
 
@@ -332,7 +332,7 @@ impl KeysFileAt<'_> {
         let path = self.0;
         let file: ReadKeysFile = toml::from_str(text).map_err(|e| KeysError::Format {
             path: path.to_owned(),
-            line: crate::config::syntax_error_line(text, &e),
+            line: crate::settings::syntax_error_line(text, &e),
             message: e.message().trim().replace('\n', " "),
         })?;
         checked_records(text, file.key).map_err(|bad| KeysError::Record {
@@ -402,7 +402,7 @@ impl KeysFileAt<'_> {
             path: at.clone(),
             source,
         };
-        let dir = crate::config::folder_of(&at);
+        let dir = crate::settings::folder_of(&at);
         crate::files::create_private_dir_all(dir).map_err(failed)?;
         let name = at.file_name().and_then(|n| n.to_str()).unwrap_or("keys");
         let lock = dir.join(format!(".{name}.lock"));

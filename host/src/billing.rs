@@ -29,9 +29,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use plugin_api::Endpoint;
 use serde::Deserialize;
 
-use crate::config::{ConfigError, Context};
 use crate::ledger::{Ledger, LedgerError};
 use crate::resilience::rate_limit::{RateLimitConfig, Standing};
+use crate::settings::{ConfigError, Context};
 use crate::shared::credits::{Credits, Held, Refusal};
 use crate::sync::lock;
 use crate::FastMap;

@@ -27,8 +27,8 @@ use chacha20poly1305::{Key, XChaCha20Poly1305, XNonce};
 use hkdf::Hkdf;
 use sha2::Sha256;
 
-use crate::config::{ConfigError, Context, RawServer, Secret};
 use crate::error::ApiError;
+use crate::settings::{ConfigError, Context, RawServer, Secret};
 
 /// The shortest cursor secret `cursor_key_env` may hold.
 const MIN_SECRET_LEN: usize = 32;

@@ -68,7 +68,7 @@ pub fn replace_atomically(
     path: &Path,
     write: impl FnOnce(&mut File) -> io::Result<()>,
 ) -> io::Result<()> {
-    let dir = crate::config::folder_of(path);
+    let dir = crate::settings::folder_of(path);
     let name = path.file_name().unwrap_or_default().to_string_lossy();
     let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
     // Removed on failure only once this call made it: a file it could not

@@ -89,8 +89,8 @@ impl LedgerConfig {
     /// `serve` could not open.
     pub fn from_raw(
         raw: &RawLedger,
-        cx: &crate::config::Context,
-    ) -> Result<LedgerConfig, crate::config::ConfigError> {
+        cx: &crate::settings::Context,
+    ) -> Result<LedgerConfig, crate::settings::ConfigError> {
         const KEY: &str = "[ledger] path";
         if raw.path.as_deref() == Some(Path::new("")) {
             return Err(cx.invalid(KEY, "is empty; name the ledger's file"));
@@ -111,7 +111,7 @@ impl LedgerConfig {
     /// `[ledger]` as written, unchecked: for the key commands, which must
     /// revoke a leaked key whatever else the file gets wrong (those that
     /// read the ledger fail opening it, naming the path).
-    pub fn unchecked(raw: &RawLedger, cx: &crate::config::Context) -> LedgerConfig {
+    pub fn unchecked(raw: &RawLedger, cx: &crate::settings::Context) -> LedgerConfig {
         LedgerConfig {
             path: cx.resolve(raw.path.as_deref().unwrap_or(Path::new("usage.db"))),
             written: raw.path.is_some(),

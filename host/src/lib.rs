@@ -81,6 +81,7 @@ pub(crate) mod resilience;
 pub(crate) mod routing;
 pub(crate) mod runtime;
 pub(crate) mod scaffold;
+pub(crate) mod settings;
 pub(crate) mod shared;
 pub(crate) mod state;
 pub(crate) mod sync;

@@ -47,7 +47,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::auth::KeysError;
 use crate::billing::Billing;
-use crate::config::{Config, ConfigError};
+use crate::config::Config;
 use crate::cursor::CursorSealer;
 use crate::http::server::{self, Listening};
 use crate::http::tls::{Tls, TlsError};
@@ -56,6 +56,7 @@ use crate::ledger::{Ledger, LedgerError};
 use crate::metrics::MetricsError;
 use crate::plugins::Loader;
 use crate::reload::{Reloader, Watch};
+use crate::settings::ConfigError;
 use crate::shared::cache::SharedCache;
 use crate::shared::credits::Credits;
 use crate::shared::keys::SharedKeys;

@@ -21,8 +21,8 @@ use plugin_api::log::Level;
 use plugin_api::ProviderConfig as PluginConfig;
 use sha2::{Digest, Sha256};
 
-use crate::config::{executable_dir, ConfigError, Context, RawServer};
 use crate::redact::Redacted;
+use crate::settings::{ConfigError, Context, RawServer};
 
 /// `[server] state_dir`, where private copies of libraries are kept
 /// (default `state` beside the config). A process setting: libraries
@@ -43,6 +43,14 @@ pub fn plugin_dir_from_raw(raw: &RawServer, cx: &Context) -> Result<PathBuf, Con
             )
         }),
     }
+}
+
+/// The folder of the running executable, where `cargo build` puts plugins too.
+pub fn executable_dir() -> std::io::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    exe.parent()
+        .map(Path::to_owned)
+        .ok_or_else(|| std::io::Error::other("the executable has no parent folder"))
 }
 
 /// A bare name (`shortvideo_primary`) means `lib<name>.so` (per-OS naming)

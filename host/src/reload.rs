@@ -30,7 +30,8 @@ use notify::{Event, EventKind, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, ConfigError, ServingConfig};
+use crate::config::{Config, ServingConfig};
+use crate::settings::ConfigError;
 use crate::state::{App, Snapshot, SnapshotError};
 
 /// Quiet time after the last event before reloading.

@@ -48,9 +48,9 @@ use serde::Deserialize;
 use tokio::sync::watch;
 
 use crate::chain::{ChainError, Journal};
-use crate::config::{ConfigError, Context};
 use crate::resilience::abandon::Detached;
 use crate::resilience::deadline::Deadline;
+use crate::settings::{ConfigError, Context};
 use crate::shared::cache::SharedCache;
 use crate::sync::lock;
 

@@ -11,8 +11,9 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use crate::auth::KeysFileAt;
-use crate::config::{executable_dir, toml_string, Config};
+use crate::config::{toml_string, Config};
 use crate::lifecycle::{self, RunError};
+use crate::plugins::executable_dir;
 use sandbox::Sandbox;
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:8080";

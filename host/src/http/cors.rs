@@ -12,9 +12,8 @@ use hyper::header::{
     ACCESS_CONTROL_ALLOW_ORIGIN, ACCESS_CONTROL_EXPOSE_HEADERS, ACCESS_CONTROL_MAX_AGE,
     ACCESS_CONTROL_REQUEST_METHOD, ORIGIN, VARY,
 };
-use serde::Deserialize;
 
-use crate::config::{ConfigError, Context};
+use crate::settings::{ConfigError, Context, RawCors};
 
 /// What a browser script may send.
 const ALLOWED_HEADERS: &str = "X-API-Key, X-Request-Id, Cache-Control, If-None-Match, If-Match";
@@ -23,13 +22,6 @@ const EXPOSED_HEADERS: &str = "X-Request-Id, Cache-Status, Age, ETag, Retry-Afte
      RateLimit-Policy, RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset, X-Credits-Remaining, Link";
 /// How long a browser may keep a preflight's answer, in seconds.
 const PREFLIGHT_MAX_AGE: &str = "600";
-
-/// `[server.cors]` as written.
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields, expecting = "the [server.cors] table")]
-pub struct RawCors {
-    pub allowed_origins: Option<Vec<String>>,
-}
 
 /// Which origins may read answers. A serving setting: a reload applies it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

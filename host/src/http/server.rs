@@ -47,7 +47,7 @@ use super::h2_limits::{self, Activity, WatchedIo};
 use super::refusal::Refusals;
 use super::response::Body;
 use super::tls::TlsFiles;
-use crate::config::{ConfigError, Context, RawServer};
+use crate::settings::{ConfigError, Context, RawServer};
 
 const DEFAULT_LISTEN: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8080);

@@ -42,8 +42,8 @@ impl BreakerConfig {
         failures: Option<u32>,
         cooldown_ms: Option<u64>,
         table: &str,
-        cx: &crate::config::Context,
-    ) -> Result<BreakerConfig, crate::config::ConfigError> {
+        cx: &crate::settings::Context,
+    ) -> Result<BreakerConfig, crate::settings::ConfigError> {
         Ok(BreakerConfig {
             failures: cx.positive(
                 &format!("{table} breaker_failures"),

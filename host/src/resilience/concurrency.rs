@@ -22,9 +22,9 @@ pub const DEFAULT_MAX_IN_FLIGHT: usize = 64;
 
 /// `[server] max_concurrent_requests`.
 pub fn max_from_raw(
-    raw: &crate::config::RawServer,
-    cx: &crate::config::Context,
-) -> Result<usize, crate::config::ConfigError> {
+    raw: &crate::settings::RawServer,
+    cx: &crate::settings::Context,
+) -> Result<usize, crate::settings::ConfigError> {
     cx.positive(
         "[server] max_concurrent_requests",
         raw.max_concurrent_requests,
@@ -35,9 +35,9 @@ pub fn max_from_raw(
 /// `[server] max_concurrent_requests_per_key`; `None`: a key may take every
 /// place under `max_concurrent_requests`.
 pub fn per_key_max_from_raw(
-    raw: &crate::config::RawServer,
-    cx: &crate::config::Context,
-) -> Result<Option<usize>, crate::config::ConfigError> {
+    raw: &crate::settings::RawServer,
+    cx: &crate::settings::Context,
+) -> Result<Option<usize>, crate::settings::ConfigError> {
     match raw.max_concurrent_requests_per_key {
         Some(0) => Err(cx.invalid(
             "[server] max_concurrent_requests_per_key",

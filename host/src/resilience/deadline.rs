@@ -9,9 +9,9 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// `[server] request_timeout_ms`.
 pub fn request_timeout_from_raw(
-    raw: &crate::config::RawServer,
-    cx: &crate::config::Context,
-) -> Result<Duration, crate::config::ConfigError> {
+    raw: &crate::settings::RawServer,
+    cx: &crate::settings::Context,
+) -> Result<Duration, crate::settings::ConfigError> {
     cx.millis(
         "[server] request_timeout_ms",
         raw.request_timeout_ms,

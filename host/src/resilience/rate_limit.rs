@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use serde::Deserialize;
 
-use crate::config::{ConfigError, Context};
+use crate::settings::{ConfigError, Context};
 use crate::FastMap;
 
 #[derive(Debug, Clone, Copy, PartialEq)]

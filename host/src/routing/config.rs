@@ -10,8 +10,8 @@ use std::time::Duration;
 use plugin_api::Endpoint;
 use serde::Deserialize;
 
-use crate::config::{ConfigError, Context, Secret};
 use crate::resilience::breaker::BreakerConfig;
+use crate::settings::{ConfigError, Context, Secret};
 use crate::upstream::Origin;
 
 /// Default `timeout_ms` of a provider.

@@ -34,7 +34,7 @@ use redis::Script;
 use serde::Deserialize;
 use tokio::sync::mpsc;
 
-use crate::config::{ConfigError, Context, Secret};
+use crate::settings::{ConfigError, Context, Secret};
 
 /// The longest any one Redis operation may take before it counts as failed:
 /// a request waits at most this for shared state.

@@ -27,7 +27,7 @@ use plugin_api::{ErrorKind, ProviderError, UpstreamRequest, UpstreamResponse};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::CertificateDer;
 
-use crate::config::{ConfigError, Context, RawServer, Secret};
+use crate::settings::{ConfigError, Context, RawServer, Secret};
 
 /// Larger upstream bodies are refused as bad responses.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
