@@ -13,8 +13,6 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::config::ServingConfig;
-
 /// Mode of the files the process creates for itself.
 const PRIVATE_FILE: u32 = 0o600;
 /// Mode of the folders the process creates for itself.
@@ -190,19 +188,22 @@ pub fn loose_writers(mode: u32) -> Option<&'static str> {
 
 /// Logs one warning for each trusted file or folder that its group or
 /// others may write to: the config file at `config_path`, the keys file,
-/// and each plugin library of `serving` with its folder. Missing ones are
-/// skipped (the load says what is missing).
-pub fn warn_if_loose(config_path: &Path, serving: &ServingConfig) {
+/// and each plugin library in `libraries` with its folder. Missing ones
+/// are skipped (the load says what is missing).
+pub fn warn_if_loose<'a>(
+    config_path: &Path,
+    keys_file: &Path,
+    libraries: impl IntoIterator<Item = &'a Path>,
+) {
     let mut paths: Vec<(PathBuf, &str)> = vec![
         (config_path.to_owned(), "config file"),
-        (serving.keys_file.clone(), "keys file"),
+        (keys_file.to_owned(), "keys file"),
     ];
-    for provider in serving.providers.values() {
-        let library = &provider.library;
+    for library in libraries {
         if let Some(folder) = library.parent().filter(|p| !p.as_os_str().is_empty()) {
             paths.push((folder.to_owned(), "plugin folder"));
         }
-        paths.push((library.clone(), "plugin library"));
+        paths.push((library.to_owned(), "plugin library"));
     }
     let mut seen = std::collections::HashSet::new();
     for (path, what) in paths {

@@ -138,7 +138,11 @@ pub struct Loaded {
 /// Step 1: everything a start loads from `config`, and nothing a running
 /// server owns. Blocking.
 pub fn load(config: &Config) -> Result<Loaded, RunError> {
-    crate::files::warn_if_loose(&config.path, &config.serving);
+    crate::files::warn_if_loose(
+        &config.path,
+        &config.serving.keys_file,
+        config.serving.libraries(),
+    );
     let loader = Loader::new(config.process.state_dir.clone());
     // Shared keys are read by `serve` once connected; `check` needs none.
     let shared_keys = config

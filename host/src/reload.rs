@@ -150,12 +150,20 @@ pub fn reload(app: &App, listening: SocketAddr) -> Result<(), ReloadError> {
     let config = match Config::load(&app.config_path) {
         Ok(config) => config,
         Err(e) => {
-            crate::files::warn_if_loose(&app.config_path, &current.serving);
+            crate::files::warn_if_loose(
+                &app.config_path,
+                &current.serving.keys_file,
+                current.serving.libraries(),
+            );
             reload_keys_only(app, &current);
             return Err(e.into());
         }
     };
-    crate::files::warn_if_loose(&config.path, &config.serving);
+    crate::files::warn_if_loose(
+        &config.path,
+        &config.serving.keys_file,
+        config.serving.libraries(),
+    );
     warn_about_restart_only_changes(app, &config, listening);
     let settings = current.serving.changed_settings(&config.serving);
     // Shared keys are followed by their own task, never read from a file.

@@ -55,7 +55,13 @@ impl Snapshot {
         previous: Option<&Snapshot>,
         shared_keys: Option<Arc<KeyStore>>,
     ) -> Result<Snapshot, SnapshotError> {
-        let routes = Routes::build(config_path, &serving, loader, previous.map(|p| &*p.routes))?;
+        let routes = Routes::build(
+            config_path,
+            &serving.platforms,
+            &serving.providers,
+            loader,
+            previous.map(|p| &*p.routes),
+        )?;
         let (keys, keys_fault) = match shared_keys {
             Some(keys) => (keys, None),
             None => Snapshot::keys(&serving.keys_file, previous)?,

@@ -103,6 +103,11 @@ pub struct ServingConfig {
 }
 
 impl ServingConfig {
+    /// Every provider's library, as configured.
+    pub fn libraries(&self) -> impl Iterator<Item = &Path> {
+        self.providers.values().map(|p| p.library.as_path())
+    }
+
     /// Providers no platform's chain names: loaded (their `api_key_env`
     /// required), yet never asked. Likely a name left out of a chain.
     pub fn unchained_providers(&self) -> Vec<&str> {

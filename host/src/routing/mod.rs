@@ -1,6 +1,7 @@
 //! The routing table: which providers, in which order, serve each endpoint
-//! of each platform. Built whole from a [`ServingConfig`] (libraries loaded,
-//! providers set up, chains assembled) before anything serves from it.
+//! of each platform. Built whole from the serving configuration's platforms
+//! and providers (libraries loaded, providers set up, chains assembled)
+//! before anything serves from it.
 //!
 //! A rebuild reuses what has not changed: a provider with the same library
 //! content, upstream, key and settings keeps its plugin instance and its
@@ -9,7 +10,7 @@
 
 pub mod config;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,8 +18,7 @@ use std::time::Duration;
 use plugin_api::ffi::{Library, ProviderHandle};
 use plugin_api::Endpoint;
 
-use self::config::{PlatformStatus, ProviderConfig};
-use crate::config::ServingConfig;
+use self::config::{PlatformConfig, PlatformStatus, ProviderConfig};
 use crate::error::ApiError;
 use crate::plugins::{self, ContentHash, Loader, PluginError};
 use crate::resilience::breaker::Breaker;
@@ -142,14 +142,15 @@ impl Routes {
     /// what `previous` already has for unchanged providers.
     pub fn build(
         config_path: &Path,
-        config: &ServingConfig,
+        platform_configs: &BTreeMap<String, PlatformConfig>,
+        provider_configs: &BTreeMap<String, ProviderConfig>,
         loader: &Loader,
         previous: Option<&Routes>,
     ) -> Result<Routes, BuildError> {
         let mut providers = HashMap::new();
         let mut manifests = HashMap::new();
         let mut libraries = HashMap::new();
-        for (name, provider_config) in &config.providers {
+        for (name, provider_config) in provider_configs {
             let (library, hash) = loader.load(&provider_config.library)?;
             libraries.insert(provider_config.library.clone(), hash);
             crate::redact::remember(provider_config.api_key.expose());
@@ -181,7 +182,7 @@ impl Routes {
         }
 
         let mut platforms = HashMap::new();
-        for (platform_name, platform) in &config.platforms {
+        for (platform_name, platform) in platform_configs {
             let routes = match platform.status {
                 PlatformStatus::Planned => Platform::Planned,
                 PlatformStatus::Live => {
