@@ -5,8 +5,12 @@
 //! Labels never carry an API key, a username or any other caller input:
 //! platform and endpoint labels are the configured or known names, and
 //! anything else is `unknown`, so a caller cannot grow the series.
+//!
+//! A leaf: callers pass what it records as plain values, so any module
+//! may record without this one knowing theirs.
 
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use metrics::{counter, gauge, histogram, Counter, Histogram};
@@ -14,7 +18,6 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use metrics_util::MetricKindMask;
 use plugin_api::Endpoint;
 
-use crate::state::Snapshot;
 use crate::FastMap;
 
 const REQUESTS: &str = "socialgate_requests_total";
@@ -80,25 +83,32 @@ pub async fn keep_up(handle: PrometheusHandle) {
     }
 }
 
-/// The page `/metrics` serves: recorded series plus gauges read now.
-pub fn render(handle: &PrometheusHandle, snapshot: &Snapshot, cache_bytes: u64) -> String {
+/// A provider's gauges, as read when the page is rendered.
+pub struct ProviderGauges<'a> {
+    pub name: &'a str,
+    pub breaker_open: bool,
+    pub quarantined: bool,
+}
+
+/// The page `/metrics` serves: recorded series plus gauges read now
+/// (`keys_usable`: the keys answering are the keys file's).
+pub fn render<'a>(
+    handle: &PrometheusHandle,
+    cache_bytes: u64,
+    keys_usable: bool,
+    providers: impl IntoIterator<Item = ProviderGauges<'a>>,
+) -> String {
     gauge!(CACHE_BYTES).set(cache_bytes as f64);
     counter!(LOG_LINES_DROPPED).absolute(crate::logging::dropped_lines());
-    gauge!(KEYS_FILE_USABLE).set(if snapshot.keys_are_current() {
-        1.0
-    } else {
-        0.0
-    });
-    for provider in snapshot.routes.providers() {
-        gauge!(BREAKER_OPEN, "provider" => provider.name.clone())
-            .set(if provider.breaker.is_open() { 1.0 } else { 0.0 });
-        gauge!(QUARANTINED, "provider" => provider.name.clone()).set(
-            if provider.runner.is_quarantined() {
-                1.0
-            } else {
-                0.0
-            },
-        );
+    gauge!(KEYS_FILE_USABLE).set(if keys_usable { 1.0 } else { 0.0 });
+    for provider in providers {
+        gauge!(BREAKER_OPEN, "provider" => provider.name.to_owned())
+            .set(if provider.breaker_open { 1.0 } else { 0.0 });
+        gauge!(QUARANTINED, "provider" => provider.name.to_owned()).set(if provider.quarantined {
+            1.0
+        } else {
+            0.0
+        });
     }
     handle.run_upkeep();
     handle.render()
@@ -118,11 +128,12 @@ impl<'a> RouteLabels<'a> {
         endpoint: "account",
     };
 
-    pub fn of(snapshot: &Snapshot, path: &'a str) -> RouteLabels<'a> {
+    /// The labels of `path`, its platform one of the configured `platforms`.
+    pub fn of<V>(platforms: &BTreeMap<String, V>, path: &'a str) -> RouteLabels<'a> {
         let mut segments = path.strip_prefix("/v1/").unwrap_or("").splitn(2, '/');
         let platform = segments
             .next()
-            .filter(|p| snapshot.serving.platforms.contains_key(*p))
+            .filter(|p| platforms.contains_key(*p))
             .unwrap_or("unknown");
         let endpoint = segments
             .next()

@@ -11,6 +11,7 @@ use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use metrics_exporter_prometheus::PrometheusHandle;
 
+use crate::metrics::ProviderGauges;
 use crate::state::App;
 
 /// The admin listener's request handler, for [`super::server::serve`]:
@@ -33,7 +34,7 @@ fn answer(
         (&Method::GET | &Method::HEAD, "/metrics") => (
             StatusCode::OK,
             "text/plain; version=0.0.4; charset=utf-8",
-            crate::metrics::render(metrics, &app.snapshot(), app.cache.bytes()),
+            render(app, metrics),
         ),
         (_, "/metrics") => (
             StatusCode::METHOD_NOT_ALLOWED,
@@ -54,4 +55,20 @@ fn answer(
         headers.insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
     }
     response
+}
+
+/// The metrics page, with the gauges read from `app` now.
+fn render(app: &App, metrics: &PrometheusHandle) -> String {
+    let snapshot = app.snapshot();
+    let providers = snapshot.routes.providers().map(|provider| ProviderGauges {
+        name: &provider.name,
+        breaker_open: provider.breaker.is_open(),
+        quarantined: provider.runner.is_quarantined(),
+    });
+    crate::metrics::render(
+        metrics,
+        app.cache.bytes(),
+        snapshot.keys_are_current(),
+        providers,
+    )
 }

@@ -126,7 +126,7 @@ pub async fn handle(app: &App, mut request: Request<Incoming>) -> Response<Body>
     if !is_public(path) {
         let labels = match path {
             ACCOUNT_PATH => RouteLabels::ACCOUNT,
-            _ => RouteLabels::of(&snapshot, path),
+            _ => RouteLabels::of(&snapshot.serving.platforms, path),
         };
         metrics::request(&labels, status, elapsed);
         for attempt in &report.journal.attempts {
