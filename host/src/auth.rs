@@ -16,6 +16,11 @@
 //! file unusable, as a syntax error does, so a hand edit's mistake turns
 //! the instance not ready instead of serving a key under the wrong account,
 //! one that can never match, or a name that prints as a line of its own.
+//!
+//! With `[state] backend = "redis"` the keys live in the shared store
+//! instead ([`shared`]).
+
+pub mod shared;
 
 use std::fs::File;
 use std::io::Write;

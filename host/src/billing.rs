@@ -29,7 +29,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use plugin_api::Endpoint;
 use serde::Deserialize;
 
-use crate::ledger::{Ledger, LedgerError};
+use crate::ledger::{Ledger, LedgerError, Statement};
 use crate::resilience::rate_limit::{RateLimitConfig, Standing};
 use crate::settings::{ConfigError, Context};
 use crate::shared::credits::{Credits, Held, Refusal};
@@ -296,14 +296,6 @@ pub struct Charge {
     pub credits: u32,
     /// The key's balance after this charge.
     pub remaining: u64,
-}
-
-/// A key's account as its holder may read it (`GET /v1/account`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Statement {
-    pub remaining: u64,
-    pub used_today: u64,
-    pub used_total: u64,
 }
 
 /// Days since 1970 of `now`, the UTC day.

@@ -14,12 +14,12 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use std::sync::Arc;
 
+use crate::auth::shared::SharedKeys;
 use crate::auth::{KeyRecord, KeysError, KeysFileAt};
 use crate::config::{Config, KeyFiles};
 use crate::lifecycle::{self, RunError};
 use crate::logging::LogFormat;
 use crate::shared::credits::Credits;
-use crate::shared::keys::SharedKeys;
 use crate::shared::{RedisConfig, Shared, StateConfig};
 
 #[derive(Parser)]

@@ -670,6 +670,16 @@ pub struct Book {
     pub spent: u64,
 }
 
+/// A key's account as its holder may read it (`GET /v1/account`), from
+/// either books: [`crate::billing`]'s, or the shared store's
+/// ([`crate::shared::credits`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Statement {
+    pub remaining: u64,
+    pub used_today: u64,
+    pub used_total: u64,
+}
+
 /// Adds a grant of `amount` credits to `key`, now, with `note`; creates (or
 /// migrates) the ledger file if needed. Safe while a server has the file
 /// open: the write waits its turn, and the server picks the grant up.

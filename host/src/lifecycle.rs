@@ -45,8 +45,10 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use crate::auth::shared::SharedKeys;
 use crate::auth::KeysError;
 use crate::billing::Billing;
+use crate::cache::shared::SharedCache;
 use crate::config::Config;
 use crate::cursor::CursorSealer;
 use crate::http::server::{self, Listening};
@@ -57,9 +59,7 @@ use crate::metrics::MetricsError;
 use crate::plugins::Loader;
 use crate::reload::{Reloader, Watch};
 use crate::settings::ConfigError;
-use crate::shared::cache::SharedCache;
 use crate::shared::credits::Credits;
-use crate::shared::keys::SharedKeys;
 use crate::shared::{Shared, StateConfig, StateError};
 use crate::state::{App, Parts, Snapshot, SnapshotError};
 use crate::upstream::{ClientError, UpstreamClient};
@@ -323,7 +323,7 @@ pub async fn serve(
         tokio::spawn(Reloader::new(app.clone(), local, reloads, watch).run(shutdown.clone()));
     let mut followers = Vec::new();
     if let Some(shared) = shared {
-        followers.push(tokio::spawn(crate::shared::keys::follow(
+        followers.push(tokio::spawn(crate::reload::follow_shared_keys(
             app.clone(),
             shared,
             shutdown.clone(),

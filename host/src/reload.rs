@@ -3,7 +3,7 @@
 //! here), build a whole new [`Snapshot`] and swap it in.
 //!
 //! With `[state] backend = "redis"` the keys are not a file's: a reload
-//! keeps the snapshot's, and [`crate::shared::keys::follow`] swaps in the
+//! keeps the snapshot's, and [`follow_shared_keys`] swaps in the
 //! shared store's when they change.
 //!
 //! The new snapshot is built completely (config parsed and validated,
@@ -30,8 +30,10 @@ use notify::{Event, EventKind, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::auth::shared::{SharedKeys, POLL_EVERY};
 use crate::config::{Config, ServingConfig};
 use crate::settings::ConfigError;
+use crate::shared::Shared;
 use crate::state::{App, Snapshot, SnapshotError};
 
 /// Quiet time after the last event before reloading.
@@ -421,5 +423,54 @@ fn is_change(kind: &EventKind) -> bool {
         EventKind::Modify(_) => true,
         EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
         EventKind::Access(_) | EventKind::Any | EventKind::Other => false,
+    }
+}
+
+/// Follows the shared keys until `shutdown`: every [`POLL_EVERY`], the
+/// version and the stamp; when either moved (or a reload swapped in a
+/// snapshot with other keys), the set. Failures keep the last set serving.
+pub async fn follow_shared_keys(app: Arc<App>, shared: Arc<Shared>, shutdown: CancellationToken) {
+    let keys = SharedKeys(&shared);
+    let mut seen = None;
+    let mut applied = app.snapshot().keys.clone();
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(POLL_EVERY) => {}
+            () = shutdown.cancelled() => return,
+        }
+        let Ok(now) = keys.seen().await else {
+            continue;
+        };
+        if seen.as_ref() != Some(&now) {
+            match keys.store().await {
+                Ok(store) => {
+                    if store != *applied {
+                        if store.is_empty() {
+                            // A Redis restarted without persistence looks
+                            // like this: every key now answers 401.
+                            tracing::warn!(
+                                last_keys = applied.len(),
+                                "the shared store holds no keys now: every key is refused"
+                            );
+                        } else {
+                            tracing::info!(
+                                keys = store.len(),
+                                "keys reloaded from the shared store"
+                            );
+                        }
+                    }
+                    applied = Arc::new(store);
+                    seen = Some(now);
+                }
+                Err(e) => {
+                    tracing::error!("shared keys unreadable, the last set still answers: {e}");
+                    continue;
+                }
+            }
+        }
+        let current = app.snapshot();
+        if !Arc::ptr_eq(&current.keys, &applied) {
+            app.replace(current.with_keys(applied.clone()));
+        }
     }
 }

@@ -31,10 +31,11 @@
 //! stored with) and is bounded by `[cache] max_bytes`, a process setting.
 //!
 //! With `[state] backend = "redis"`, a second level shared by replicas sits
-//! behind it ([`crate::shared::cache`]): asked on a local miss, written when
+//! behind it ([`shared`]): asked on a local miss, written when
 //! a fetch stores an answer.
 
 pub mod freshness;
+pub mod shared;
 pub mod status;
 
 use std::collections::HashMap;
@@ -47,11 +48,11 @@ use plugin_api::{Call, Endpoint};
 use serde::Deserialize;
 use tokio::sync::watch;
 
+use self::shared::SharedCache;
 use crate::chain::{ChainError, Journal};
 use crate::resilience::abandon::Detached;
 use crate::resilience::deadline::Deadline;
 use crate::settings::{ConfigError, Context};
-use crate::shared::cache::SharedCache;
 use crate::sync::lock;
 
 /// Default `[cache] max_bytes`.

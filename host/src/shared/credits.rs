@@ -57,8 +57,7 @@ use plugin_api::Endpoint;
 
 use super::batches::{self, CreditAsk};
 use super::{Shared, StateError};
-use crate::billing::Statement;
-use crate::ledger::{Book, EndpointUsageRow, Grant, UsageRow};
+use crate::ledger::{Book, EndpointUsageRow, Grant, Statement, UsageRow};
 use crate::resilience::rate_limit::{RateLimitConfig, Standing};
 
 /// How often settled credits are written.

@@ -12,16 +12,15 @@
 //! `degraded` (`/readyz` still 200) until one succeeds again. What each kind
 //! of state does when Redis is away is its own module's decision: [`limits`]
 //! fails open, [`credits`] fails closed for a reservation and buffers what
-//! was delivered, [`keys`] keeps the last known set, [`cache`] is a miss.
+//! was delivered, the keys ([`crate::auth::shared`]) keep the last known
+//! set, the cache's second level ([`crate::cache::shared`]) is a miss.
 //!
 //! Updates that belong together are one Lua script (one round trip, atomic).
 //! Every Redis key starts with `[state] prefix`. A standalone server, not
 //! Redis Cluster: scripts touch keys they build from the prefix.
 
 pub mod batches;
-pub mod cache;
 pub mod credits;
-pub mod keys;
 pub mod limits;
 
 use std::future::Future;

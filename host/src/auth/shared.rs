@@ -1,5 +1,6 @@
 //! API keys in the shared store: `keys issue`, `revoke`, `list` and
-//! `import` with a redis config act here, and every replica follows.
+//! `import` with a redis config act here, and every replica follows
+//! ([`crate::reload::follow_shared_keys`]).
 //!
 //! The keys are one hash (`{prefix}keys`: name -> `SHA256 CREATED`, hashes
 //! only, as in the keys file), a version (`{prefix}keys:version`) that
@@ -13,15 +14,12 @@
 //! away the last set read keeps answering: refusing every key would turn a
 //! Redis outage into a full one.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{AsyncCommands, Script};
-use tokio_util::sync::CancellationToken;
 
-use super::{Shared, StateError};
-use crate::auth::{KeyRecord, KeyStore, KeysError};
-use crate::state::App;
+use super::{KeyRecord, KeyStore, KeysError};
+use crate::shared::{Shared, StateError};
 
 /// How often a replica looks for changed keys.
 pub const POLL_EVERY: Duration = Duration::from_millis(500);
@@ -95,7 +93,7 @@ struct Names {
 /// Which change of the key set a replica read last: the version and the
 /// stamp (either moved: read the set again).
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Seen {
+pub struct Seen {
     version: Option<u64>,
     stamp: Option<String>,
 }
@@ -152,7 +150,7 @@ impl SharedKeys<'_> {
     }
 
     /// What every change moves: the version and the stamp.
-    async fn seen(&self) -> Result<Seen, StateError> {
+    pub async fn seen(&self) -> Result<Seen, StateError> {
         let Names { version, stamp, .. } = self.names();
         let (version, stamp): (Option<u64>, Option<String>) = self
             .0
@@ -245,55 +243,6 @@ impl SharedKeys<'_> {
                 owner: owner.clone(),
             }),
             _ => Err(StateError::Malformed("keys import's answer".into()).into()),
-        }
-    }
-}
-
-/// Follows the shared keys until `shutdown`: every [`POLL_EVERY`], the
-/// version and the stamp; when either moved (or a reload swapped in a
-/// snapshot with other keys), the set. Failures keep the last set serving.
-pub async fn follow(app: Arc<App>, shared: Arc<Shared>, shutdown: CancellationToken) {
-    let keys = SharedKeys(&shared);
-    let mut seen = None;
-    let mut applied = app.snapshot().keys.clone();
-    loop {
-        tokio::select! {
-            () = tokio::time::sleep(POLL_EVERY) => {}
-            () = shutdown.cancelled() => return,
-        }
-        let Ok(now) = keys.seen().await else {
-            continue;
-        };
-        if seen.as_ref() != Some(&now) {
-            match keys.store().await {
-                Ok(store) => {
-                    if store != *applied {
-                        if store.is_empty() {
-                            // A Redis restarted without persistence looks
-                            // like this: every key now answers 401.
-                            tracing::warn!(
-                                last_keys = applied.len(),
-                                "the shared store holds no keys now: every key is refused"
-                            );
-                        } else {
-                            tracing::info!(
-                                keys = store.len(),
-                                "keys reloaded from the shared store"
-                            );
-                        }
-                    }
-                    applied = Arc::new(store);
-                    seen = Some(now);
-                }
-                Err(e) => {
-                    tracing::error!("shared keys unreadable, the last set still answers: {e}");
-                    continue;
-                }
-            }
-        }
-        let current = app.snapshot();
-        if !Arc::ptr_eq(&current.keys, &applied) {
-            app.replace(current.with_keys(applied.clone()));
         }
     }
 }

@@ -18,8 +18,8 @@ use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::Shared;
-use crate::cache::{Data, Entry, Key, Stored};
+use super::{Data, Entry, Key, Stored};
+use crate::shared::Shared;
 
 /// What precedes an entry's data.
 #[derive(Serialize, Deserialize)]
