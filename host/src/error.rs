@@ -77,7 +77,7 @@ pub enum ApiError {
     #[error("internal error")]
     Internal,
     /// The request head was larger than `max_header_bytes` (refused before
-    /// any check; see `http::refusal`).
+    /// any check; see `server::refusal`).
     #[error("the request's headers are too large")]
     HeadersTooLarge,
     /// The request target was longer than the server reads.

@@ -5,15 +5,17 @@
 //!
 //! A request flows one way through these modules:
 //!
-//! - [`http::server`] accepts
-//!   connections (for every listener, with the same hardening; HTTP/1.1
-//!   and HTTP/2, over [`http::tls`] when configured; heads hyper refuses
-//!   made envelopes by [`http::refusal`]); [`http::head`] refuses what a
-//!   head hyper read may still get wrong and gives the path one spelling;
-//!   [`http::api`] runs each request's checks in order (method, key,
-//!   platform, endpoint, parameters), answers a key's `GET /v1/account`,
-//!   and answers with [`http::response`]'s envelopes, represented for the
-//!   caller by [`http::encoding`] (codings, entity tags) and [`http::cors`].
+//! - [`server`] accepts connections (for every listener, with the same
+//!   hardening; HTTP/1.1 and HTTP/2, over [`server::tls`] when configured;
+//!   heads hyper refuses made envelopes by [`server::refusal`]) and holds
+//!   what every answer is made of: [`server::request_id`], the envelopes
+//!   of [`server::response`], and [`server::cors`].
+//! - [`http`] is the routes: [`http::head`] refuses what a head hyper read
+//!   may still get wrong and gives the path one spelling; [`http::api`]
+//!   runs each request's checks in order (method, key, platform, endpoint,
+//!   parameters), answers a key's `GET /v1/account`, and answers with
+//!   [`server::response`]'s envelopes, represented for the caller by
+//!   [`http::encoding`] (codings, entity tags) and [`server::cors`].
 //! - [`auth`] recognises API keys (and issues and revokes them);
 //!   [`billing`] says what an answer costs, whether a key may spend it
 //!   (free credits plus credit packs, less what it spent) and books what
@@ -34,23 +36,29 @@
 //! - [`cursor`] seals a provider's upstream cursor into the opaque token
 //!   callers page with.
 //! - [`error`] is the catalogue of every error a caller can see.
-//! - [`metrics`] names and records every exported series, served on the
-//!   operators' own listener by [`http::admin`].
-//! - [`shared`] (`[state] backend = "redis"`) keeps what replicas share in
-//!   Redis: the keys [`state`] serves, the global rate limit, the credits
-//!   and usage [`billing`] books, and the [`cache`]'s second level.
+//! - [`metrics`] names and records every exported series, from plain
+//!   values its callers pass, served on the operators' own listener by
+//!   [`http::admin`].
+//! - [`shared`] (`[state] backend = "redis"`) is the Redis connection
+//!   replicas share, the global rate limit and the credits and usage
+//!   [`billing`] books; the keys ([`auth::shared`]) and the cache's second
+//!   level ([`cache::shared`]) are kept there by their owners.
 //!
 //! Around it: [`config`] reads `platforms.toml` into a process part and a
-//! serving part (each section validated by the module above that uses it),
-//! [`plugins`] loads provider libraries ([`redact`] takes the upstream keys
-//! it hands them out of what they say), [`reload`] rebuilds the snapshot
-//! when the config, the keys or a library changes, [`lifecycle`] starts the
-//! process and shuts it down in one documented order, [`logging`] sets up
-//! the log lines, [`runtime`] builds the process's one runtime, [`cli`] is the command line (with [`scaffold`], the
-//! provider author's `plugin new` and `plugin inspect`), and [`demo`] runs everything
-//! against built-in sandbox upstreams. [`files`] creates the files the
-//! process writes for itself (private, exclusive, never through a link) and
-//! warns about trusted files others could change.
+//! serving part, composing the sections that the modules above own and
+//! validate, with [`settings`] (the reading context, the error, secrets,
+//! `[server]` as written: a leaf every section imports, so imports flow one
+//! way); [`plugins`] loads provider libraries ([`redact`] takes the
+//! upstream keys it hands them out of what they say), [`reload`] rebuilds
+//! the snapshot when the config, the keys or a library changes (and
+//! follows the shared keys), [`lifecycle`] starts the process and shuts it
+//! down in one documented order, [`logging`] sets up the log lines,
+//! [`runtime`] builds the process's one runtime, [`cli`] is the command
+//! line (with [`scaffold`], the provider author's `plugin new` and
+//! `plugin inspect`), and [`demo`] runs everything against built-in
+//! sandbox upstreams. [`files`] creates the files the process writes for
+//! itself (private, exclusive, never through a link) and warns about
+//! trusted files others could change.
 
 // Only the CLI is used from outside (main.rs): the rest is crate-private,
 // so the compiler reports
@@ -81,6 +89,7 @@ pub(crate) mod resilience;
 pub(crate) mod routing;
 pub(crate) mod runtime;
 pub(crate) mod scaffold;
+pub(crate) mod server;
 pub(crate) mod settings;
 pub(crate) mod shared;
 pub(crate) mod state;

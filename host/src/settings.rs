@@ -83,7 +83,7 @@ pub struct RawServer {
     pub cors: Option<RawCors>,
 }
 
-/// `[server.cors]` as written; [`crate::http::cors`] reads it.
+/// `[server.cors]` as written; [`crate::server::cors`] reads it.
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields, expecting = "the [server.cors] table")]
 pub struct RawCors {

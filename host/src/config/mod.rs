@@ -20,12 +20,15 @@
 //!
 //! This module reads the file (syntax, unknown keys) and composes; each
 //! section is validated by the module that uses it, through a `from_raw`
-//! beside its type: [`crate::http::server::ListenerConfig`],
-//! [`crate::resilience`]'s breaker, rate limit, concurrency gate and
-//! deadline, [`crate::cursor`], [`crate::upstream`], [`crate::logging`],
-//! [`crate::plugins`], [`crate::ledger`], [`crate::auth`],
-//! [`crate::billing`], [`crate::shared`] and [`crate::routing::config`]. [`Context`] gives them
-//! the config's folder, the environment, and errors in one format.
+//! beside its type: [`crate::server::ListenerConfig`],
+//! [`crate::server::cors`], [`crate::resilience`]'s breaker, rate limit,
+//! concurrency gate and deadline, [`crate::cursor`], [`crate::upstream`],
+//! [`crate::logging`], [`crate::plugins`], [`crate::ledger`],
+//! [`crate::auth`], [`crate::billing`], [`crate::cache`],
+//! [`crate::shared`] and [`crate::routing::config`]. [`Context`] gives
+//! them the config's folder, the environment, and errors in one format;
+//! it and [`ConfigError`] are [`crate::settings`]'s, a leaf, so a section's
+//! module never imports this one, which only imports downward.
 //!
 //! Relative paths resolve against the config file's folder, so a config
 //! means the same thing whatever the working directory.
@@ -39,12 +42,12 @@ use serde::Deserialize;
 use crate::billing::{BillingConfig, RawBilling};
 use crate::cache::{CacheConfig, RawCache};
 use crate::cursor::CursorConfig;
-use crate::http::cors::CorsConfig;
-use crate::http::server::ListenerConfig;
 use crate::ledger::{LedgerConfig, RawLedger};
 use crate::logging::LogFormat;
 use crate::resilience::rate_limit::{RateLimitConfig, RawRateLimit};
 use crate::routing::config::{PlatformConfig, ProviderConfig, RawPlatform, RawProvider};
+use crate::server::cors::CorsConfig;
+use crate::server::ListenerConfig;
 use crate::settings::{syntax_error_line, ConfigError, Context, RawServer, Secret};
 use crate::shared::{RawState, StateConfig};
 

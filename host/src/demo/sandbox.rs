@@ -19,7 +19,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use crate::http::server::{Hardening, Listening};
+use crate::server::{Hardening, Listening};
 
 /// The keys the doubles accept (the demo sets these as the providers' upstream keys).
 pub const PRIMARY_KEY: &str = "sandbox-primary-key";
@@ -578,7 +578,7 @@ impl Drop for Sandbox {
 async fn serve(listener: TcpListener, double: Double, shutdown: CancellationToken) {
     let handler = move |req: Request<Incoming>| async move { handle(double, &req) };
     let listening = Listening::new("sandbox", Hardening::default(), None);
-    crate::http::server::serve(listening, listener, shutdown, None, handler).await
+    crate::server::serve(listening, listener, shutdown, None, handler).await
 }
 
 fn handle(double: Double, req: &Request<Incoming>) -> Response<Full<Bytes>> {

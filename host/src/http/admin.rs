@@ -14,7 +14,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use crate::metrics::ProviderGauges;
 use crate::state::App;
 
-/// The admin listener's request handler, for [`super::server::serve`]:
+/// The admin listener's request handler, for [`crate::server::serve`]:
 /// the same hardening and drain as the public listener, since it shares
 /// the process's descriptors and operators may expose it beyond loopback.
 pub fn handler(

@@ -1,3 +1,10 @@
+//! The HTTP server under the routes ([`crate::http`]): the listeners, and
+//! what every answer is made of, whichever route made it: request IDs
+//! ([`request_id`]), the JSON envelopes ([`response`]) and CORS
+//! ([`cors`]). Nothing here reads the live state ([`crate::state`]), so
+//! [`crate::config`] can compose the listener's and CORS's sections from
+//! below it.
+//!
 //! Accepting connections and serving them with hyper: one helper, with the
 //! same hardening and the same drain, for every listener the process opens
 //! (the public API, the operators' listener, the demo's sandbox upstreams).
@@ -17,9 +24,17 @@
 //!
 //! Every connection speaks HTTP/1.1 or HTTP/2 (told apart by its first
 //! bytes: ALPN is not needed, so h2c with prior knowledge works too), over
-//! TLS when the listener has it ([`super::tls`]). An HTTP/1 request head
+//! TLS when the listener has it ([`tls`]). An HTTP/1 request head
 //! hyper refuses by itself is answered with the JSON envelope
-//! ([`super::refusal`]).
+//! ([`refusal`]), and the time limits of HTTP/2 connections are
+//! [`h2_limits`]'s.
+
+pub mod cors;
+pub mod h2_limits;
+pub mod refusal;
+pub mod request_id;
+pub mod response;
+pub mod tls;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -43,10 +58,10 @@ use tokio::time::{Instant, Sleep};
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
-use super::h2_limits::{self, Activity, WatchedIo};
-use super::refusal::Refusals;
-use super::response::Body;
-use super::tls::TlsFiles;
+use self::h2_limits::{Activity, WatchedIo};
+use self::refusal::Refusals;
+use self::response::Body;
+use self::tls::TlsFiles;
 use crate::settings::{ConfigError, Context, RawServer};
 
 const DEFAULT_LISTEN: SocketAddr =
