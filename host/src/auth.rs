@@ -22,6 +22,7 @@
 
 pub mod shared;
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -30,8 +31,6 @@ use base64::Engine;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
-
-use crate::FastMap;
 
 /// `[server] keys_file` (default `keys.toml` beside the config). Serving
 /// configuration: a reload reads the keys from the file it names.
@@ -163,8 +162,8 @@ struct BadRecord {
 /// otherwise.
 fn checked_records(text: &str, read: Vec<ReadRecord>) -> Result<Vec<KeyRecord>, BadRecord> {
     let mut lines = LineCounter::new(text);
-    let mut names: FastMap<String, usize> = FastMap::default();
-    let mut hashes: FastMap<[u8; 32], (String, usize)> = FastMap::default();
+    let mut names: HashMap<String, usize> = HashMap::default();
+    let mut hashes: HashMap<[u8; 32], (String, usize)> = HashMap::default();
     let mut records = Vec::with_capacity(read.len());
     for record in read {
         let line = lines.line_at(record.name.span().start);
@@ -506,7 +505,7 @@ fn keep_owner_and_mode(file: &File, meta: &std::fs::Metadata) -> std::io::Result
 #[derive(Default, PartialEq, Eq)]
 pub struct KeyStore {
     /// Key names by the SHA-256 of their key.
-    by_hash: FastMap<[u8; 32], String>,
+    by_hash: HashMap<[u8; 32], String>,
 }
 
 impl KeyStore {
@@ -523,7 +522,7 @@ impl KeyStore {
     /// or an earlier record's, if one is: a key with two names must not
     /// answer as whichever came last.
     pub fn from_records(records: Vec<KeyRecord>) -> Result<KeyStore, String> {
-        let mut by_hash = FastMap::default();
+        let mut by_hash = HashMap::default();
         for record in records {
             let Some(hash) = unhex(&record.sha256) else {
                 return Err(record.name);

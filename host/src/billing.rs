@@ -23,6 +23,7 @@
 //! same seam for both: [`Billing::reserve_for`], then
 //! [`Reservation::commit`] or a drop.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -34,7 +35,6 @@ use crate::resilience::rate_limit::{RateLimitConfig, Standing};
 use crate::settings::{ConfigError, Context};
 use crate::shared::credits::{Credits, Held, Refusal};
 use crate::sync::lock;
-use crate::FastMap;
 
 /// Credits an answer costs when the config says nothing else.
 const DEFAULT_COST: u32 = 1;
@@ -220,7 +220,7 @@ impl Account {
     }
 }
 
-type Accounts = FastMap<String, Account>;
+type Accounts = HashMap<String, Account>;
 
 /// Every key's account since the ledger began, kept in memory, and the
 /// ledger that keeps it. The one place credits are booked.
@@ -238,7 +238,7 @@ enum Books {
         credits: Arc<Credits>,
         /// The balance each key had when this replica last asked the
         /// store, for the answers that reserve nothing.
-        last_balance: Mutex<FastMap<String, u64>>,
+        last_balance: Mutex<HashMap<String, u64>>,
     },
 }
 
@@ -451,7 +451,7 @@ impl Billing {
     /// Remembers `key`'s balance as the shared store last said it.
     fn know(&self, key: &str, balance: u64) {
         if let Books::Shared { last_balance, .. } = &self.books {
-            *crate::entry_or_default(&mut lock(last_balance), key) = balance;
+            *lock(last_balance).entry(key.to_owned()).or_default() = balance;
         }
     }
 
@@ -567,9 +567,9 @@ impl Billing {
     }
 }
 
-/// `key`'s account, created empty; allocates the name only the first time.
+/// `key`'s account, created empty.
 fn account_of<'a>(accounts: &'a mut Accounts, key: &str) -> &'a mut Account {
-    crate::entry_or_default(accounts, key)
+    accounts.entry(key.to_owned()).or_default()
 }
 
 impl Reservation {

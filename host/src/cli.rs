@@ -18,7 +18,7 @@ use crate::auth::shared::SharedKeys;
 use crate::auth::{KeyRecord, KeysError, KeysFileAt};
 use crate::config::{Config, KeyFiles};
 use crate::lifecycle::{self, RunError};
-use crate::logging::LogFormat;
+use crate::settings::LogFormat;
 use crate::shared::credits::Credits;
 use crate::shared::{RedisConfig, Shared, StateConfig};
 

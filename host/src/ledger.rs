@@ -23,7 +23,6 @@
 //! count (a version-1 file's counts keep an empty endpoint) and the grants
 //! table. A server, or `credits grant`, migrates a version-1 file in place.
 
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
@@ -34,7 +33,6 @@ use plugin_api::{Endpoint, Timestamp};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 
 use crate::sync::lock;
-use crate::FastMap;
 
 /// The schema this code writes, in `PRAGMA user_version`; a newer file is
 /// refused rather than misread.
@@ -193,7 +191,7 @@ fn slot(endpoint: Endpoint) -> usize {
 
 /// Pending counts by day, then by key name: nested so that `record` finds an
 /// existing entry without allocating.
-type Pending = FastMap<String, FastMap<String, PerEndpoint>>;
+type Pending = HashMap<String, HashMap<String, PerEndpoint>>;
 
 /// Credits granted to a key, as the server learns of them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -352,7 +350,7 @@ impl Ledger {
         let serving = ServingLock::take(path)?;
         let shared = Arc::new(Shared {
             path: path.to_owned(),
-            pending: Mutex::new(FastMap::default()),
+            pending: Mutex::new(HashMap::default()),
             conn: Mutex::new(conn),
             grants: Mutex::new(GrantWatch {
                 last_id: 0,
@@ -383,19 +381,7 @@ impl Ledger {
     /// Never blocks on I/O: it only adds to the in-memory map, under a lock
     /// held for that addition.
     pub fn record(&self, key: &str, endpoint: Endpoint, credits: u32) {
-        // The day's name is formatted once a day per thread, not per request.
-        thread_local! {
-            static TODAY: RefCell<(u64, String)> = const { RefCell::new((0, String::new())) };
-        }
-        let now = SystemTime::now();
-        let day_number = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()) / 86_400;
-        TODAY.with_borrow_mut(|(number, name)| {
-            if *number != day_number || name.is_empty() {
-                *number = day_number;
-                *name = utc_day(now);
-            }
-            self.record_on(key, name, endpoint, credits);
-        });
+        self.record_on(key, &utc_day(SystemTime::now()), endpoint, credits);
     }
 
     /// [`Ledger::record`] on a given day, so tests choose the clock.
@@ -405,15 +391,8 @@ impl Ledger {
             credits: u64::from(credits),
         };
         let mut pending = lock(&self.shared.pending);
-        let keys = match pending.get_mut(day) {
-            Some(keys) => keys,
-            None => pending.entry(day.to_owned()).or_default(),
-        };
-        let counts = match keys.get_mut(key) {
-            Some(counts) => counts,
-            None => keys.entry(key.to_owned()).or_default(),
-        };
-        counts[slot(endpoint)].add(one);
+        let keys = pending.entry(day.to_owned()).or_default();
+        keys.entry(key.to_owned()).or_default()[slot(endpoint)].add(one);
     }
 
     /// Writes everything pending now, in one transaction (an UPSERT adding to

@@ -61,8 +61,7 @@
 //! trusted files others could change.
 
 // Only the CLI is used from outside (main.rs): the rest is crate-private,
-// so the compiler reports
-// what nothing uses. This map links them all; CI checks the links with
+// so the compiler reports what nothing uses. This map links them all; CI checks the links with
 // `cargo doc -p socialgate --document-private-items`.
 #![allow(rustdoc::private_intra_doc_links)]
 
@@ -95,30 +94,3 @@ pub(crate) mod shared;
 pub(crate) mod state;
 pub(crate) mod sync;
 pub(crate) mod upstream;
-
-/// The maps every request looks in (metrics handles, accounts, ledger
-/// counts, rate-limit buckets, key digests, idle upstream connections),
-/// keyed by configured names and origins, key digests and the day:
-/// foldhash rather than SipHash, which took about 3% of an uncached
-/// request's instructions. Seeded per process like std's, and no map here
-/// grows with, or hashes, anything a caller chooses.
-pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
-
-/// `map`'s value for `key`, inserted as the default when absent. Unlike
-/// `map.entry(key.to_owned())`, the key is copied only the first time: the
-/// maps above are looked in on every request, by keys nearly always there.
-pub(crate) fn entry_or_default<'a, K, Q, V, S>(
-    map: &'a mut std::collections::HashMap<K, V, S>,
-    key: &Q,
-) -> &'a mut V
-where
-    K: std::borrow::Borrow<Q> + Eq + std::hash::Hash,
-    Q: ToOwned<Owned = K> + Eq + std::hash::Hash + ?Sized,
-    V: Default,
-    S: std::hash::BuildHasher,
-{
-    if !map.contains_key(key) {
-        map.insert(key.to_owned(), V::default());
-    }
-    map.get_mut(key).expect("inserted above")
-}

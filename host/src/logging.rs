@@ -13,7 +13,7 @@ use std::io::{IsTerminal, Write};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use serde::Deserialize;
+use crate::settings::LogFormat;
 use tracing::Subscriber;
 use tracing_appender::non_blocking::{ErrorCounter, NonBlocking, NonBlockingBuilder, WorkerGuard};
 use tracing_subscriber::filter::Targets;
@@ -22,17 +22,8 @@ use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::EnvFilter;
 
-/// How log lines are written to stderr. A process setting: the subscriber
-/// is installed once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum LogFormat {
-    /// One readable line per event.
-    #[default]
-    Human,
-    /// One JSON object per line, for log collectors.
-    Json,
-}
+/// Bytes of lines the writer thread gathers before a write.
+const STDERR_BUFFER: usize = 64 * 1024;
 
 /// Lines the writer may fall behind by before lines are dropped.
 pub const BUFFERED_LINES: usize = tracing_appender::non_blocking::DEFAULT_BUFFERED_LINES_LIMIT;
@@ -57,7 +48,11 @@ pub struct Logging {
 
 /// Installs the process's subscriber; call once, before anything logs.
 pub fn init(format: LogFormat) -> Logging {
-    let (writer, guard) = non_blocking(std::io::stderr(), BUFFERED_LINES);
+    // Buffered: the writer thread flushes whenever it has emptied its queue,
+    // so a busy server writes many lines per system call, a quiet one each
+    // line at once.
+    let stderr = std::io::BufWriter::with_capacity(STDERR_BUFFER, std::io::stderr());
+    let (writer, guard) = non_blocking(stderr, BUFFERED_LINES);
     let _ = DROPPED.set(writer.error_counter());
     let spec = std::env::var("SOCIALGATE_LOG").unwrap_or_default();
     let Filter {

@@ -9,16 +9,13 @@
 //! A leaf: callers pass what it records as plain values, so any module
 //! may record without this one knowing theirs.
 
-use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use metrics::{counter, gauge, histogram, Counter, Histogram};
+use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use metrics_util::MetricKindMask;
 use plugin_api::Endpoint;
-
-use crate::FastMap;
 
 const REQUESTS: &str = "socialgate_requests_total";
 const REQUEST_SECONDS: &str = "socialgate_request_duration_seconds";
@@ -72,8 +69,7 @@ pub fn install() -> Result<PrometheusHandle, MetricsError> {
 /// Why: the recorder keeps every histogram sample (two a request) until
 /// an upkeep folds it in. Rendering `/metrics` runs one, but a server
 /// nobody scrapes (the admin listener off, or no Prometheus yet) kept
-/// them all: about 40 bytes a request, for ever (18 MiB more after each
-/// 450,000 requests, measured; `bench/RESULTS.md`).
+/// them all, growing with every request for ever.
 pub async fn keep_up(handle: PrometheusHandle) {
     let mut ticks = tokio::time::interval(UPKEEP_EVERY);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -146,41 +142,16 @@ impl<'a> RouteLabels<'a> {
 
 /// One answered request: its count by status and its duration.
 pub fn request(labels: &RouteLabels<'_>, status: u16, elapsed: Duration) {
-    HANDLES.with_borrow_mut(|handles| {
-        let route = handles.routes.entry_for(labels.platform);
-        route
-            .requests
-            .entry((labels.endpoint, status))
-            .or_insert_with(|| {
-                counter!(REQUESTS, "platform" => labels.platform.to_owned(), "endpoint" => labels.endpoint, "status" => status.to_string())
-            })
-            .increment(1);
-        route
-            .seconds
-            .entry(labels.endpoint)
-            .or_insert_with(|| {
-                histogram!(REQUEST_SECONDS, "platform" => labels.platform.to_owned(), "endpoint" => labels.endpoint)
-            })
-            .record(elapsed.as_secs_f64());
-    });
+    counter!(REQUESTS, "platform" => labels.platform.to_owned(), "endpoint" => labels.endpoint, "status" => status.to_string())
+        .increment(1);
+    histogram!(REQUEST_SECONDS, "platform" => labels.platform.to_owned(), "endpoint" => labels.endpoint)
+        .record(elapsed.as_secs_f64());
 }
 
 /// One provider attempt: its count by outcome and its duration.
 pub fn attempt(provider: &str, outcome: &'static str, elapsed: Duration) {
-    HANDLES.with_borrow_mut(|handles| {
-        let provider_handles = handles.providers.entry_for(provider);
-        provider_handles
-            .attempts
-            .entry(outcome)
-            .or_insert_with(
-                || counter!(ATTEMPTS, "provider" => provider.to_owned(), "outcome" => outcome),
-            )
-            .increment(1);
-        provider_handles
-            .seconds
-            .get_or_insert_with(|| histogram!(ATTEMPT_SECONDS, "provider" => provider.to_owned()))
-            .record(elapsed.as_secs_f64());
-    });
+    counter!(ATTEMPTS, "provider" => provider.to_owned(), "outcome" => outcome).increment(1);
+    histogram!(ATTEMPT_SECONDS, "provider" => provider.to_owned()).record(elapsed.as_secs_f64());
 }
 
 pub fn failover(labels: &RouteLabels<'_>, from_provider: &str) {
@@ -198,12 +169,7 @@ pub fn reload(ok: bool) {
 }
 
 pub fn credits(n: u64) {
-    HANDLES.with_borrow_mut(|handles| {
-        handles
-            .credits
-            .get_or_insert_with(|| counter!(CREDITS))
-            .increment(n)
-    });
+    counter!(CREDITS).increment(n);
 }
 
 /// What the cache did for a data request: `hit`, `miss`, `collapsed`
@@ -211,15 +177,7 @@ pub fn credits(n: u64) {
 /// failure), `bypass` (off for the endpoint) or `not_stored`
 /// (`only-if-cached`, and nothing fresh was stored).
 pub fn cache(endpoint: Endpoint, result: &'static str) {
-    HANDLES.with_borrow_mut(|handles| {
-        handles
-            .cache
-            .entry((endpoint.as_str(), result))
-            .or_insert_with(
-                || counter!(CACHE_REQUESTS, "endpoint" => endpoint.as_str(), "result" => result),
-            )
-            .increment(1);
-    });
+    counter!(CACHE_REQUESTS, "endpoint" => endpoint.as_str(), "result" => result).increment(1);
 }
 
 /// A caller hung up while upstream work it started was running.
@@ -238,51 +196,4 @@ pub fn key_busy() {
 /// `cache_put`).
 pub fn state_error(op: &'static str) {
     counter!(STATE_ERRORS, "op" => op).increment(1);
-}
-
-/// The metric handles each request touches, per thread. Looking a metric
-/// up by name and labels builds its key (allocating each label) and hashes
-/// it into the shared registry, about a microsecond a request; a handle
-/// found here by two short hash lookups costs a tenth of that. Handles stay
-/// valid for the process's life (the recorder never forgets a metric), and
-/// their number is bounded by the configured platforms and providers, the
-/// endpoints and the statuses.
-#[derive(Default)]
-struct Handles {
-    routes: ByName<RouteHandles>,
-    providers: ByName<ProviderHandles>,
-    cache: FastMap<(&'static str, &'static str), Counter>,
-    credits: Option<Counter>,
-}
-
-#[derive(Default)]
-struct RouteHandles {
-    requests: FastMap<(&'static str, u16), Counter>,
-    seconds: FastMap<&'static str, Histogram>,
-}
-
-#[derive(Default)]
-struct ProviderHandles {
-    attempts: FastMap<&'static str, Counter>,
-    seconds: Option<Histogram>,
-}
-
-/// Handles by a platform's or provider's name, looked up without
-/// allocating the name.
-struct ByName<T>(FastMap<String, T>);
-
-impl<T> Default for ByName<T> {
-    fn default() -> Self {
-        ByName(FastMap::default())
-    }
-}
-
-impl<T: Default> ByName<T> {
-    fn entry_for(&mut self, name: &str) -> &mut T {
-        crate::entry_or_default(&mut self.0, name)
-    }
-}
-
-thread_local! {
-    static HANDLES: RefCell<Handles> = RefCell::default();
 }

@@ -6,8 +6,7 @@
 //!
 //! A leaf: each module that owns a section imports it to parse that
 //! section beside its type, and [`crate::config`] composes them. It
-//! imports none of those modules (only the log format's type, from
-//! [`crate::logging`], itself a leaf), so the imports flow one way.
+//! imports nothing of the host, so the imports flow one way.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -15,7 +14,17 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::logging::LogFormat;
+/// How log lines are written to stderr. A process setting: the subscriber
+/// is installed once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// One readable line per event.
+    #[default]
+    Human,
+    /// One JSON object per line, for log collectors.
+    Json,
+}
 
 /// Why a configuration was refused. `Display` is one line naming the file.
 #[derive(Debug, thiserror::Error)]

@@ -43,11 +43,11 @@ use crate::billing::{BillingConfig, RawBilling};
 use crate::cache::{CacheConfig, RawCache};
 use crate::cursor::CursorConfig;
 use crate::ledger::{LedgerConfig, RawLedger};
-use crate::logging::LogFormat;
 use crate::resilience::rate_limit::{RateLimitConfig, RawRateLimit};
 use crate::routing::config::{PlatformConfig, ProviderConfig, RawPlatform, RawProvider};
 use crate::server::cors::CorsConfig;
 use crate::server::ListenerConfig;
+use crate::settings::LogFormat;
 use crate::settings::{syntax_error_line, ConfigError, Context, RawServer, Secret};
 use crate::shared::{RawState, StateConfig};
 

@@ -9,12 +9,12 @@
 //! provider's on its upstream requests (`[providers.NAME] max_in_flight`;
 //! past it the provider is busy and the chain asks the next).
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::sync::lock;
-use crate::FastMap;
 
 pub const DEFAULT_MAX_CONCURRENT: usize = 1024;
 /// Default `[providers.NAME] max_in_flight`.
@@ -83,7 +83,7 @@ impl ConcurrencyLimit {
 /// on are counted: turned on by a reload, it binds as those end.
 #[derive(Debug, Default)]
 pub struct InFlightByKey {
-    in_flight: Mutex<FastMap<Arc<str>, usize>>,
+    in_flight: Mutex<HashMap<Arc<str>, usize>>,
 }
 
 /// One request of a key in flight, while it lasts.

@@ -8,6 +8,7 @@
 //! (`"default";q=10;w=2`), the state is the whole tokens left and the
 //! seconds until one more (`"default";r=7;t=1`).
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -17,7 +18,6 @@ use tokio::time::Instant;
 use serde::Deserialize;
 
 use crate::settings::{ConfigError, Context};
-use crate::FastMap;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RateLimitConfig {
@@ -75,7 +75,7 @@ struct Bucket {
 #[derive(Debug)]
 pub struct RateLimiter {
     config: RateLimitConfig,
-    buckets: Mutex<FastMap<String, Bucket>>,
+    buckets: Mutex<HashMap<String, Bucket>>,
     /// `RateLimit-Policy`, the same on every answer: formatted once.
     policy: HeaderValue,
 }
@@ -120,7 +120,7 @@ impl RateLimiter {
     pub fn new(config: RateLimitConfig) -> RateLimiter {
         RateLimiter {
             config,
-            buckets: Mutex::new(FastMap::default()),
+            buckets: Mutex::new(HashMap::default()),
             policy: HeaderValue::from_str(&config.policy_field())
                 .unwrap_or_else(|_| HeaderValue::from_static("")),
         }

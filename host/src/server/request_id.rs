@@ -44,36 +44,17 @@ fn uuid_v4() -> String {
     id
 }
 
-/// Bytes drawn from the OS random source a pool at a time: one system call
-/// per 256 IDs instead of one per request. An ID needs uniqueness, not
-/// secrecy, but the bytes are the OS's all the same.
+/// Bytes from the OS random source. An ID needs uniqueness, not secrecy,
+/// but the bytes are the OS's all the same.
 fn random_bytes(out: &mut [u8; 16]) {
-    const POOL: usize = 4096;
-    struct Pool {
-        bytes: [u8; POOL],
-        used: usize,
+    if getrandom::getrandom(out).is_err() {
+        // Unique enough for a correlation ID when the OS source fails.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default();
+        *out = nanos.to_le_bytes();
     }
-    thread_local! {
-        static RANDOM: std::cell::RefCell<Pool> =
-            const { std::cell::RefCell::new(Pool { bytes: [0; POOL], used: POOL }) };
-    }
-    RANDOM.with_borrow_mut(|pool| {
-        let n = out.len();
-        if pool.used + n > POOL {
-            if getrandom::getrandom(&mut pool.bytes).is_err() {
-                // Unique enough for a correlation ID when the OS source fails.
-                let nanos = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_nanos())
-                    .unwrap_or_default();
-                *out = nanos.to_le_bytes();
-                return;
-            }
-            pool.used = 0;
-        }
-        out.copy_from_slice(&pool.bytes[pool.used..pool.used + n]);
-        pool.used += n;
-    });
 }
 
 #[cfg(test)]

@@ -371,7 +371,7 @@ impl Credits {
             let counts = pending.usage.entry(usage).or_default();
             counts.0 += 1;
             counts.1 += u64::from(amount);
-            crate::entry_or_default(&mut pending.by_name, name).spent += u64::from(amount);
+            pending.by_name.entry(name.to_owned()).or_default().spent += u64::from(amount);
         }
         if let Some((generation, held)) = held {
             self.release(&mut pending, name, generation, held);
@@ -494,7 +494,7 @@ impl Credits {
         let key = (name.to_owned(), generation);
         if pending.releases.contains_key(&key) || !self.full(pending) {
             *pending.releases.entry(key).or_default() += u64::from(amount);
-            crate::entry_or_default(&mut pending.by_name, name).released += u64::from(amount);
+            pending.by_name.entry(name.to_owned()).or_default().released += u64::from(amount);
         }
     }
 
