@@ -858,3 +858,51 @@ mod tests {
         assert_eq!(Origin::of("http://"), None);
     }
 }
+
+#[cfg(test)]
+mod exchange_tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A connection is kept for the next request; one the upstream closed
+    /// while idle is replaced without failing the request.
+    #[tokio::test]
+    async fn connections_are_reused_and_a_closed_idle_one_is_replaced() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counted = accepted.clone();
+        tokio::spawn(async move {
+            loop {
+                let (mut tcp, _) = listener.accept().await.unwrap();
+                counted.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    // Two answers, then closed while idle.
+                    for _ in 0..2 {
+                        let mut head = Vec::new();
+                        let mut chunk = [0; 1024];
+                        while !head.ends_with(b"\r\n\r\n") {
+                            match tcp.read(&mut chunk).await.unwrap() {
+                                0 => return,
+                                n => head.extend_from_slice(&chunk[..n]),
+                            }
+                        }
+                        let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                        tcp.write_all(answer).await.unwrap();
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                });
+            }
+        });
+        let origin = Origin::of(&base).unwrap();
+        let client = UpstreamClient::new(None, &[]).unwrap();
+        for _ in 0..3 {
+            let request = UpstreamRequest::get(&base, "/p");
+            let url = origin.admit("GET", &format!("{base}/p")).unwrap();
+            let fetched = client.fetch(url, &request, 1024).await.unwrap();
+            assert_eq!((fetched.status, &fetched.body[..]), (200, &b"ok"[..]));
+            tokio::time::sleep(Duration::from_millis(60)).await;
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    }
+}
