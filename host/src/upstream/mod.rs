@@ -17,6 +17,7 @@
 //! absolute-form requests and `https://` ones `CONNECT` tunnels, with
 //! credentials from the proxy URL.
 
+use std::collections::HashMap;
 use std::error::Error as StdError;
 use std::fmt::Write as _;
 use std::future::{poll_fn, Future};
@@ -45,7 +46,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
 use crate::settings::{ConfigError, Context, RawServer, Secret};
-use crate::FastMap;
+use crate::sync::lock;
 
 /// Larger upstream bodies are refused as bad responses.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
@@ -285,7 +286,7 @@ pub struct UpstreamClient {
 
 struct Inner {
     /// Idle connections by target, oldest first.
-    idle: Mutex<FastMap<Target, Vec<Link>>>,
+    idle: Mutex<HashMap<Target, Vec<Link>>>,
     tls: TlsConnector,
     /// `[server] upstream_proxy`, whose failures are then said to be the
     /// proxy's.
@@ -452,7 +453,7 @@ async fn driving<F: Future>(connection: &mut Option<Connection>, future: F) -> F
 impl Inner {
     /// The newest idle connection to `target`, if one is fresh.
     fn checkout(&self, target: &Target) -> Option<Link> {
-        let mut idle = self.idle.lock().expect("the pool's lock");
+        let mut idle = lock(&self.idle);
         let links = idle.get_mut(target)?;
         let link = links.pop()?;
         if link.since.elapsed() < POOL_IDLE_TIMEOUT && link.sender.is_ready() {
@@ -466,8 +467,8 @@ impl Inner {
     }
 
     fn checkin(&self, target: &Target, link: Link) {
-        let mut idle = self.idle.lock().expect("the pool's lock");
-        let links = crate::entry_or_default(&mut idle, target);
+        let mut idle = lock(&self.idle);
+        let links = idle.entry(target.clone()).or_default();
         if links.len() < MAX_IDLE_PER_TARGET {
             links.push(link);
         }
@@ -475,7 +476,7 @@ impl Inner {
 
     /// Drops the connections idle past the timeout.
     fn prune(&self) {
-        let mut idle = self.idle.lock().expect("the pool's lock");
+        let mut idle = lock(&self.idle);
         idle.retain(|_, links| {
             links.retain(|link| link.since.elapsed() < POOL_IDLE_TIMEOUT);
             !links.is_empty()
