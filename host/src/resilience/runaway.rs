@@ -208,7 +208,10 @@ impl InlineSlots {
                 (taken < limit).then_some(taken + 1)
             })
             .ok()
-            .map(|_| InlineSlot { slots: self })
+            .map(|_| InlineSlot {
+                slots: self,
+                retired: false,
+            })
     }
 
     /// Waits for a slot, for as long as slots keep coming free; `None` once
@@ -262,19 +265,22 @@ impl Drop for Waiting<'_> {
 /// One of the [`InlineSlots`], freed when dropped.
 struct InlineSlot {
     slots: &'static InlineSlots,
+    /// Taken out of use with its stuck call ([`InlineSlot::retire`]).
+    retired: bool,
 }
 
 impl InlineSlot {
     /// Takes this slot out of use while its call is stuck: the slot is
-    /// free, but there is one fewer. Given back when the call ends.
-    fn retire(self) -> RetiredSlot {
+    /// free, but there is one fewer until the call ends.
+    fn retire(&mut self) {
+        if std::mem::replace(&mut self.retired, true) {
+            return;
+        }
         let slots = self.slots;
-        std::mem::forget(self);
         slots.limit.fetch_sub(1, Ordering::SeqCst);
         slots.taken.fetch_sub(1, Ordering::SeqCst);
         // Those waiting for a slot that may now never come go elsewhere.
         slots.one_freed.notify_waiters();
-        RetiredSlot { slots }
     }
 }
 
@@ -282,22 +288,12 @@ impl Drop for InlineSlot {
     fn drop(&mut self) {
         let slots = self.slots;
         slots.freed.fetch_add(1, Ordering::Relaxed);
-        slots.taken.fetch_sub(1, Ordering::SeqCst);
-        slots.wake_one();
-    }
-}
-
-/// An inline slot retired with a stuck call; back in use when dropped (the
-/// call ended after all).
-struct RetiredSlot {
-    slots: &'static InlineSlots,
-}
-
-impl Drop for RetiredSlot {
-    fn drop(&mut self) {
-        let slots = self.slots;
-        slots.limit.fetch_add(1, Ordering::SeqCst);
-        slots.freed.fetch_add(1, Ordering::Relaxed);
+        if self.retired {
+            // The call ended after all: its slot is back in use.
+            slots.limit.fetch_add(1, Ordering::SeqCst);
+        } else {
+            slots.taken.fetch_sub(1, Ordering::SeqCst);
+        }
         slots.wake_one();
     }
 }
@@ -308,7 +304,6 @@ struct Call {
     runner: Arc<StepRunner>,
     /// Held until the call ends; retired by the watchdog should it not.
     slot: Option<InlineSlot>,
-    retired: Option<RetiredSlot>,
 }
 
 /// The thread that notices calls that do not end.
@@ -380,7 +375,6 @@ impl Watchdog {
             started: Instant::now(),
             runner: runner.clone(),
             slot,
-            retired: None,
         });
         Watched(entry)
     }
@@ -404,9 +398,7 @@ impl Watchdog {
             };
             let took = call.started.elapsed();
             if took > WATCH_EVERY {
-                let slots = (call.slot.as_ref().map(|slot| slot.slots))
-                    .or(call.retired.as_ref().map(|retired| retired.slots));
-                let runtime = slots.and_then(|slots| slots.runtime.get());
+                let runtime = (call.slot.as_ref()).and_then(|slot| slot.slots.runtime.get());
                 if let Some(runtime) = runtime {
                     runtime.spawn(async {});
                 }
@@ -417,8 +409,8 @@ impl Watchdog {
             // Quarantined before the slot is retired: a call woken by the
             // change finds it so.
             call.runner.quarantine(took);
-            if let Some(slot) = call.slot.take() {
-                call.retired = Some(slot.retire());
+            if let Some(slot) = call.slot.as_mut() {
+                slot.retire();
             }
         }
     }

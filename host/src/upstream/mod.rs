@@ -67,32 +67,33 @@ const USER_AGENT_VALUE: &str = concat!("socialgate/", env!("CARGO_PKG_VERSION"))
 /// not start with). Never echoed: it may carry credentials.
 pub fn proxy_from_raw(raw: &RawServer, cx: &Context) -> Result<Option<Secret>, ConfigError> {
     const FIELD: &str = "[server] upstream_proxy";
-    match &raw.upstream_proxy {
-        None => Ok(None),
-        Some(proxy) if !(proxy.starts_with("http://") || proxy.starts_with("https://")) => {
-            Err(cx.invalid(FIELD, "not an http:// or https:// URL"))
-        }
-        Some(proxy) if Proxy::of(proxy).is_none() => Err(cx.invalid(
-            FIELD,
-            "does not parse as a URL (is its host or port valid?)",
-        )),
-        // A path, query or fragment would be dropped: what was meant?
-        Some(proxy)
-            if url::Url::parse(proxy).is_ok_and(|url| {
-                url.path() != "/" || url.query().is_some() || url.fragment().is_some()
-            }) =>
-        {
-            Err(cx.invalid(
+    let Some(proxy) = &raw.upstream_proxy else {
+        return Ok(None);
+    };
+    if !(proxy.starts_with("http://") || proxy.starts_with("https://")) {
+        return Err(cx.invalid(FIELD, "not an http:// or https:// URL"));
+    }
+    let url = match url::Url::parse(proxy) {
+        Ok(url) if Proxy::of(proxy).is_some() => url,
+        _ => {
+            return Err(cx.invalid(
                 FIELD,
-                "has a path, query or fragment; a proxy is scheme://[user:password@]host:port",
+                "does not parse as a URL (is its host or port valid?)",
             ))
         }
-        // Port 0 only means "any" when binding: no proxy listens there.
-        Some(proxy) if url::Url::parse(proxy).is_ok_and(|url| url.port() == Some(0)) => {
-            Err(cx.invalid(FIELD, "has port 0, where no proxy can listen"))
-        }
-        Some(proxy) => Ok(Some(Secret::new(proxy.clone()))),
+    };
+    // A path, query or fragment would be dropped: what was meant?
+    if url.path() != "/" || url.query().is_some() || url.fragment().is_some() {
+        return Err(cx.invalid(
+            FIELD,
+            "has a path, query or fragment; a proxy is scheme://[user:password@]host:port",
+        ));
     }
+    // Port 0 only means "any" when binding: no proxy listens there.
+    if url.port() == Some(0) {
+        return Err(cx.invalid(FIELD, "has port 0, where no proxy can listen"));
+    }
+    Ok(Some(Secret::new(proxy.clone())))
 }
 
 /// `[server] upstream_ca_file`: a PEM file of CA certificates `https://`
