@@ -278,3 +278,20 @@ fn a_missing_file_is_unreadable() {
         "{err}"
     );
 }
+
+#[test]
+fn the_documented_example_loads() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/platforms.md");
+    let page = std::fs::read_to_string(&path).unwrap();
+    let start = page.find("```toml\n").unwrap() + "```toml\n".len();
+    let example = &page[start..start + page[start..].find("```").unwrap()];
+    let d = Description::parse(example, &path, "tiny").unwrap();
+    let friends = d.endpoint("friends").unwrap();
+    assert_eq!(
+        friends
+            .validate([("handle", "@ann"), ("count", "21")])
+            .unwrap_err()
+            .to_string(),
+        "parameter `count` must be an integer from 1 to 20"
+    );
+}
