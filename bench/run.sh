@@ -234,6 +234,7 @@ ${3:-}
 [platforms.shortvideo]
 status = "live"
 providers = ["shortvideo-primary"]
+description = "$ROOT/platforms/shortvideo.toml"
 
 [providers.shortvideo-primary]
 library = "shortvideo_primary"

@@ -230,12 +230,12 @@ impl ApiError {
     }
 }
 
-/// plugin-api's verdict on a call's parameters, which names the one at
-/// fault.
-impl From<plugin_api::ParamError> for ApiError {
-    fn from(error: plugin_api::ParamError) -> ApiError {
+/// A description's verdict on a call's parameters, which names the one at
+/// fault; its words are the caller's.
+impl From<platform_description::ParamError> for ApiError {
+    fn from(error: platform_description::ParamError) -> ApiError {
         ApiError::InvalidParameter {
-            param: error.name.to_owned(),
+            param: error.name().to_owned(),
             message: error.to_string(),
         }
     }

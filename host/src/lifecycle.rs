@@ -209,7 +209,7 @@ pub fn check(config: &Config) -> Result<String, RunError> {
         if !unserved.is_empty() {
             report.push_str(&format!(
                 "\nplatform {platform}: no provider serves {} (answered 404 ENDPOINT_NOT_FOUND)",
-                crate::routing::endpoint_list(&unserved)
+                unserved.join(", ")
             ));
         }
     }

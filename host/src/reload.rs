@@ -328,12 +328,19 @@ impl FolderWatcher {
         }
     }
 
-    /// Watches the config file, the keys file and every library `serving`
-    /// names (their folders, filtered by name).
+    /// Watches the config file, the keys file, every library and every
+    /// platform description `serving` names (their folders, filtered by
+    /// name).
     fn follow(&mut self, config_path: &Path, serving: &ServingConfig, watched: &Watched) {
+        let descriptions = serving
+            .platforms
+            .values()
+            .filter_map(|p| p.description.as_ref())
+            .map(|d| d.path.as_path());
         let files = std::iter::once(config_path)
             .chain(std::iter::once(serving.keys_file.as_path()))
-            .chain(serving.providers.values().map(|p| p.library.as_path()));
+            .chain(serving.providers.values().map(|p| p.library.as_path()))
+            .chain(descriptions);
         let mut wanted = HashSet::new();
         for (folder, name) in files.flat_map(names_to_watch) {
             wanted.insert((folder.clone(), name));

@@ -56,6 +56,9 @@ struct PlatformSpec {
     status: String,
     providers: Vec<String>,
     endpoints: Vec<(String, Vec<String>)>,
+    /// `description`; `None`: [`paths::description`] for a live platform,
+    /// none for a planned one.
+    description: Option<PathBuf>,
 }
 
 /// Builds a `platforms.toml`. `[server]` always names a scratch keys file
@@ -107,7 +110,19 @@ impl ConfigBuilder {
             status: status.into(),
             providers: providers.iter().map(|p| p.to_string()).collect(),
             endpoints: Vec::new(),
+            description: None,
         });
+        self
+    }
+
+    /// Names `file` as an already added platform's description.
+    pub fn description(mut self, platform: &str, file: &Path) -> ConfigBuilder {
+        let p = self
+            .platforms
+            .iter_mut()
+            .find(|p| p.name == platform)
+            .expect("add the platform before its description");
+        p.description = Some(file.to_path_buf());
         self
     }
 
@@ -221,6 +236,17 @@ impl ConfigBuilder {
             out.push_str(&format!("\n[platforms.{}]\n", p.name));
             out.push_str(&format!("status = {}\n", toml_str(&p.status)));
             out.push_str(&format!("providers = {}\n", toml_list(&p.providers)));
+            let description = match &p.description {
+                Some(file) => Some(file.clone()),
+                None if p.status == "live" => Some(paths::description(&p.name)),
+                None => None,
+            };
+            if let Some(file) = description {
+                out.push_str(&format!(
+                    "description = {}\n",
+                    toml_str(&paths::display(&file))
+                ));
+            }
             if !p.endpoints.is_empty() {
                 out.push_str(&format!("[platforms.{}.endpoints]\n", p.name));
                 for (endpoint, order) in &p.endpoints {

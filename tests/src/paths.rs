@@ -66,3 +66,50 @@ pub fn scratch_dir() -> tempfile::TempDir {
 pub fn display(path: &Path) -> String {
     path.to_str().expect("test paths are UTF-8").to_owned()
 }
+
+/// The repository's folder of platform descriptions.
+pub fn platforms_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../platforms")
+}
+
+/// A description for `platform`, by absolute path: the repository's file
+/// where it ships one; otherwise (a platform that exists only in tests,
+/// served by a test plugin of plugin-api 1.x) a copy of `shortvideo`'s
+/// under the platform's name, written once into the target folder.
+pub fn description(platform: &str) -> PathBuf {
+    let shipped = platforms_dir().join(format!("{platform}.toml"));
+    if shipped.is_file() {
+        return std::path::absolute(&shipped).unwrap_or(shipped);
+    }
+    let text = std::fs::read_to_string(platforms_dir().join("shortvideo.toml"))
+        .expect("the repository ships platforms/shortvideo.toml")
+        .replace("name = \"shortvideo\"", &format!("name = \"{platform}\""));
+    let dir = target_dir().join("sg-tests").join("descriptions");
+    std::fs::create_dir_all(&dir).expect("can create the descriptions folder");
+    let path = dir.join(format!("{platform}.toml"));
+    if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
+        // Tests run in parallel processes: each writes aside, then renames.
+        let aside = dir.join(format!("{platform}.toml.{}", std::process::id()));
+        std::fs::write(&aside, &text).expect("can write a description");
+        std::fs::rename(&aside, &path).expect("can put a description in place");
+    }
+    path
+}
+
+/// Writes into `dir` a copy of `shortvideo`'s description with `edit`
+/// applied, asserting that it changed the text; gives its path.
+pub fn description_copy(dir: &Path, edit: impl Fn(&str) -> String) -> PathBuf {
+    let shipped = std::fs::read_to_string(description("shortvideo")).expect("the description");
+    let edited = edit(&shipped);
+    assert_ne!(edited, shipped, "the edit must change the description");
+    let path = dir.join("shortvideo.toml");
+    std::fs::write(&path, edited).expect("can write a description");
+    path
+}
+
+/// `shortvideo`'s description with `username` 1-5 characters long, and
+/// its rule saying so.
+pub fn short_usernames(text: &str) -> String {
+    text.replacen("length = [1, 64]", "length = [1, 5]", 1)
+        .replacen("rule = \"1-64 characters", "rule = \"1-5 characters", 1)
+}

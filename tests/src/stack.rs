@@ -57,6 +57,8 @@ pub struct StackBuilder {
     raw: Vec<String>,
     env: Vec<(String, String)>,
     extra_keys: Vec<String>,
+    /// `shortvideo`'s description; `None`: the repository's.
+    description: Option<std::path::PathBuf>,
 }
 
 impl Default for StackBuilder {
@@ -73,6 +75,7 @@ impl Default for StackBuilder {
             provider_lines: Vec::new(),
             server_lines: Vec::new(),
             cache: None,
+            description: None,
             raw: Vec::new(),
             env: Vec::new(),
             extra_keys: Vec::new(),
@@ -151,6 +154,12 @@ impl StackBuilder {
     }
 
     /// A line of `[server]`.
+    /// Serves `shortvideo` as the description `file` says.
+    pub fn description(mut self, file: &std::path::Path) -> StackBuilder {
+        self.description = Some(file.to_path_buf());
+        self
+    }
+
     pub fn server_line(mut self, line: &str) -> StackBuilder {
         self.server_lines.push(line.into());
         self
@@ -178,6 +187,9 @@ impl StackBuilder {
     pub fn config(&self, primary: &PrimaryMock, fallback: &FallbackMock) -> ConfigBuilder {
         let order: Vec<&str> = self.order.iter().map(String::as_str).collect();
         let mut b = ConfigBuilder::new().platform("shortvideo", "live", &order);
+        if let Some(file) = &self.description {
+            b = b.description("shortvideo", file);
+        }
         if let Some(search) = &self.search {
             let search: Vec<&str> = search.iter().map(String::as_str).collect();
             b = b.endpoint_order("shortvideo", "search", &search);

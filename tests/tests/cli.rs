@@ -804,6 +804,15 @@ fn the_readmes_sample_config_passes_check() {
         })
         .collect();
     let config = Config::from_toml(&text.join("\n"));
+    // Its description where the sample names it, beside the config, as an
+    // operator copies the repository's folder.
+    let platforms = config.dir().join("platforms");
+    std::fs::create_dir_all(&platforms).unwrap();
+    std::fs::copy(
+        paths::description("shortvideo"),
+        platforms.join("shortvideo.toml"),
+    )
+    .unwrap();
     let mut env = standard_env();
     for (name, value) in [
         ("SHORTVIDEO_PRIMARY_KEY", "readme-primary-key"),
@@ -913,6 +922,60 @@ fn assert_refused(config: &Config, env: &[(String, String)], file: &str, words: 
 }
 
 const CONFIG_FILE: &str = "platforms.toml";
+
+/// A platform's description is part of the config: a bad one is refused
+/// by `check` and at start, with the file, the place in it and the reason;
+/// a live platform without one is refused, never served by a default.
+#[test]
+fn a_bad_or_missing_description_is_refused_with_file_place_and_reason() {
+    let scratch = paths::scratch_dir();
+    let bad = paths::description_copy(scratch.path(), |text| {
+        text.replacen("length = [1, 64]", "length = [64, 1]", 1)
+    });
+    let config = ConfigBuilder::unreached()
+        .description("shortvideo", &bad)
+        .write();
+    assert_refused(
+        &config,
+        &standard_env(),
+        &paths::display(&bad),
+        &[
+            CONFIG_FILE,
+            "[platforms.shortvideo] description",
+            "parameters.username.length",
+            "[64, 1] is not in order",
+        ],
+    );
+
+    let misnamed = paths::description_copy(scratch.path(), |text| {
+        text.replacen("name = \"shortvideo\"", "name = \"clipgram\"", 1)
+    });
+    let config = ConfigBuilder::unreached()
+        .description("shortvideo", &misnamed)
+        .write();
+    assert_refused(
+        &config,
+        &standard_env(),
+        &paths::display(&misnamed),
+        &[
+            "name",
+            "\"clipgram\" is not the platform that names this file",
+        ],
+    );
+
+    let text = ConfigBuilder::unreached().to_toml();
+    let line = format!(
+        "description = {}\n",
+        toml_str(&paths::display(&paths::description("shortvideo")))
+    );
+    assert!(text.contains(&line), "{text}");
+    assert_refused(
+        &Config::from_toml(&text.replace(&line, "")),
+        &standard_env(),
+        CONFIG_FILE,
+        &["[platforms.shortvideo]: a live platform needs `description"],
+    );
+}
 
 #[test]
 fn an_unknown_key_in_the_config_is_refused_by_name() {

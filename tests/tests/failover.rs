@@ -11,9 +11,11 @@ use serde_json::json;
 use socialgate_tests::config::{
     standard_env, ConfigBuilder, CHAOS, FALLBACK, FALLBACK_KEY_ENV, PRIMARY, PRIMARY_KEY_ENV,
 };
+use socialgate_tests::paths;
 use socialgate_tests::raw_upstream::{Behaviour, RawUpstream};
 use socialgate_tests::upstream::{
-    assert_answered_by, fixtures, json_response, FALLBACK_FOLLOWERS, LUNA, LUNA_SEC_UID, POST_ID,
+    assert_answered_by, fixtures, json_response, set, FALLBACK_FOLLOWERS, LUNA, LUNA_SEC_UID,
+    POST_ID,
 };
 use socialgate_tests::{issue_key, Api, FallbackMock, PrimaryMock, Server, Stack, StackBuilder};
 use wiremock::ResponseTemplate;
@@ -108,6 +110,53 @@ async fn fallback_video_not_found_after_the_primary_failed() {
             .assert_error(404, "RESOURCE_NOT_FOUND");
     }
     assert_eq!(stack.fallback.request_count().await, 2);
+}
+
+/// An answer plugin-api takes but the platform's description refuses (here
+/// a `bio` its rule forbids) is a failed attempt, and the next provider
+/// answers; the shipped description takes the same answer.
+#[tokio::test]
+async fn an_answer_the_description_refuses_fails_over_to_the_next_provider() {
+    let scratch = paths::scratch_dir();
+    let file = paths::description_copy(scratch.path(), |text| {
+        text.replacen(
+            "name = \"bio\"\ntype = \"string\"\nnullable = true\n",
+            "name = \"bio\"\ntype = \"string\"\nnullable = true\npattern = '[^<]*'\n",
+            1,
+        )
+    });
+    let marked_up = || {
+        let mut body = fixtures::primary_user_profile();
+        set(&mut body, "/user/signature", json!("<b>Pastry chef</b>"));
+        body
+    };
+    let stack = Stack::builder().description(&file).start().await;
+    stack.primary.profile(LUNA, &marked_up()).await;
+    stack.fallback.serve_fixtures().await;
+    let a = stack.get(PROFILE).await;
+    assert_answered_by(
+        &a,
+        FALLBACK_FOLLOWERS,
+        "the fallback, after the refused answer",
+    );
+    assert_eq!(stack.primary.request_count().await, 1);
+    assert!(
+        stack
+            .server
+            .stderr()
+            .contains("plugin answer does not fit the description: data.bio"),
+        "{}",
+        stack.server.stderr()
+    );
+
+    // The shipped description has no such rule: the primary's answer is taken.
+    let stack = Stack::start().await;
+    stack.primary.profile(LUNA, &marked_up()).await;
+    stack.fallback.serve_fixtures().await;
+    let a = stack.get(PROFILE).await;
+    a.assert_success(false);
+    assert_eq!(a.data()["bio"], "<b>Pastry chef</b>", "{a:?}");
+    assert_eq!(stack.fallback.request_count().await, 0);
 }
 
 #[tokio::test]

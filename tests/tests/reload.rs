@@ -14,9 +14,11 @@ use std::time::Duration;
 
 use serde_json::json;
 use socialgate_tests::config::{
-    standard_env, ConfigBuilder, FALLBACK, FALLBACK_KEY, FALLBACK_KEY_ENV, PRIMARY, PRIMARY_KEY,
+    standard_env, toml_str, ConfigBuilder, FALLBACK, FALLBACK_KEY, FALLBACK_KEY_ENV, PRIMARY,
+    PRIMARY_KEY,
 };
 use socialgate_tests::operator::{admin_addr, scrape, signal};
+use socialgate_tests::paths;
 use socialgate_tests::process::ADMIN_LISTENING_PREFIX;
 use socialgate_tests::raw_upstream::closed_port;
 use socialgate_tests::reload::{
@@ -249,6 +251,47 @@ async fn a_keys_file_behind_a_swapped_symbolic_link_is_followed() {
     assert!(took < KEY_CHANGE_BOUND, "took {took:?}");
 }
 
+/// A platform's description is watched and reloaded like the config: a
+/// bad one is rejected (the file, the place, the reason) while the old one
+/// keeps serving; a good one's rules apply at once, without a rebuild.
+#[tokio::test]
+async fn a_bad_description_is_rejected_while_the_old_one_serves_and_a_good_one_applies() {
+    let scratch = paths::scratch_dir();
+    let file = paths::description_copy(scratch.path(), |text| format!("# A copy.\n{text}"));
+    let (stack, applied) = serving_stack(Stack::builder().description(&file)).await;
+    assert_profile(&stack.get(PROFILE).await);
+    let shipped = std::fs::read_to_string(&file).unwrap();
+
+    replace_file(
+        &file,
+        shipped.replacen("length = [1, 64]", "length = [64, 1]", 1),
+    );
+    let line = assert_rejected(
+        &stack.server,
+        1,
+        &paths::display(&file),
+        &["parameters.username.length", "[64, 1] is not in order"],
+    )
+    .await;
+    // The old rules: `lunabakes` is a username.
+    for _ in 0..3 {
+        assert_profile(&stack.get(PROFILE).await);
+    }
+    assert_check_agrees(&stack.config, &line);
+
+    // `lunabakes` is too long for the new rule, in the new rule's words.
+    replace_file(&file, paths::short_usernames(&shipped));
+    wait_for_log(&stack.server, APPLIED, applied + 1).await;
+    let refused = stack.get(PROFILE).await;
+    refused.assert_invalid("username");
+    assert!(
+        refused
+            .error_message()
+            .contains("must be 1-5 characters of A-Z"),
+        "{refused:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_broken_config_is_rejected_while_the_old_table_answers() {
     let (stack, applied) = serving_stack(Stack::builder().providers(&[FALLBACK])).await;
@@ -434,8 +477,10 @@ fn an_incompatible_library_is_refused_with_a_clear_reason() {
 
 /// The made-up platform's tables, with `status`.
 fn madeup_tables(base_url: &str, status: &str) -> String {
+    let description = toml_str(&paths::display(&paths::description("madeup")));
     format!(
-        "[platforms.madeup]\nstatus = \"{status}\"\nproviders = [\"{MADEUP}\"]\n\n\
+        "[platforms.madeup]\nstatus = \"{status}\"\nproviders = [\"{MADEUP}\"]\n\
+         description = {description}\n\n\
          [providers.{MADEUP}]\nlibrary = \"madeup_plugin\"\nbase_url = \"{base_url}\"\n\
          api_key_env = \"{MADEUP_KEY_ENV}\"\n"
     )

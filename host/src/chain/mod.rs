@@ -37,7 +37,7 @@ use crate::resilience::breaker::{Outcome, Permit};
 use crate::resilience::concurrency::InFlight;
 use crate::resilience::deadline::Deadline;
 use crate::resilience::runaway::NotRun;
-use crate::routing::Provider;
+use crate::routing::{DescribedEndpoint, Provider};
 use crate::upstream::{Fetched, UpstreamClient};
 
 /// Steps allowed in one attempt; plugin-api states it, so the test kit
@@ -106,6 +106,8 @@ enum Verdict {
 #[derive(Clone, Copy)]
 pub struct Job<'a> {
     pub call: &'a Arc<Call>,
+    /// What the answer must be, as the platform's description says.
+    pub described: &'a DescribedEndpoint,
     pub client: &'a UpstreamClient,
     pub deadline: Deadline,
 }
@@ -261,10 +263,15 @@ async fn attempt_through<H: Send + 'static>(
     } = admitted;
     let deadline = job.deadline;
     let attempt = {
-        let (provider, call, client) = (provider.clone(), job.call.clone(), job.client.clone());
+        let (provider, call, described, client) = (
+            provider.clone(),
+            job.call.clone(),
+            job.described.clone(),
+            job.client.clone(),
+        );
         async move {
             let started = Instant::now();
-            let outcome = attempt(&provider, &call, &client, deadline).await;
+            let outcome = attempt(&provider, &call, &described, &client, deadline).await;
             let elapsed = started.elapsed();
             drop(slot);
             let (verdict, outcome) = judge(&provider, permit, &call, outcome, deadline);
@@ -350,6 +357,24 @@ fn judge(
     (verdict, failure.kind.as_str())
 }
 
+/// `answer` once its data passed the description's check (plugin-api's own
+/// checks passed before); one that does not is a bad response, as
+/// plugin-api's refusals are.
+fn described_answer(
+    answer: Answer,
+    described: &DescribedEndpoint,
+    call: &Call,
+) -> Result<Answer, ProviderError> {
+    let refused = |reason: String| ProviderError::bad_response(reason);
+    let data: serde_json::Value = serde_json::from_str(&answer.data)
+        .map_err(|e| refused(format!("plugin answer is not JSON: {e}")))?;
+    described
+        .get()
+        .check_answer(&data, call.count().map(u64::from))
+        .map_err(|e| refused(format!("plugin answer does not fit the description: {e}")))?;
+    Ok(answer)
+}
+
 /// Why an attempt failed, and whether it had reached the upstream.
 struct AttemptError {
     error: ProviderError,
@@ -361,6 +386,7 @@ struct AttemptError {
 async fn attempt(
     provider: &Provider,
     call: &Arc<Call>,
+    described: &DescribedEndpoint,
     client: &UpstreamClient,
     deadline: Deadline,
 ) -> Result<Answer, AttemptError> {
@@ -400,12 +426,15 @@ async fn attempt(
         }
     };
     let limit = deadline.bound(provider.timeout);
-    let result = timeout(limit, steps).await.unwrap_or_else(|_| {
-        Err(ProviderError::new(
-            ErrorKind::Transient,
-            format!("no answer within {} ms", limit.as_millis()),
-        ))
-    });
+    let result = timeout(limit, steps)
+        .await
+        .unwrap_or_else(|_| {
+            Err(ProviderError::new(
+                ErrorKind::Transient,
+                format!("no answer within {} ms", limit.as_millis()),
+            ))
+        })
+        .and_then(|answer| described_answer(answer, described, call));
     result.map_err(|error| AttemptError {
         error,
         after_a_request: requests > 0,

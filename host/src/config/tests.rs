@@ -5,7 +5,11 @@ use super::*;
 use crate::routing::config::PlatformStatus;
 use plugin_api::Endpoint;
 
-const GOOD: &str = r#"
+/// The repository's description of the platform the configs serve.
+const SHORTVIDEO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../platforms/shortvideo.toml");
+
+const GOOD: &str = concat!(
+    r#"
     [server]
     listen = "127.0.0.1:0"
     plugin_dir = "plugins"
@@ -13,6 +17,9 @@ const GOOD: &str = r#"
     [platforms.shortvideo]
     status = "live"
     providers = ["a", "b"]
+    description = ""#,
+    env!("CARGO_MANIFEST_DIR"),
+    r#"/../platforms/shortvideo.toml"
     [platforms.shortvideo.endpoints]
     search = ["b"]
 
@@ -30,7 +37,8 @@ const GOOD: &str = r#"
     api_key_env = "KEY_B"
     [providers.b.settings]
     rapidapi_host = "x.example"
-"#;
+"#
+);
 
 fn env(name: &str) -> Option<String> {
     match name {
@@ -79,6 +87,83 @@ fn resolves_paths_orders_and_secrets() {
     assert_eq!(sv.order(Endpoint::Profile), ["a", "b"]);
     assert_eq!(sv.order(Endpoint::Search), ["b"]);
     assert_eq!(c.serving.platforms["later"].status, PlatformStatus::Planned);
+}
+
+/// A description in a scratch folder, `edit` applied to the repository's.
+fn description_copy(tag: &str, edit: impl Fn(String) -> String) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sg-description-{}-{tag}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("described.toml");
+    std::fs::write(&path, edit(std::fs::read_to_string(SHORTVIDEO).unwrap())).unwrap();
+    path
+}
+
+#[test]
+fn each_platform_has_its_description_loaded_and_checked() {
+    let c = parse(GOOD).unwrap();
+    let sv = &c.serving.platforms["shortvideo"];
+    let described = sv
+        .description
+        .as_ref()
+        .expect("a live platform's description");
+    assert_eq!(described.description.name(), "shortvideo");
+    assert!(described.path.ends_with("platforms/shortvideo.toml"));
+    assert!(c.serving.platforms["later"].description.is_none());
+
+    // Relative to the config's folder.
+    let copy = description_copy("relative", |text| text);
+    let text = GOOD.replace(SHORTVIDEO, "described.toml");
+    let at = copy.with_file_name("platforms.toml");
+    let c = Config::parse(&at, &text, &env).unwrap();
+    let described = c.serving.platforms["shortvideo"]
+        .description
+        .clone()
+        .unwrap();
+    assert_eq!(described.path, copy);
+
+    let refused = |text: &str| parse(text).unwrap_err().to_string();
+    // Bad: the file, the place and the reason, after the config's key.
+    let bad = description_copy("bad", |text| {
+        text.replacen("length = [1, 64]", "length = [9, 1]", 1)
+    });
+    let message = refused(&GOOD.replace(SHORTVIDEO, &bad.display().to_string()));
+    assert!(
+        message.starts_with("/etc/sg/platforms.toml: [platforms.shortvideo] description: "),
+        "{message}"
+    );
+    assert!(message.contains(&bad.display().to_string()), "{message}");
+    assert!(message.contains("parameters.username.length"), "{message}");
+    assert!(!message.contains('\n'), "{message}");
+    // Another platform's file.
+    let other = description_copy("other", |text| {
+        text.replace("name = \"shortvideo\"", "name = \"clipgram\"")
+    });
+    let message = refused(&GOOD.replace(SHORTVIDEO, &other.display().to_string()));
+    assert!(message.contains("clipgram"), "{message}");
+    // Missing, or not named at all.
+    let message = refused(&GOOD.replace(SHORTVIDEO, "/nowhere/sv.toml"));
+    assert!(
+        message.contains("/nowhere/sv.toml: cannot be read"),
+        "{message}"
+    );
+    let unnamed = GOOD.replace(&format!("description = \"{SHORTVIDEO}\""), "");
+    let message = refused(&unnamed);
+    assert!(
+        message.contains("[platforms.shortvideo]: a live platform needs `description"),
+        "{message}"
+    );
+    // An endpoint order for an endpoint the file does not describe.
+    let no_search = description_copy("no-search", |text| {
+        let at = text.find("name = \"search\"").unwrap();
+        let start = text[..at].rfind("[[endpoints]]").unwrap();
+        let end = text[at..].find("[[").map_or(text.len(), |i| at + i);
+        format!("{}{}", &text[..start], &text[end..])
+    });
+    let message = refused(&GOOD.replace(SHORTVIDEO, &no_search.display().to_string()));
+    assert!(
+        message.contains("[platforms.shortvideo] endpoints.search: the platform's description"),
+        "{message}"
+    );
 }
 
 #[test]
@@ -286,13 +371,25 @@ fn every_process_setting_needs_a_restart() {
 
 #[test]
 fn no_serving_setting_needs_a_restart() {
+    // A live platform needs a description of its own name.
+    let later = description_copy("later", |text| {
+        text.replace("name = \"shortvideo\"", "name = \"later\"")
+    });
+    let same_elsewhere = description_copy("elsewhere", |text| text);
     let cases = [
         with_server_line("keys_file = \"other-keys.toml\""),
         with_server_line("request_timeout_ms = 1234"),
         GOOD.replace("plugin_dir = \"plugins\"", "plugin_dir = \"other\""),
         GOOD.replace("providers = [\"a\", \"b\"]", "providers = [\"b\", \"a\"]"),
         GOOD.replace("search = [\"b\"]", "search = [\"a\"]"),
-        GOOD.replace("\"planned\"", "\"live\"\nproviders = [\"a\"]"),
+        GOOD.replace(
+            "\"planned\"",
+            &format!(
+                "\"live\"\nproviders = [\"a\"]\ndescription = \"{}\"",
+                later.display()
+            ),
+        ),
+        GOOD.replace(SHORTVIDEO, &same_elsewhere.display().to_string()),
         GOOD.replace("timeout_ms = 1500", "timeout_ms = 1600"),
         GOOD.replace(
             "timeout_ms = 1500",

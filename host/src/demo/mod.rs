@@ -22,6 +22,11 @@ const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 const PRIMARY_KEY_ENV: &str = "SANDBOX_PRIMARY_KEY";
 const FALLBACK_KEY_ENV: &str = "SANDBOX_FALLBACK_KEY";
 
+/// The folder of platform descriptions the repository ships, and the
+/// description the demo serves from it.
+const PLATFORMS_DIR: &str = "platforms";
+const DESCRIPTION: &str = "shortvideo.toml";
+
 /// The folder beside the executable that holds one folder per demo run.
 const RUNS_DIR: &str = "socialgate-demo";
 /// A run's folder is this prefix and the run's process ID: a name that
@@ -45,6 +50,14 @@ pub enum DemoError {
     Leftover { path: PathBuf, source: io::Error },
     #[error("{path}: cannot write the demo's config: {source}")]
     Write { path: PathBuf, source: io::Error },
+    #[error(
+        "no `{PLATFORMS_DIR}/{DESCRIPTION}` in {from} or a folder above it: the demo serves the \
+         description the repository ships; run a build inside the repository (target/debug), \
+         or put the repository's `{PLATFORMS_DIR}` folder beside the executable"
+    )]
+    NoDescription { from: PathBuf },
+    #[error("{path}: cannot copy the platform's description for the demo: {source}")]
+    CopyDescription { path: PathBuf, source: io::Error },
 }
 
 impl From<DemoError> for RunError {
@@ -60,6 +73,7 @@ pub async fn run(listen: Option<SocketAddr>, fail_primary: bool) -> Result<(), R
     // Beside the executable, not /tmp, which may forbid mapping libraries
     // (the run's folder holds the private copies of the plugins).
     let run_dir = RunDir::create(&exe_dir.join(RUNS_DIR))?;
+    copy_description(&exe_dir, &run_dir.path)?;
     let config_path = run_dir.path.join("platforms.toml");
     std::fs::write(&config_path, demo_config(&sandbox, &exe_dir, listen)).map_err(|source| {
         DemoError::Write {
@@ -80,6 +94,28 @@ pub async fn run(listen: Option<SocketAddr>, fail_primary: bool) -> Result<(), R
     drop(sandbox);
     drop(run_dir);
     Ok(())
+}
+
+/// Copies the platform's description into the run's folder, from the
+/// nearest `platforms` folder holding it at the executable's folder or
+/// above it: a build's executable is in the repository's `target/debug`,
+/// and the description is data the repository ships, never compiled in.
+/// A copy, so the run's files are one folder, like its config.
+fn copy_description(exe_dir: &Path, run_dir: &Path) -> Result<(), DemoError> {
+    let found = exe_dir
+        .ancestors()
+        .map(|dir| dir.join(PLATFORMS_DIR).join(DESCRIPTION))
+        .find(|file| file.is_file())
+        .ok_or_else(|| DemoError::NoDescription {
+            from: exe_dir.to_owned(),
+        })?;
+    let to = run_dir.join(DESCRIPTION);
+    std::fs::copy(&found, &to)
+        .map(|_| ())
+        .map_err(|source| DemoError::CopyDescription {
+            path: found,
+            source,
+        })
 }
 
 /// One run's own folder: its config, keys file, usage ledger and plugin
@@ -245,6 +281,7 @@ plugin_dir = {plugin_dir}
 [platforms.shortvideo]
 status = "live"
 providers = ["shortvideo-primary", "shortvideo-fallback"]
+description = "{DESCRIPTION}"   # copied from the repository's platforms folder
 
 [platforms.shortvideo.endpoints]
 search = ["shortvideo-fallback"]

@@ -25,7 +25,7 @@ use crate::metrics;
 use crate::resilience::concurrency::{InFlight, KeyInFlight};
 use crate::resilience::deadline::Deadline;
 use crate::resilience::rate_limit::{self, Standing};
-use crate::routing::Provider;
+use crate::routing::{DescribedEndpoint, Provider};
 use crate::state::{App, Snapshot};
 
 /// RFC 9211.
@@ -128,6 +128,8 @@ const MAX_JOINS: u32 = 3;
 /// What one request asks, as admission checked it.
 pub struct Ask<'a> {
     pub platform: &'a str,
+    /// The endpoint in the platform's description: what answers must be.
+    pub described: DescribedEndpoint,
     /// Shared with the attempts that serve it.
     pub call: Arc<Call>,
     /// The providers to ask, in order.
@@ -257,6 +259,7 @@ async fn find<H: Send + 'static>(
         metrics::cache(endpoint, "bypass");
         let job = Job {
             call: &ask.call,
+            described: &ask.described,
             client: &app.upstream,
             deadline,
         };
@@ -324,9 +327,10 @@ async fn find_cached<H: Send + 'static>(
     }
 
     let fetch = || {
-        let (providers, call, client) = (
+        let (providers, call, described, client) = (
             ask.providers.to_vec(),
             ask.call.clone(),
+            ask.described.clone(),
             app.upstream.clone(),
         );
         async move {
@@ -336,6 +340,7 @@ async fn find_cached<H: Send + 'static>(
             // slot and credits until it lands.
             let job = Job {
                 call: &call,
+                described: &described,
                 client: &client,
                 deadline,
             };

@@ -37,7 +37,7 @@ use hyper::header::{
     HeaderMap, HeaderName, HeaderValue, ACCEPT_ENCODING, CACHE_CONTROL, CONNECTION, ETAG,
 };
 use hyper::{Method, Request, Response, StatusCode};
-use plugin_api::{Call, Endpoint};
+use plugin_api::Call;
 use tracing::Instrument;
 
 use super::answer::{self, listing_of, Admitted, Ask, Report};
@@ -375,26 +375,28 @@ fn parse<'a>(
             // `/v1/{platform}` alone: an unknown platform is still named.
             let platform = &path["/v1/".len()..];
             if !platform.is_empty() {
-                snapshot.routes.live(platform)?;
+                snapshot.routes.check_live(platform)?;
             }
             return Err(ApiError::EndpointNotFound);
         }
         None => return Err(ApiError::EndpointNotFound),
     };
-    let (endpoint, chain) = snapshot.routes.route(platform, endpoint)?;
+    let route = snapshot.routes.route(platform, endpoint)?;
+    let (chain, described) = (route.chain, route.described.get());
 
-    let params = query_params(request.uri().query().unwrap_or(""), endpoint)?;
-    let mut call = Call::from_params(
-        endpoint,
-        params.iter().map(|(k, v)| (k.as_ref(), v.as_ref())),
-    )
-    .map_err(ApiError::from)?;
-    let token = params
-        .iter()
-        .find(|(k, v)| k == "cursor" && !v.is_empty())
-        .map(|(_, v)| v.as_ref());
+    let params = query_params(request.uri().query().unwrap_or(""), described)?;
+    let asked = described
+        .validate(params.iter().map(|(k, v)| (k.as_ref(), v.as_ref())))
+        .map_err(ApiError::from)?;
+    let mut call = crate::routing::call_1x(route.endpoint, &asked);
+    let token = described.cursor().and_then(|cursor| {
+        params
+            .iter()
+            .find(|(k, v)| k == cursor.name() && !v.is_empty())
+            .map(|(_, v)| v.as_ref())
+    });
     let (providers, issuer) = match token {
-        Some(token) if endpoint.is_list() => {
+        Some(token) => {
             let (issuer, continued) = resume(app, chain, platform, &call, token)?;
             call = continued;
             (issuer, Some(&*issuer[0].name))
@@ -410,6 +412,7 @@ fn parse<'a>(
     );
     Ok(Ask {
         platform,
+        described: route.described,
         call: Arc::new(call),
         providers,
         issuer,
@@ -425,7 +428,10 @@ type Param<'a> = (Cow<'a, str>, Cow<'a, str>);
 /// UTF-8 once decoded is refused: patched with U+FFFD, as form decoding
 /// does, two different inputs would read (and be cached and charged) as
 /// one. Any other parameter is ignored, so its value may be anything.
-fn query_params(query: &str, endpoint: Endpoint) -> Result<Vec<Param<'_>>, ApiError> {
+fn query_params<'q>(
+    query: &'q str,
+    endpoint: &platform_description::Endpoint,
+) -> Result<Vec<Param<'q>>, ApiError> {
     let mut params = Vec::new();
     for pair in query.split('&').filter(|pair| !pair.is_empty()) {
         let (name, value) = pair.split_once('=').unwrap_or((pair, ""));

@@ -7,6 +7,9 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use std::sync::Arc;
+
+use platform_description::Description;
 use plugin_api::Endpoint;
 use serde::Deserialize;
 
@@ -31,6 +34,54 @@ pub struct PlatformConfig {
     pub providers: Vec<String>,
     /// ...unless an endpoint has its own.
     pub endpoints: BTreeMap<Endpoint, Vec<String>>,
+    /// `description`, loaded: what the platform's endpoints are, what
+    /// they read and answer. Always there for a live platform.
+    pub description: Option<PlatformDescription>,
+}
+
+/// A platform's description file, read and checked.
+#[derive(Debug, Clone)]
+pub struct PlatformDescription {
+    /// The file, resolved against the config's folder.
+    pub path: PathBuf,
+    /// Its text as read: two loads are the same when path and text are.
+    text: Arc<str>,
+    pub description: Arc<Description>,
+}
+
+impl PartialEq for PlatformDescription {
+    fn eq(&self, other: &Self) -> bool {
+        self.path == other.path && self.text == other.text
+    }
+}
+
+impl Eq for PlatformDescription {}
+
+impl PlatformDescription {
+    /// Reads and checks the file `path` names for platform `name`; a
+    /// refusal gives the file, the place and the reason.
+    fn load(
+        name: &str,
+        path: &Path,
+        key: &str,
+        cx: &Context,
+    ) -> Result<PlatformDescription, ConfigError> {
+        let path = cx.resolve(path);
+        let text = std::fs::read_to_string(&path).map_err(|source| {
+            let unreadable = platform_description::LoadError::Unreadable {
+                file: path.clone(),
+                source,
+            };
+            cx.invalid(key, unreadable)
+        })?;
+        let description =
+            Description::parse(&text, &path, name).map_err(|refused| cx.invalid(key, refused))?;
+        Ok(PlatformDescription {
+            path,
+            text: text.into(),
+            description: Arc::new(description),
+        })
+    }
 }
 
 impl PlatformConfig {
@@ -84,6 +135,7 @@ pub struct RawPlatform {
     providers: Vec<String>,
     #[serde(default)]
     endpoints: BTreeMap<Endpoint, Vec<String>>,
+    description: Option<PathBuf>,
 }
 
 /// `[providers.NAME]` as written.
@@ -140,10 +192,40 @@ impl PlatformConfig {
         {
             return Err(cx.invalid(&table, "a live platform needs at least one provider"));
         }
+        // A planned platform may name its file ahead; a live one must, as
+        // nothing else says what its endpoints are.
+        let description = match &raw.description {
+            Some(path) => Some(PlatformDescription::load(
+                name,
+                path,
+                &format!("{table} description"),
+                cx,
+            )?),
+            None if raw.status == PlatformStatus::Live => {
+                return Err(cx.invalid(
+                    &table,
+                    "a live platform needs `description = \"FILE.toml\"`, the file describing \
+                     its endpoints, parameters and answers (docs/platforms.md)",
+                ));
+            }
+            None => None,
+        };
+        if let Some(described) = &description {
+            let file = described.path.display();
+            for endpoint in raw.endpoints.keys() {
+                if described.description.endpoint(endpoint.as_str()).is_none() {
+                    return Err(cx.invalid(
+                        &format!("{table} endpoints.{endpoint}"),
+                        format!("the platform's description ({file}) has no endpoint `{endpoint}`"),
+                    ));
+                }
+            }
+        }
         Ok(PlatformConfig {
             status: raw.status,
             providers: raw.providers,
             endpoints: raw.endpoints,
+            description,
         })
     }
 }

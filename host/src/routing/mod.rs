@@ -15,8 +15,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use platform_description::{Description, Validated};
 use plugin_api::ffi::{Library, ProviderHandle};
-use plugin_api::Endpoint;
+use plugin_api::{Call, Endpoint};
 
 use self::config::{PlatformConfig, PlatformStatus, ProviderConfig};
 use crate::error::ApiError;
@@ -85,8 +86,39 @@ pub type Chain = Arc<[Arc<Provider>]>;
 
 enum Platform {
     Planned,
-    /// Endpoints no provider serves are absent.
-    Live(HashMap<Endpoint, Chain>),
+    Live(LivePlatform),
+}
+
+/// A live platform: its description, and a chain for each endpoint it
+/// describes that some provider serves.
+struct LivePlatform {
+    description: Arc<Description>,
+    /// By the endpoint's index in the description; `None`: no provider
+    /// serves it.
+    chains: Vec<Option<(Endpoint, Chain)>>,
+}
+
+/// One endpoint of a loaded description, owned: what an attempt checks
+/// its answer against, on whatever task it ends.
+#[derive(Clone)]
+pub struct DescribedEndpoint {
+    description: Arc<Description>,
+    /// Its index among the description's endpoints.
+    index: usize,
+}
+
+impl DescribedEndpoint {
+    pub fn get(&self) -> &platform_description::Endpoint {
+        &self.description.endpoints()[self.index]
+    }
+}
+
+/// What serves `/v1/{platform}/{endpoint}`.
+pub struct Route<'r> {
+    /// The endpoint as plugin-api 1.x names it.
+    pub endpoint: Endpoint,
+    pub described: DescribedEndpoint,
+    pub chain: &'r Chain,
 }
 
 /// What a plugin instance was set up from: equal identities can share one.
@@ -116,6 +148,14 @@ pub enum BuildError {
     },
     #[error(transparent)]
     EndpointNotServed(Box<NotServed>),
+    #[error("{config}: [platforms.{platform}] is live without a description")]
+    Undescribed { config: String, platform: String },
+    #[error("{file}: endpoint `{endpoint}` cannot be served by plugin-api 1.x plugins: {reason}")]
+    Unservable {
+        file: String,
+        endpoint: String,
+        reason: &'static str,
+    },
 }
 
 /// A provider listed by name for an endpoint its manifest does not serve
@@ -186,8 +226,29 @@ impl Routes {
             let routes = match platform.status {
                 PlatformStatus::Planned => Platform::Planned,
                 PlatformStatus::Live => {
-                    let mut chains = HashMap::new();
-                    for endpoint in Endpoint::ALL {
+                    let Some(described) = &platform.description else {
+                        return Err(BuildError::Undescribed {
+                            config: config_path.display().to_string(),
+                            platform: platform_name.clone(),
+                        });
+                    };
+                    let description = &described.description;
+                    let mut chains = Vec::new();
+                    for endpoint_described in description.endpoints() {
+                        // An endpoint plugin-api 1.x has no name for has
+                        // no plugin to serve it.
+                        let Some(endpoint) = Endpoint::from_segment(endpoint_described.name())
+                        else {
+                            chains.push(None);
+                            continue;
+                        };
+                        if let Err(reason) = fits_1x(endpoint, endpoint_described) {
+                            return Err(BuildError::Unservable {
+                                file: described.path.display().to_string(),
+                                endpoint: endpoint.to_string(),
+                                reason,
+                            });
+                        }
                         let mut chain = Vec::new();
                         for name in platform.order(endpoint) {
                             let manifest = &manifests[name.as_str()];
@@ -216,11 +277,12 @@ impl Routes {
                                 })));
                             }
                         }
-                        if !chain.is_empty() {
-                            chains.insert(endpoint, chain.into());
-                        }
+                        chains.push((!chain.is_empty()).then(|| (endpoint, chain.into())));
                     }
-                    Platform::Live(chains)
+                    Platform::Live(LivePlatform {
+                        description: description.clone(),
+                        chains,
+                    })
                 }
             };
             platforms.insert(platform_name.clone(), routes);
@@ -232,22 +294,42 @@ impl Routes {
         })
     }
 
-    /// The chain for `/v1/{platform}/{endpoint}`, checking the platform
-    /// before the endpoint.
-    pub fn route(&self, platform: &str, endpoint: &str) -> Result<(Endpoint, &Chain), ApiError> {
-        let chains = self.live(platform)?;
-        Endpoint::from_segment(endpoint)
-            .and_then(|e| chains.get(&e).map(|chain| (e, chain)))
-            .ok_or(ApiError::EndpointNotFound)
+    /// What serves `/v1/{platform}/{endpoint}`, checking the platform
+    /// before the endpoint: an endpoint its description does not name, or
+    /// that no provider serves, is not found.
+    pub fn route(&self, platform: &str, endpoint: &str) -> Result<Route<'_>, ApiError> {
+        let live = self.live(platform)?;
+        let index = live
+            .description
+            .endpoints()
+            .iter()
+            .position(|e| e.name() == endpoint)
+            .ok_or(ApiError::EndpointNotFound)?;
+        let (endpoint, chain) = live.chains[index]
+            .as_ref()
+            .ok_or(ApiError::EndpointNotFound)?;
+        Ok(Route {
+            endpoint: *endpoint,
+            described: DescribedEndpoint {
+                description: live.description.clone(),
+                index,
+            },
+            chain,
+        })
     }
 
-    /// The chains of a live platform; an unknown or planned one is an error.
-    pub fn live(&self, platform: &str) -> Result<&HashMap<Endpoint, Chain>, ApiError> {
+    /// A live platform; an unknown or planned one is an error.
+    fn live(&self, platform: &str) -> Result<&LivePlatform, ApiError> {
         match self.platforms.get(platform) {
             None => Err(ApiError::platform_not_found(platform)),
             Some(Platform::Planned) => Err(ApiError::PlatformNotAvailable(platform.to_owned())),
-            Some(Platform::Live(chains)) => Ok(chains),
+            Some(Platform::Live(live)) => Ok(live),
         }
+    }
+
+    /// Whether `platform` is live; an unknown or planned one is an error.
+    pub fn check_live(&self, platform: &str) -> Result<(), ApiError> {
+        self.live(platform).map(|_| ())
     }
 
     pub fn platform_count(&self) -> usize {
@@ -279,12 +361,16 @@ impl Routes {
     }
 
     /// The endpoints of a live platform no provider serves (answered
-    /// `ENDPOINT_NOT_FOUND`), in the schema's order.
-    pub fn unserved(&self, platform: &str) -> Vec<Endpoint> {
+    /// `ENDPOINT_NOT_FOUND`), in its description's order.
+    pub fn unserved(&self, platform: &str) -> Vec<&str> {
         match self.platforms.get(platform) {
-            Some(Platform::Live(chains)) => Endpoint::ALL
-                .into_iter()
-                .filter(|e| !chains.contains_key(e))
+            Some(Platform::Live(live)) => live
+                .description
+                .endpoints()
+                .iter()
+                .zip(&live.chains)
+                .filter(|(_, chain)| chain.is_none())
+                .map(|(e, _)| e.name())
                 .collect(),
             _ => Vec::new(),
         }
@@ -292,7 +378,10 @@ impl Routes {
 
     /// Whether a live platform has a provider for at least one endpoint.
     pub fn serves_anything(&self, platform: &str) -> bool {
-        matches!(self.platforms.get(platform), Some(Platform::Live(chains)) if !chains.is_empty())
+        matches!(
+            self.platforms.get(platform),
+            Some(Platform::Live(live)) if live.chains.iter().any(Option::is_some)
+        )
     }
 
     /// What changed from `before` to `self`, for the reload log.
@@ -410,6 +499,62 @@ fn reuse_or_create(
             plugin,
         }),
     })
+}
+
+/// Whether plugin-api 1.x's `endpoint` can be asked for what the
+/// description's endpoint reads: [`call_1x`] needs a page size for a
+/// list, one a `u32` holds.
+fn fits_1x(
+    endpoint: Endpoint,
+    described: &platform_description::Endpoint,
+) -> Result<(), &'static str> {
+    if endpoint.is_list() != described.is_list() {
+        return Err("a list in plugin-api 1.x and in the description, or one object in both");
+    }
+    if endpoint.is_list() {
+        let Some(page_size) = described.page_size() else {
+            return Err("a list needs a page size");
+        };
+        match page_size.kind() {
+            platform_description::ParameterKind::Integer(rule)
+                if u32::try_from(rule.max).is_ok() => {}
+            _ => return Err("its page size must be an integer of at most 4294967295"),
+        }
+    }
+    Ok(())
+}
+
+/// The plugin-api 1.x call for parameters the description validated: the
+/// one place that still maps an endpoint's values to 1.x's fixed shapes,
+/// by role (subject, page size), not by name. The switch to plugin-api
+/// 2.0, whose calls carry the values by name, removes it.
+pub fn call_1x(endpoint: Endpoint, asked: &Validated<'_>) -> Call {
+    let subject = asked.subject().to_owned();
+    // `fits_1x` held when the route was built: a list's page size is
+    // there and fits.
+    let count = asked
+        .page_size()
+        .and_then(|size| u32::try_from(size).ok())
+        .unwrap_or_default();
+    match endpoint {
+        Endpoint::Profile => Call::Profile { username: subject },
+        Endpoint::Posts => Call::Posts {
+            username: subject,
+            count,
+            cursor: None,
+        },
+        Endpoint::Post => Call::Post { id: subject },
+        Endpoint::Comments => Call::Comments {
+            id: subject,
+            count,
+            cursor: None,
+        },
+        Endpoint::Search => Call::Search {
+            query: subject,
+            count,
+            cursor: None,
+        },
+    }
 }
 
 /// `profile, posts`, for messages.
