@@ -737,3 +737,38 @@ async fn an_abandoned_request_keeps_its_slot_while_its_shared_fetch_runs() {
     assert!(cached(&a), "{a:?}");
     assert_eq!(upstream.request_count(), 2);
 }
+
+/// An endpoint's cache lifetime is its platform's description's
+/// `cache_ttl_s`, unless `[cache.ttl_s]` sets one.
+#[tokio::test]
+async fn the_description_gives_the_default_ttl_and_the_config_overrides_it() {
+    let scratch = socialgate_tests::paths::scratch_dir();
+    let file = socialgate_tests::paths::description_copy(scratch.path(), |text| {
+        text.replacen("cache_ttl_s = 300", "cache_ttl_s = 7", 1)
+    });
+    for (cache, expected) in [
+        ("enabled = true", 7),
+        ("enabled = true\n[cache.ttl_s]\nprofile = 9", 9),
+    ] {
+        let stack = Stack::builder()
+            .providers(&[PRIMARY])
+            .search_order(None)
+            .cache(cache)
+            .description(&file)
+            .start()
+            .await;
+        stack.primary.serve_fixtures().await;
+        stack.get(PROFILE).await.assert_success(false);
+        let again = stack.get(PROFILE).await;
+        assert!(cached(&again), "{again:?}");
+        let control = again.header("cache-control").unwrap_or_default();
+        let max_age: String = control
+            .split("max-age=")
+            .nth(1)
+            .unwrap_or_default()
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        assert_eq!(max_age, expected.to_string(), "{cache}: {again:?}");
+    }
+}

@@ -73,17 +73,25 @@ pub const LANDING_GRACE: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CacheConfig {
     pub enabled: bool,
-    /// `[cache.ttl_s]`, by endpoint; zero: not cached.
-    ttls: [(Endpoint, Duration); 5],
+    /// `[cache.ttl_s]`, by endpoint, where the operator set one; zero:
+    /// not cached.
+    ttls: [(Endpoint, Option<Duration>); 5],
     pub not_found_ttl: Duration,
     pub stale_if_error: Duration,
 }
 
 impl CacheConfig {
-    /// How long answers of `endpoint` are stored; `None`: not at all.
-    pub fn ttl(&self, endpoint: Endpoint) -> Option<Duration> {
-        let (_, ttl) = self.ttls.iter().find(|(e, _)| *e == endpoint)?;
-        (self.enabled && !ttl.is_zero()).then_some(*ttl)
+    /// How long answers of `endpoint` are stored: the operator's
+    /// `[cache.ttl_s]`, else `described`, the platform's description's
+    /// default; `None`: not at all.
+    pub fn ttl(&self, endpoint: Endpoint, described: Duration) -> Option<Duration> {
+        let set = self
+            .ttls
+            .iter()
+            .find(|(e, _)| *e == endpoint)
+            .and_then(|(_, ttl)| *ttl);
+        let ttl = set.unwrap_or(described);
+        (self.enabled && !ttl.is_zero()).then_some(ttl)
     }
 }
 
@@ -115,33 +123,28 @@ struct RawTtls {
 
 impl CacheConfig {
     pub fn from_raw(raw: &RawCache, cx: &Context) -> Result<CacheConfig, ConfigError> {
-        let seconds = |key: &str, value: Option<u64>, default: u64| match value {
+        let set = |key: &str, value: Option<u64>| match value {
             Some(s) if s > MAX_TTL_S => {
                 Err(cx.invalid(key, format!("must be at most {MAX_TTL_S} (a year)")))
             }
-            value => Ok(Duration::from_secs(value.unwrap_or(default))),
+            value => Ok(value.map(Duration::from_secs)),
         };
+        let seconds = |key: &str, value: Option<u64>, default: u64| {
+            set(key, value).map(|s| s.unwrap_or(Duration::from_secs(default)))
+        };
+        // Unset, an endpoint's lifetime is its description's default.
         let t = &raw.ttl_s;
         Ok(CacheConfig {
             enabled: raw.enabled.unwrap_or(true),
             ttls: [
-                (
-                    Endpoint::Profile,
-                    seconds("[cache.ttl_s] profile", t.profile, 300)?,
-                ),
-                (
-                    Endpoint::Posts,
-                    seconds("[cache.ttl_s] posts", t.posts, 120)?,
-                ),
-                (Endpoint::Post, seconds("[cache.ttl_s] post", t.post, 300)?),
+                (Endpoint::Profile, set("[cache.ttl_s] profile", t.profile)?),
+                (Endpoint::Posts, set("[cache.ttl_s] posts", t.posts)?),
+                (Endpoint::Post, set("[cache.ttl_s] post", t.post)?),
                 (
                     Endpoint::Comments,
-                    seconds("[cache.ttl_s] comments", t.comments, 120)?,
+                    set("[cache.ttl_s] comments", t.comments)?,
                 ),
-                (
-                    Endpoint::Search,
-                    seconds("[cache.ttl_s] search", t.search, 600)?,
-                ),
+                (Endpoint::Search, set("[cache.ttl_s] search", t.search)?),
             ],
             not_found_ttl: seconds("[cache] not_found_ttl_s", raw.not_found_ttl_s, 30)?,
             stale_if_error: seconds("[cache] stale_if_error_s", raw.stale_if_error_s, 3600)?,

@@ -252,7 +252,7 @@ async fn find<H: Send + 'static>(
 ) -> (Result<Found, Unanswered>, H) {
     let endpoint = ask.call.endpoint();
     let config = &snapshot.serving.cache;
-    let Some(ttl) = config.ttl(endpoint) else {
+    let Some(ttl) = config.ttl(endpoint, ask.described.cache_ttl()) else {
         if ask.directives.only_if_cached {
             return (Err(not_stored(endpoint)), held);
         }

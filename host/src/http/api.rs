@@ -326,7 +326,11 @@ async fn credits(
     report: &mut Report<'_>,
 ) -> Result<Reservation, ApiError> {
     let (endpoint, directives) = (ask.call.endpoint(), ask.directives);
-    let stored_may_answer = snapshot.serving.cache.ttl(endpoint).is_some()
+    let stored_may_answer = snapshot
+        .serving
+        .cache
+        .ttl(endpoint, ask.described.cache_ttl())
+        .is_some()
         && !(directives.only_if_cached && directives.refuses_every_stored());
     let source = Source::of(stored_may_answer, directives.only_if_cached);
     let billing = snapshot.serving.billing;

@@ -111,6 +111,11 @@ impl DescribedEndpoint {
     pub fn get(&self) -> &platform_description::Endpoint {
         &self.description.endpoints()[self.index]
     }
+
+    /// The description's default cache lifetime of its answers.
+    pub fn cache_ttl(&self) -> Duration {
+        Duration::from_secs(self.get().cache_ttl_s())
+    }
 }
 
 /// What serves `/v1/{platform}/{endpoint}`.
