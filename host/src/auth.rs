@@ -568,21 +568,18 @@ fn new_key() -> Result<String, KeysError> {
 }
 
 fn hex(bytes: &[u8]) -> String {
-    let mut text = String::with_capacity(2 * bytes.len());
-    crate::hex::push_hex(&mut text, bytes);
-    text
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// 64 hex digits (either case) as 32 bytes; anything else (a sign, which
 /// `from_str_radix` would take, a space, a 63rd digit) is `None`.
 fn unhex(text: &str) -> Option<[u8; 32]> {
-    let digits = text.as_bytes();
-    if digits.len() != 64 {
+    if text.len() != 64 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
     let mut out = [0u8; 32];
-    for (byte, pair) in out.iter_mut().zip(digits.chunks_exact(2)) {
-        *byte = crate::hex::byte_of(pair[0], pair[1])?;
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok()?;
     }
     Some(out)
 }

@@ -287,8 +287,7 @@ impl Loader {
             .file_stem()
             .and_then(|s| s.to_str())
             .unwrap_or("plugin");
-        let mut short = String::new();
-        crate::hex::push_hex(&mut short, &hash[..8]);
+        let short: String = hash[..8].iter().map(|b| format!("{b:02x}")).collect();
         let extension = path
             .extension()
             .and_then(|e| e.to_str())

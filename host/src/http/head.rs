@@ -197,7 +197,8 @@ fn decode_unreserved(uri: &hyper::Uri) -> Option<hyper::Uri> {
         let escaped = match bytes[i] {
             b'%' => bytes
                 .get(i + 1..i + 3)
-                .and_then(|pair| crate::hex::byte_of(pair[0], pair[1])),
+                .filter(|pair| pair.iter().all(u8::is_ascii_hexdigit))
+                .and_then(|pair| u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok()),
             _ => None,
         };
         match escaped {

@@ -5,8 +5,6 @@
 
 use hyper::header::{HeaderName, HeaderValue};
 
-use crate::hex::push_hex;
-
 pub const HEADER: HeaderName = HeaderName::from_static("x-request-id");
 
 /// The ID for a request carrying `given` (the header's value, if any).
@@ -31,17 +29,15 @@ fn uuid_v4() -> String {
     random_bytes(&mut b);
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
-    let mut id = String::with_capacity(36);
-    for (i, group) in [&b[..4], &b[4..6], &b[6..8], &b[8..10], &b[10..]]
-        .into_iter()
-        .enumerate()
-    {
-        if i > 0 {
-            id.push('-');
-        }
-        push_hex(&mut id, group);
-    }
-    id
+    let hex = format!("{:032x}", u128::from_be_bytes(b));
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
 }
 
 /// Bytes from the OS random source. An ID needs uniqueness, not secrecy,
