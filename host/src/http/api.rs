@@ -33,15 +33,13 @@ use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 use hyper::body::Incoming;
-use hyper::header::{
-    HeaderMap, HeaderName, HeaderValue, ACCEPT_ENCODING, CACHE_CONTROL, CONNECTION, ETAG,
-};
+use hyper::header::{HeaderMap, HeaderName, HeaderValue, CACHE_CONTROL, CONNECTION, ETAG};
 use hyper::{Method, Request, Response, StatusCode};
 use plugin_api::{Call, Endpoint};
 use tracing::Instrument;
 
 use super::answer::{self, listing_of, Admitted, Ask, Report};
-use super::encoding::{self, NotModified, Precompressed};
+use super::encoding::{self, NotModified};
 use super::response::{self, Body};
 use super::{head, request_id};
 use crate::billing::{NoCredit, Reservation, Source};
@@ -150,32 +148,26 @@ pub async fn handle(app: &App, mut request: Request<Incoming>) -> Response<Body>
     response
 }
 
-/// The OpenAPI 3.1 description of this API, kept in the repository, in
-/// every coding.
-static OPENAPI: Precompressed = Precompressed::new(include_bytes!("../../../openapi/openapi.json"));
+/// The OpenAPI 3.1 description of this API, kept in the repository.
+const OPENAPI: &[u8] = include_bytes!("../../../openapi/openapi.json");
 const OPENAPI_PATH: &str = "/v1/openapi.json";
 
 fn is_public(path: &str) -> bool {
     matches!(path, "/healthz" | "/readyz" | OPENAPI_PATH)
 }
 
-/// `/v1/openapi.json`: cacheable, with an `ETag`, in the coding asked for.
+/// `/v1/openapi.json`: cacheable, with an `ETag`; compressed, when asked,
+/// by [`encoding::represent`] as every answer is.
 fn openapi_document(request: &HeaderMap) -> Response<Body> {
-    static TAG: std::sync::LazyLock<HeaderValue> =
-        std::sync::LazyLock::new(|| encoding::etag(&[OPENAPI.identity()]));
-    let coding = encoding::negotiate(request.get_all(ACCEPT_ENCODING).iter());
-    let mut response = response::json_response(StatusCode::OK, OPENAPI.get(coding));
+    let tag = encoding::etag(&[OPENAPI]);
+    let mut response = response::json_response(StatusCode::OK, OPENAPI);
     let headers = response.headers_mut();
-    encoding::vary_on_encoding(headers);
-    headers.insert(ETAG, TAG.clone());
-    if let Some(coding) = coding {
-        encoding::mark_encoded(headers, coding);
-    }
+    headers.insert(ETAG, tag.clone());
     headers.insert(
         CACHE_CONTROL,
         HeaderValue::from_static(DOCUMENT_CACHE_CONTROL),
     );
-    if encoding::not_modified(request, &TAG) {
+    if encoding::not_modified(request, &tag) {
         response.extensions_mut().insert(NotModified);
     }
     response
