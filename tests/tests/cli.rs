@@ -59,6 +59,10 @@ async fn keys_are_issued_listed_and_revoked() {
     let alice = issue_key(&config, "alice");
     let bob = issue_key(&config, "bob");
     assert_ne!(alice, bob);
+    assert!(
+        alice.starts_with("sg_") && alice.len() == 46,
+        "`sg_` and 256 random bits: {alice}"
+    );
 
     let stored = std::fs::read_to_string(config.keys_file()).expect("keys_file was written");
     assert!(
