@@ -254,35 +254,6 @@ mod tests {
 
     #[cfg(unix)]
     #[test]
-    fn private_files_are_exclusive_0600_and_never_follow_links() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = std::env::temp_dir().join(format!("sg-files-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        create_private_dir_all(&dir.join("sub")).unwrap();
-        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
-        assert_eq!(mode(&dir.join("sub")), 0o700);
-
-        let victim = dir.join("victim");
-        std::fs::write(&victim, b"keep me").unwrap();
-        let planted = dir.join("sub/file.tmp");
-        std::os::unix::fs::symlink(&victim, &planted).unwrap();
-        std::io::Write::write_all(&mut create_private(&planted).unwrap(), b"new").unwrap();
-        assert_eq!(std::fs::read(&victim).unwrap(), b"keep me");
-        assert!(!std::fs::symlink_metadata(&planted)
-            .unwrap()
-            .file_type()
-            .is_symlink());
-        assert_eq!(mode(&planted), 0o600);
-        assert_eq!(std::fs::read(&planted).unwrap(), b"new");
-
-        let link = dir.join("link");
-        std::os::unix::fs::symlink(&victim, &link).unwrap();
-        assert!(open_no_follow(&link).is_err());
-        std::fs::remove_dir_all(dir).unwrap();
-    }
-
-    #[cfg(unix)]
-    #[test]
     fn only_a_regular_file_is_opened_and_a_fifo_at_once() {
         let dir = std::env::temp_dir().join(format!("sg-regular-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);

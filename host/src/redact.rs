@@ -80,22 +80,4 @@ mod tests {
         );
         assert_eq!(url("http://127.0.0.1:9"), "http://127.0.0.1:9");
     }
-
-    /// The forms and the replacing are plugin-api's (tested there); here,
-    /// that keys remembered at different times are all taken out.
-    #[test]
-    fn every_remembered_key_is_taken_out() {
-        remember("redact-test-key-1");
-        remember("redact test/key+2");
-        remember("redact-test-key-1");
-        assert_eq!(
-            text("Bearer redact-test-key-1, ?k=redact+test%2Fkey%2B2"),
-            "Bearer [redacted], ?k=[redacted]"
-        );
-        assert!(matches!(text("nothing secret"), Cow::Borrowed(_)));
-        assert_eq!(
-            Redacted("a redact-test-key-1 b").to_string(),
-            "a [redacted] b"
-        );
-    }
 }
