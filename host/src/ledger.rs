@@ -4,12 +4,12 @@
 //! `socialgate credits` read and write, even while the server runs.
 //!
 //! Counting must never slow a request, so [`Ledger::record`] only adds to an
-//! in-memory map of `(day, key) -> counts per endpoint`; a background thread
+//! in-memory map of `(day, key, endpoint) -> counts`; a background thread
 //! writes that map in one transaction every `flush_every`, and
 //! [`Ledger::flush`] (called at graceful shutdown, and by `Drop`) writes the
 //! rest. One transaction per batch also means one disk sync per batch instead
-//! of one per request. The map holds one entry per key per day, so it stays
-//! small. A failed write keeps the counts pending for the next try. The
+//! of one per request. The map holds one entry per key, day and endpoint, so
+//! it stays small. A failed write keeps the counts pending for the next try. The
 //! database is in WAL mode, so readers (the `keys usage` command) never wait
 //! for the writer, nor the writer for them.
 //!
@@ -177,21 +177,8 @@ impl Counts {
     }
 }
 
-/// Counts of one key and day, one slot per endpoint (in [`Endpoint::ALL`]
-/// order): a fixed array, so counting a request never allocates.
-type PerEndpoint = [Counts; Endpoint::ALL.len()];
-
-/// The slot of `endpoint` in a [`PerEndpoint`].
-fn slot(endpoint: Endpoint) -> usize {
-    Endpoint::ALL
-        .iter()
-        .position(|e| *e == endpoint)
-        .unwrap_or_default()
-}
-
-/// Pending counts by day, then by key name: nested so that `record` finds an
-/// existing entry without allocating.
-type Pending = HashMap<String, HashMap<String, PerEndpoint>>;
+/// Pending counts by day, key name and endpoint.
+type Pending = HashMap<(String, String, Endpoint), Counts>;
 
 /// Credits granted to a key, as the server learns of them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -243,14 +230,8 @@ impl Shared {
             Ok(()) => Ok(()),
             Err(source) => {
                 let mut pending = lock(&self.pending);
-                for (day, keys) in batch {
-                    let now = pending.entry(day).or_default();
-                    for (key, counts) in keys {
-                        let into = now.entry(key).or_default();
-                        for (into, counts) in into.iter_mut().zip(counts) {
-                            into.add(counts);
-                        }
-                    }
+                for (counted, counts) in batch {
+                    pending.entry(counted).or_default().add(counts);
                 }
                 Err(self.sql_error()(source))
             }
@@ -390,9 +371,10 @@ impl Ledger {
             requests: 1,
             credits: u64::from(credits),
         };
-        let mut pending = lock(&self.shared.pending);
-        let keys = pending.entry(day.to_owned()).or_default();
-        keys.entry(key.to_owned()).or_default()[slot(endpoint)].add(one);
+        lock(&self.shared.pending)
+            .entry((day.to_owned(), key.to_owned(), endpoint))
+            .or_default()
+            .add(one);
     }
 
     /// Writes everything pending now, in one transaction (an UPSERT adding to
@@ -442,16 +424,11 @@ impl Ledger {
             totals.insert(key, spent);
         }
         // Still holding `conn`: no flush can move counts between the two reads.
-        for (day, keys) in lock(&shared.pending).iter() {
-            for (key, counts) in keys {
-                let credits = counts
-                    .iter()
-                    .fold(0u64, |sum, c| sum.saturating_add(c.credits));
-                let spent = totals.entry(key.clone()).or_default();
-                spent.total = spent.total.saturating_add(credits);
-                if day == today {
-                    spent.today = spent.today.saturating_add(credits);
-                }
+        for ((day, key, _), counts) in lock(&shared.pending).iter() {
+            let spent = totals.entry(key.clone()).or_default();
+            spent.total = spent.total.saturating_add(counts.credits);
+            if day == today {
+                spent.today = spent.today.saturating_add(counts.credits);
             }
         }
         Ok(totals)
@@ -828,21 +805,14 @@ fn write_batch(conn: &mut Connection, batch: &Pending) -> Result<(), rusqlite::E
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     {
         let mut upsert = tx.prepare_cached(UPSERT)?;
-        for (day, keys) in batch {
-            for (key, per_endpoint) in keys {
-                for (endpoint, counts) in Endpoint::ALL.iter().zip(per_endpoint) {
-                    if counts.requests == 0 {
-                        continue;
-                    }
-                    upsert.execute(params![
-                        key,
-                        day,
-                        endpoint.as_str(),
-                        to_i64(counts.requests),
-                        to_i64(counts.credits)
-                    ])?;
-                }
-            }
+        for ((day, key, endpoint), counts) in batch {
+            upsert.execute(params![
+                key,
+                day,
+                endpoint.as_str(),
+                to_i64(counts.requests),
+                to_i64(counts.credits)
+            ])?;
         }
     }
     tx.commit()

@@ -17,33 +17,28 @@
 
 use std::borrow::Cow;
 use std::fmt;
-use std::sync::Mutex;
+use std::sync::{LazyLock, PoisonError, RwLock};
 
-use arc_swap::ArcSwap;
 use plugin_api::ffi::secret::Redactor;
 
-use crate::sync::lock;
-
-/// Every key handed to a plugin so far. Read without a lock: plugin log
-/// lines may be many.
-static KNOWN: std::sync::LazyLock<ArcSwap<Redactor>> =
-    std::sync::LazyLock::new(|| ArcSwap::from_pointee(Redactor::default()));
-/// Held while [`KNOWN`] is replaced, so two keys remembered at once both
-/// stay.
-static REMEMBERING: Mutex<()> = Mutex::new(());
+/// Every key handed to a plugin so far.
+static KNOWN: LazyLock<RwLock<Redactor>> = LazyLock::new(RwLock::default);
 
 /// Remembers `key`, handed to a plugin, to be taken out of its text.
 pub fn remember(key: &str) {
-    let _held = lock(&REMEMBERING);
-    if let Some(more) = KNOWN.load().with(key) {
-        KNOWN.store(std::sync::Arc::new(more));
+    let mut known = KNOWN.write().unwrap_or_else(PoisonError::into_inner);
+    if let Some(more) = known.with(key) {
+        *known = more;
     }
 }
 
 /// `text` with every remembered key replaced by
 /// [`REDACTED`](plugin_api::ffi::secret::REDACTED).
 pub fn text(text: &str) -> Cow<'_, str> {
-    KNOWN.load().text(text)
+    KNOWN
+        .read()
+        .unwrap_or_else(PoisonError::into_inner)
+        .text(text)
 }
 
 /// `text`, redacted when it is written: for log lines, whose arguments are

@@ -32,6 +32,7 @@ pub enum SnapshotError {
 }
 
 /// What one request is served from.
+#[derive(Clone)]
 pub struct Snapshot {
     pub serving: Arc<ServingConfig>,
     pub routes: Arc<Routes>,
@@ -93,22 +94,18 @@ impl Snapshot {
             Err(e) => (self.keys.clone(), Some(Arc::new(e))),
         };
         Snapshot {
-            serving: self.serving.clone(),
-            routes: self.routes.clone(),
             keys,
             keys_fault,
-            rate_limiter: self.rate_limiter.clone(),
+            ..self.clone()
         }
     }
 
     /// This snapshot with `keys` (from the shared store) answering.
     pub fn with_keys(&self, keys: Arc<KeyStore>) -> Snapshot {
         Snapshot {
-            serving: self.serving.clone(),
-            routes: self.routes.clone(),
             keys,
             keys_fault: None,
-            rate_limiter: self.rate_limiter.clone(),
+            ..self.clone()
         }
     }
 

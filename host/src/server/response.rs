@@ -4,8 +4,8 @@
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::header::{
-    HeaderMap, HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE,
-    RETRY_AFTER, WWW_AUTHENTICATE, X_CONTENT_TYPE_OPTIONS,
+    HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, RETRY_AFTER,
+    WWW_AUTHENTICATE, X_CONTENT_TYPE_OPTIONS,
 };
 use hyper::{Response, StatusCode};
 use plugin_api::canonical;
@@ -223,10 +223,6 @@ pub fn options() -> Response<Body> {
     response
 }
 
-/// The headers a typical data answer carries before hyper adds its own
-/// (more only grow the map, as before).
-const ANSWER_HEADERS: usize = 12;
-
 /// A JSON answer of `json`; `Cache-Control: no-store` until the caller
 /// says otherwise.
 ///
@@ -238,10 +234,6 @@ pub fn json_response(status: StatusCode, json: impl Into<Bytes>) -> Response<Bod
     let mut response = Response::new(Full::new(json.into()));
     *response.status_mut() = status;
     let headers = response.headers_mut();
-    // Room for every header an answer gets (a data answer's `ETag`,
-    // `Cache-Status`, `X-Request-Id` and the rate limit's too), so the map
-    // is not grown and rehashed halfway through each answer.
-    *headers = HeaderMap::with_capacity(ANSWER_HEADERS);
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static(NOSNIFF));
