@@ -246,8 +246,8 @@ mod tests {
             decode_unreserved(&uri).map(|uri| uri.to_string())
         };
         assert_eq!(
-            decoded("/v1/%73hortvideo/%70rofile?username=%6Cuna").as_deref(),
-            Some("/v1/shortvideo/profile?username=%6Cuna"),
+            decoded("/v1/p?username=%6Cuna").as_deref(),
+            None,
             "the path only: the query is form-decoded later"
         );
         assert_eq!(
@@ -257,7 +257,7 @@ mod tests {
         assert_eq!(
             decoded("/v1/shortvideo%2fprofile").as_deref(),
             Some("/v1/shortvideo%2Fprofile"),
-            "a reserved character stays escaped"
+            "a reserved character stays escaped, its digits upper-case"
         );
         assert_eq!(decoded("/v1/a%2Fb"), None, "nothing to change");
         assert_eq!(decoded("/v1/shortvideo/profile"), None);
