@@ -143,7 +143,7 @@ mod tests {
             allowed_origins: Some(origins.iter().map(|o| o.to_string()).collect()),
         };
         let env = |_: &str| None;
-        let cx = Context::for_tests(Path::new("platforms.toml"), &env);
+        let cx = Context::new(Path::new("platforms.toml"), &env);
         CorsConfig::from_raw(Some(&raw), &cx)
     }
 

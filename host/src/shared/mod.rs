@@ -344,7 +344,7 @@ mod tests {
             _ => None,
         };
         let raw: RawState = toml::from_str(text).unwrap();
-        let cx = Context::for_tests(Path::new("/etc/sg/platforms.toml"), &env);
+        let cx = Context::new(Path::new("/etc/sg/platforms.toml"), &env);
         StateConfig::from_raw(&raw, &cx)
     }
 
