@@ -84,18 +84,6 @@ fn resolves_paths_orders_and_secrets() {
 #[test]
 fn errors_are_one_line_naming_file_and_reason() {
     let cases = [
-        (
-            GOOD.replace("timeout_ms = 1500", "timeout_ms = 1500\ncolour = 1"),
-            "unknown field `colour`",
-        ),
-        (
-            GOOD.replace("KEY_B", "KEY_MISSING"),
-            "environment variable `KEY_MISSING` is not set",
-        ),
-        (
-            GOOD.replace("providers = [\"a\", \"b\"]", "providers = [\"a\", \"zz\"]"),
-            "unknown provider `zz`",
-        ),
         (GOOD.replace("search = [\"b\"]", "serch = [\"b\"]"), "serch"),
         (GOOD.replace("\"live\"", "\"alive\""), "alive"),
         (GOOD.replace("127.0.0.1:0", "localhost"), "listen"),
@@ -173,10 +161,6 @@ fn with_server_line(line: &str) -> String {
 #[test]
 fn every_process_setting_needs_a_restart() {
     let cases = [
-        (
-            "[server] listen",
-            GOOD.replace("127.0.0.1:0", "127.0.0.1:1"),
-        ),
         (
             "[server] admin_listen",
             with_server_line("admin_listen = \"off\""),
@@ -458,11 +442,8 @@ fn key_commands_read_their_sections_whatever_is_wrong_elsewhere() {
     let files = load(GOOD).unwrap();
     assert!(files.elsewhere.is_none());
     assert_eq!(files.keys_file, dir.join("keys.toml"));
-    // Mid-edit elsewhere: read, and what is wrong is said.
-    let files = load(&format!("{GOOD}\n[cache]\nenabled = \"yes\"\n")).unwrap();
-    assert_eq!(files.keys_file, dir.join("keys.toml"));
-    let elsewhere = files.elsewhere.expect("the error elsewhere").to_string();
-    assert!(elsewhere.contains("platforms.toml:"), "{elsewhere}");
+    // Mid-edit elsewhere (a table cut short): read, and what is wrong is
+    // said.
     assert!(
         load(&GOOD.replace("[platforms.shortvideo]\n", ""))
             .unwrap()
