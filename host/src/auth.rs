@@ -433,15 +433,12 @@ impl KeysFileAt<'_> {
                 "a symbolic link {why}; set keys_file to the file itself"
             )),
         };
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::MetadataExt;
-            // SAFETY: geteuid has no preconditions and cannot fail.
-            let caller = unsafe { libc::geteuid() };
-            let owner = link.uid();
-            if owner != caller && owner != 0 {
-                return Err(refused("owned by another user"));
-            }
+        use std::os::unix::fs::MetadataExt;
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let caller = unsafe { libc::geteuid() };
+        let owner = link.uid();
+        if owner != caller && owner != 0 {
+            return Err(refused("owned by another user"));
         }
         match std::fs::canonicalize(path) {
             Ok(target) if target.is_file() => Ok(target),
@@ -478,26 +475,21 @@ fn write_keys(path: &Path, keys: Vec<KeyRecord>) -> Result<(), KeysError> {
 /// Gives `file` the owner, group and permission bits of `meta`. Failing to
 /// is an error: a file the server's user cannot read turns it not ready.
 fn keep_owner_and_mode(file: &File, meta: &std::fs::Metadata) -> std::io::Result<()> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::{MetadataExt, PermissionsExt};
-        let ours = file.metadata()?;
-        if (ours.uid(), ours.gid()) != (meta.uid(), meta.gid()) {
-            std::os::unix::fs::fchown(file, Some(meta.uid()), Some(meta.gid())).map_err(|e| {
-                std::io::Error::new(
-                    e.kind(),
-                    format!(
-                        "cannot keep the file's owner {} and group {}: {e}",
-                        meta.uid(),
-                        meta.gid()
-                    ),
-                )
-            })?;
-        }
-        crate::files::set_mode(file, meta.permissions().mode() & 0o777)?;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let ours = file.metadata()?;
+    if (ours.uid(), ours.gid()) != (meta.uid(), meta.gid()) {
+        std::os::unix::fs::fchown(file, Some(meta.uid()), Some(meta.gid())).map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!(
+                    "cannot keep the file's owner {} and group {}: {e}",
+                    meta.uid(),
+                    meta.gid()
+                ),
+            )
+        })?;
     }
-    #[cfg(not(unix))]
-    let _ = (file, meta);
+    crate::files::set_mode(file, meta.permissions().mode() & 0o777)?;
     Ok(())
 }
 

@@ -925,7 +925,6 @@ mod tests {
         }
     }
 
-    #[cfg(unix)]
     #[test]
     fn a_new_ledger_and_its_wal_are_private() {
         use std::os::unix::fs::PermissionsExt;

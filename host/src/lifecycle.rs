@@ -370,36 +370,28 @@ pub async fn serve(
 /// and says whether that leaves enough for `connections`: see
 /// [`OpenFiles::for_connections`].
 fn raise_open_file_limit(connections: usize) -> OpenFiles {
-    #[cfg(unix)]
-    {
-        let mut limit = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read or write the struct given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return OpenFiles::Enough;
+    }
+    if limit.rlim_cur < limit.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: limit.rlim_max,
+            rlim_max: limit.rlim_max,
         };
-        // SAFETY: getrlimit and setrlimit only read or write the struct given.
-        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
-            return OpenFiles::Enough;
+        // SAFETY: as above.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            limit = raised;
         }
-        if limit.rlim_cur < limit.rlim_max {
-            let raised = libc::rlimit {
-                rlim_cur: limit.rlim_max,
-                rlim_max: limit.rlim_max,
-            };
-            // SAFETY: as above.
-            if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
-                limit = raised;
-            }
-        }
-        if limit.rlim_cur == libc::RLIM_INFINITY {
-            return OpenFiles::Enough;
-        }
-        OpenFiles::for_connections(limit.rlim_cur, connections)
     }
-    #[cfg(not(unix))]
-    {
-        let _ = connections;
-        OpenFiles::Enough
+    if limit.rlim_cur == libc::RLIM_INFINITY {
+        return OpenFiles::Enough;
     }
+    OpenFiles::for_connections(limit.rlim_cur, connections)
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -534,7 +526,6 @@ fn announce(
 /// reloads it.
 struct Signals {
     terminate: std::pin::Pin<Box<dyn Future<Output = ()> + Send>>,
-    #[cfg(unix)]
     hangup: Option<tokio::signal::unix::Signal>,
 }
 
@@ -542,35 +533,23 @@ impl Signals {
     /// Registers the handlers now; see the module doc for why before the
     /// server announces itself.
     fn register() -> std::io::Result<Signals> {
-        #[cfg(unix)]
-        {
-            use tokio::signal::unix::{signal, SignalKind};
-            let mut terminate = signal(SignalKind::terminate())?;
-            let mut interrupt = signal(SignalKind::interrupt())?;
-            Ok(Signals {
-                terminate: Box::pin(async move {
-                    tokio::select! {
-                        _ = terminate.recv() => {},
-                        _ = interrupt.recv() => {},
-                    }
-                }),
-                hangup: signal(SignalKind::hangup()).ok(),
-            })
-        }
-        #[cfg(not(unix))]
-        {
-            Ok(Signals {
-                terminate: Box::pin(async {
-                    let _ = tokio::signal::ctrl_c().await;
-                }),
-            })
-        }
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut terminate = signal(SignalKind::terminate())?;
+        let mut interrupt = signal(SignalKind::interrupt())?;
+        Ok(Signals {
+            terminate: Box::pin(async move {
+                tokio::select! {
+                    _ = terminate.recv() => {},
+                    _ = interrupt.recv() => {},
+                }
+            }),
+            hangup: signal(SignalKind::hangup()).ok(),
+        })
     }
 
     /// Each SIGHUP as a reload request, until `shutdown` fires.
     fn forward_hangups(&mut self, shutdown: CancellationToken) -> mpsc::UnboundedReceiver<()> {
         let (requests, received) = mpsc::unbounded_channel();
-        #[cfg(unix)]
         if let Some(mut hangup) = self.hangup.take() {
             tokio::spawn(async move {
                 loop {
@@ -585,8 +564,6 @@ impl Signals {
                 }
             });
         }
-        #[cfg(not(unix))]
-        let _ = (requests, shutdown);
         received
     }
 }

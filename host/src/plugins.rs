@@ -136,7 +136,6 @@ pub type ContentHash = [u8; 32];
 struct Fingerprint {
     len: u64,
     modified: Option<SystemTime>,
-    #[cfg(unix)]
     inode: (u64, u64),
 }
 
@@ -145,7 +144,6 @@ impl Fingerprint {
         Fingerprint {
             len: meta.len(),
             modified: meta.modified().ok(),
-            #[cfg(unix)]
             inode: {
                 use std::os::unix::fs::MetadataExt;
                 (meta.dev(), meta.ino())

@@ -187,28 +187,20 @@ fn path_exists(path: &Path) -> bool {
 /// answers yes: a leftover folder kept costs disk space, a running demo's
 /// folder removed breaks that demo.
 fn process_exists(pid: u32) -> bool {
-    #[cfg(unix)]
-    {
-        let Ok(pid) = libc::pid_t::try_from(pid) else {
-            return true;
-        };
-        if pid == 0 {
-            // To kill, 0 is this process's group, not one process.
-            return true;
-        }
-        // SAFETY: signal 0 is never delivered: kill only checks that the
-        // process exists and may be signalled.
-        if unsafe { libc::kill(pid, 0) } == 0 {
-            return true;
-        }
-        // EPERM: it exists, and belongs to someone else.
-        io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return true;
+    };
+    if pid == 0 {
+        // To kill, 0 is this process's group, not one process.
+        return true;
     }
-    #[cfg(not(unix))]
-    {
-        let _ = pid;
-        true
+    // SAFETY: signal 0 is never delivered: kill only checks that the
+    // process exists and may be signalled.
+    if unsafe { libc::kill(pid, 0) } == 0 {
+        return true;
     }
+    // EPERM: it exists, and belongs to someone else.
+    io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
 /// The demo's `platforms.toml`: the operator's own config, pointed at the
