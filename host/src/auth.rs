@@ -605,20 +605,17 @@ mod tests {
     const WHEN: &str = "2026-01-02T03:04:05Z";
 
     /// Loads `text` as a keys file in a folder of its own.
-    fn load_text(test: &str, text: &str) -> Result<KeyStore, KeysError> {
-        let dir = std::env::temp_dir().join(format!("sg-keys-{test}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("keys.toml");
+    fn load_text(text: &str) -> Result<KeyStore, KeysError> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys.toml");
         std::fs::write(&path, text).unwrap();
-        let loaded = KeyStore::load(&path);
-        std::fs::remove_dir_all(dir).unwrap();
-        loaded
+        KeyStore::load(&path)
     }
 
     /// The line, name and problem of a refused file; its message is one
     /// line that never holds a hash of the file.
     fn refusal(test: &str, text: &str, hashes: &[&str]) -> (usize, String, RecordError) {
-        let Err(e) = load_text(test, text) else {
+        let Err(e) = load_text(text) else {
             panic!("{test}: the file must be refused");
         };
         let message = e.to_string();
@@ -675,7 +672,7 @@ mod tests {
             assert!(matches!(problem, RecordError::BadSha256), "{hash:?}");
         }
         // Upper case is hex too, and the key still matches.
-        let store = load_text("upper", &record("alice", &good.to_uppercase(), WHEN)).unwrap();
+        let store = load_text(&record("alice", &good.to_uppercase(), WHEN)).unwrap();
         assert_eq!(store.verify(b"sg_a"), Some("alice"));
     }
 
@@ -718,10 +715,10 @@ mod tests {
             "# a comment\nkey = [{{ name = \"a\", sha256 = \"{}\", created = \"{WHEN}\" }}]\n",
             sha("sg_a")
         );
-        assert_eq!(load_text("inline", &text).unwrap().len(), 1);
+        assert_eq!(load_text(&text).unwrap().len(), 1);
         let text = format!("{}\n\n{}", text, record("a", &sha("sg_b"), WHEN));
         // An inline array and a table array are one TOML error, not ours.
-        assert!(load_text("mixed", &text).is_err());
+        assert!(load_text(&text).is_err());
 
         let mut lines = LineCounter::new("a\nb\nc");
         assert_eq!(lines.line_at(0), 1);

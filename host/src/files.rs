@@ -228,26 +228,23 @@ mod tests {
 
     #[test]
     fn only_a_regular_file_is_opened_and_a_fifo_at_once() {
-        let dir = std::env::temp_dir().join(format!("sg-regular-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        create_private_dir_all(&dir).unwrap();
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path();
         let fifo = dir.join("fifo");
         let path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
         // SAFETY: a NUL-terminated path that outlives the call.
         assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0, "made");
         assert!(open_regular(&fifo).is_err(), "refused, not waited on");
-        assert!(open_regular(&dir).is_err(), "a folder");
+        assert!(open_regular(dir).is_err(), "a folder");
         let file = dir.join("lib.so");
         std::fs::write(&file, b"x").unwrap();
         assert!(open_regular(&file).is_ok());
-        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
     fn a_replacement_that_fails_leaves_the_old_file_and_no_temporary_one() {
-        let dir = std::env::temp_dir().join(format!("sg-replace-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        create_private_dir_all(&dir).unwrap();
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path();
         let path = dir.join("keys.toml");
         replace_atomically(&path, |file| std::io::Write::write_all(file, b"old")).unwrap();
 
@@ -257,7 +254,7 @@ mod tests {
         });
         assert!(refused.is_err());
         assert_eq!(std::fs::read(&path).unwrap(), b"old");
-        let names: Vec<_> = std::fs::read_dir(&dir)
+        let names: Vec<_> = std::fs::read_dir(dir)
             .unwrap()
             .map(|e| e.unwrap().file_name())
             .collect();
@@ -265,6 +262,5 @@ mod tests {
 
         replace_atomically(&path, |file| std::io::Write::write_all(file, b"new")).unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"new");
-        std::fs::remove_dir_all(dir).unwrap();
     }
 }

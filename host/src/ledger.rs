@@ -884,36 +884,16 @@ pub fn now_timestamp() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
 
     /// Never in a test that waits for it: tests flush by hand.
     const HOUR: Duration = Duration::from_secs(3_600);
 
-    /// A fresh folder under the system temp dir, removed on drop.
-    struct TempDir(PathBuf);
-
-    impl TempDir {
-        fn new(name: &str) -> TempDir {
-            static NEXT: AtomicUsize = AtomicUsize::new(0);
-            let unique = NEXT.fetch_add(1, Ordering::Relaxed);
-            let dir = std::env::temp_dir().join(format!(
-                "socialgate-ledger-{}-{unique}-{name}",
-                std::process::id()
-            ));
-            let _ = std::fs::remove_dir_all(&dir);
-            TempDir(dir)
-        }
-
-        /// The ledger file, in a subfolder that does not exist yet.
-        fn db(&self) -> PathBuf {
-            self.0.join("state").join("usage.sqlite")
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
+    /// A scratch folder, removed on drop, and the ledger file in a
+    /// subfolder of it that does not exist yet.
+    fn scratch() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("state").join("usage.sqlite");
+        (dir, db)
     }
 
     fn row(key: &str, day: &str, requests: u64, credits: u64) -> UsageRow {
@@ -928,12 +908,12 @@ mod tests {
     #[test]
     fn a_new_ledger_and_its_wal_are_private() {
         use std::os::unix::fs::PermissionsExt;
-        let dir = TempDir::new("private");
-        let ledger = Ledger::open(&dir.db(), HOUR).unwrap();
+        let (_dir, db) = scratch();
+        let ledger = Ledger::open(&db, HOUR).unwrap();
         ledger.record_on("alice", "2026-01-01", Endpoint::Post, 1);
         ledger.flush().unwrap();
-        let wal = dir.db().with_extension("sqlite-wal");
-        for path in [dir.db(), wal] {
+        let wal = db.with_extension("sqlite-wal");
+        for path in [db.clone(), wal] {
             let mode = std::fs::metadata(&path).unwrap().permissions().mode();
             assert_eq!(mode & 0o777, 0o600, "{}", path.display());
         }
@@ -941,14 +921,14 @@ mod tests {
 
     #[test]
     fn a_failed_flush_keeps_the_counts_for_the_next() {
-        let dir = TempDir::new("retry");
-        let ledger = Ledger::open(&dir.db(), HOUR).unwrap();
+        let (_dir, db) = scratch();
+        let ledger = Ledger::open(&db, HOUR).unwrap();
         lock(&ledger.shared.conn)
             .busy_timeout(Duration::from_millis(20))
             .unwrap();
         ledger.record_on("alice", "2026-01-01", Endpoint::Post, 4);
         // Another process holds the write lock.
-        let other = Connection::open(dir.db()).unwrap();
+        let other = Connection::open(&db).unwrap();
         other.execute_batch("BEGIN IMMEDIATE").unwrap();
         let error = ledger.flush().unwrap_err();
         assert!(
@@ -960,29 +940,29 @@ mod tests {
         other.execute_batch("ROLLBACK").unwrap();
         ledger.flush().unwrap();
         assert_eq!(
-            usage(&dir.db(), None).unwrap(),
+            usage(&db, None).unwrap(),
             [row("alice", "2026-01-01", 2, 5)]
         );
     }
 
     #[test]
     fn one_process_serves_from_a_ledger_at_a_time() {
-        let dir = TempDir::new("serving");
-        let serving = Ledger::open(&dir.db(), HOUR).unwrap();
-        let second = Ledger::open(&dir.db(), HOUR).err().expect("refused");
+        let (_dir, db) = scratch();
+        let serving = Ledger::open(&db, HOUR).unwrap();
+        let second = Ledger::open(&db, HOUR).err().expect("refused");
         assert!(matches!(second, LedgerError::InUse { .. }), "{second}");
         assert!(second.to_string().contains("usage.sqlite"), "{second}");
         // The CLI's commands work beside it.
-        grant(&dir.db(), "alice", 2, None).unwrap();
+        grant(&db, "alice", 2, None).unwrap();
         drop(serving);
-        drop(Ledger::open(&dir.db(), HOUR).unwrap());
+        drop(Ledger::open(&db, HOUR).unwrap());
     }
 
     #[test]
     fn a_newer_schema_is_refused() {
-        let dir = TempDir::new("newer");
-        drop(Ledger::open(&dir.db(), HOUR).unwrap());
-        Connection::open(dir.db())
+        let (_dir, db) = scratch();
+        drop(Ledger::open(&db, HOUR).unwrap());
+        Connection::open(&db)
             .unwrap()
             .pragma_update(None, "user_version", SCHEMA_VERSION + 1)
             .unwrap();
@@ -993,8 +973,8 @@ mod tests {
             ),
             other => panic!("{other:?}"),
         };
-        refused(Ledger::open(&dir.db(), HOUR).map(drop));
-        refused(usage(&dir.db(), None).map(drop));
+        refused(Ledger::open(&db, HOUR).map(drop));
+        refused(usage(&db, None).map(drop));
     }
 
     #[test]
@@ -1009,10 +989,10 @@ mod tests {
 
     #[test]
     fn a_version_1_file_is_migrated_in_place_keeping_its_counts() {
-        let dir = TempDir::new("migrate");
-        std::fs::create_dir_all(dir.db().parent().unwrap()).unwrap();
+        let (_dir, db) = scratch();
+        std::fs::create_dir_all(db.parent().unwrap()).unwrap();
         {
-            let old = Connection::open(dir.db()).unwrap();
+            let old = Connection::open(&db).unwrap();
             old.execute_batch(
                 "PRAGMA journal_mode = WAL;
                  CREATE TABLE usage (key TEXT NOT NULL, day TEXT NOT NULL,
@@ -1024,7 +1004,7 @@ mod tests {
             .unwrap();
         }
         // Read before any migration: the old file as it is.
-        let before = usage(&dir.db(), None).unwrap();
+        let before = usage(&db, None).unwrap();
         assert_eq!(
             before,
             [
@@ -1032,46 +1012,43 @@ mod tests {
                 row("bob", "2026-01-02", 1, 1)
             ]
         );
-        assert_eq!(
-            usage_by_endpoint(&dir.db(), None).unwrap()[0].endpoint,
-            None
-        );
-        assert_eq!(book(&dir.db(), "alice").unwrap().spent, 3);
+        assert_eq!(usage_by_endpoint(&db, None).unwrap()[0].endpoint, None);
+        assert_eq!(book(&db, "alice").unwrap().spent, 3);
 
-        let ledger = Ledger::open(&dir.db(), HOUR).unwrap();
+        let ledger = Ledger::open(&db, HOUR).unwrap();
         assert_eq!(ledger.lifetime_credits().unwrap()["alice"], 3);
         ledger.record_on("alice", "2026-01-01", Endpoint::Post, 2);
         ledger.flush().unwrap();
         assert_eq!(
-            usage(&dir.db(), None).unwrap(),
+            usage(&db, None).unwrap(),
             [
                 row("alice", "2026-01-01", 4, 5),
                 row("bob", "2026-01-02", 1, 1)
             ],
             "old counts and new ones add up per day"
         );
-        let alice: Vec<_> = usage_by_endpoint(&dir.db(), None)
+        let alice: Vec<_> = usage_by_endpoint(&db, None)
             .unwrap()
             .into_iter()
             .filter(|r| r.key == "alice")
             .map(|r| (r.endpoint, r.credits))
             .collect();
         assert_eq!(alice, [(None, 3), (Some("post".to_owned()), 2)]);
-        let version: i64 = Connection::open(dir.db())
+        let version: i64 = Connection::open(&db)
             .unwrap()
             .pragma_query_value(None, "user_version", |row| row.get(0))
             .unwrap();
         assert_eq!(version, SCHEMA_VERSION);
         drop(ledger);
         // Opening again migrates nothing twice.
-        let ledger = Ledger::open(&dir.db(), HOUR).unwrap();
+        let ledger = Ledger::open(&db, HOUR).unwrap();
         assert_eq!(ledger.lifetime_credits().unwrap()["alice"], 5);
     }
 
     #[test]
     fn spent_today_counts_only_that_day() {
-        let dir = TempDir::new("today");
-        let ledger = Ledger::open(&dir.db(), HOUR).unwrap();
+        let (_dir, db) = scratch();
+        let ledger = Ledger::open(&db, HOUR).unwrap();
         ledger.record_on("alice", "2026-01-01", Endpoint::Post, 4);
         ledger.flush().unwrap();
         ledger.record_on("alice", "2026-01-02", Endpoint::Post, 2);

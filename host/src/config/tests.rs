@@ -432,8 +432,8 @@ fn a_syntax_error_names_its_own_line() {
 
 #[test]
 fn key_commands_read_their_sections_whatever_is_wrong_elsewhere() {
-    let dir = std::env::temp_dir().join(format!("sg-key-files-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path();
     let path = dir.join("platforms.toml");
     let load = |text: &str| {
         std::fs::write(&path, text).unwrap();
@@ -455,7 +455,6 @@ fn key_commands_read_their_sections_whatever_is_wrong_elsewhere() {
     assert!(load(&format!("{GOOD}\n[ledger]\npath = 5\n")).is_err());
     assert!(load(&format!("{GOOD}\n[billing]\nfree_credits = \"x\"\n")).is_err());
     assert!(load("[server\n").is_err());
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Operator sweep: `per_second = 1e-300` passed `check`, then every keyed

@@ -246,14 +246,9 @@ impl Shared {
     }
 
     /// `prefix` + `kind` + `name` (`kind` ends in `:`): the name of a key
-    /// of one kind, in one allocation (a batch names three keys per key
-    /// asked for).
+    /// of one kind.
     pub fn named(&self, kind: &str, name: &str) -> String {
-        let mut key = String::with_capacity(self.prefix.len() + kind.len() + name.len());
-        key.push_str(&self.prefix);
-        key.push_str(kind);
-        key.push_str(name);
-        key
+        format!("{}{kind}{name}", self.prefix)
     }
 
     pub fn prefix(&self) -> &str {
