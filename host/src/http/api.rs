@@ -279,7 +279,7 @@ async fn take_token(
     let verdict = match &app.shared {
         None => limiter.check(key, tokio::time::Instant::now()).map(Some),
         // Boxed: the local path's future stays as small as it was.
-        Some(shared) => Box::pin(shared.rate_limit(key, limiter.config())).await,
+        Some(shared) => Box::pin(crate::shared::limits::take(shared, key, limiter.config())).await,
     };
     match verdict {
         Ok(standing) => {

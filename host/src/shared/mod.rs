@@ -197,15 +197,6 @@ impl Shared {
         })
     }
 
-    /// Takes a token of `key`'s global bucket; see [`limits`].
-    pub async fn rate_limit(
-        self: &Arc<Self>,
-        key: &str,
-        config: crate::resilience::rate_limit::RateLimitConfig,
-    ) -> Result<Option<crate::resilience::rate_limit::Standing>, Duration> {
-        limits::take(self, key, config).await
-    }
-
     /// Queues `asked` for the next batch (starting the task that sends
     /// them with the first); false when that task is gone.
     fn queue(self: &Arc<Self>, asked: batches::Asked) -> bool {
