@@ -39,8 +39,10 @@
 use std::future::Future;
 use std::io::Write;
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -56,12 +58,13 @@ use crate::ledger::{Ledger, LedgerError};
 use crate::metrics::MetricsError;
 use crate::plugins::Loader;
 use crate::reload::{Reloader, Watch};
+use crate::resilience::concurrency::ConcurrencyLimit;
 use crate::server::tls::{Tls, TlsError};
 use crate::server::{self, Listening};
 use crate::settings::ConfigError;
 use crate::shared::credits::Credits;
 use crate::shared::{Shared, StateConfig, StateError};
-use crate::state::{App, Parts, Snapshot, SnapshotError};
+use crate::state::{App, Snapshot, SnapshotError};
 use crate::upstream::{ClientError, UpstreamClient};
 
 /// How often counted credits are written to the ledger: a crash loses at
@@ -443,18 +446,21 @@ fn build_app(
         .as_ref()
         .map(|shared| Arc::new(SharedCache::new(shared.clone())));
     let cache = crate::cache::Cache::with_shared(process.cache_max_bytes, shared_cache);
-    Ok(App::new(Parts {
+    Ok(App {
+        in_flight: ConcurrencyLimit::new(process.max_concurrent_requests),
+        in_flight_by_key: Arc::default(),
         cache,
         config_path: config.path,
         process,
-        snapshot,
+        snapshot: ArcSwap::from_pointee(snapshot),
         cursors,
         upstream,
         loader,
         billing,
         shared,
         new_ledger,
-    }))
+        draining: AtomicBool::default(),
+    })
 }
 
 /// A listener on `addr`; `what` says which, for the error.
