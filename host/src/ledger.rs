@@ -209,14 +209,15 @@ struct Shared {
     wake: Condvar,
 }
 
-impl Shared {
-    fn sql_error(&self) -> impl Fn(rusqlite::Error) -> LedgerError + '_ {
-        |source| LedgerError::Sql {
-            path: self.path.clone(),
-            source,
-        }
+/// A SQL error of the ledger at `path`, as [`LedgerError::Sql`].
+fn sql_error(path: &Path) -> impl Fn(rusqlite::Error) -> LedgerError + Copy + '_ {
+    |source| LedgerError::Sql {
+        path: path.to_owned(),
+        source,
     }
+}
 
+impl Shared {
     /// See [`Ledger::flush`].
     fn flush(&self) -> Result<(), LedgerError> {
         let mut conn = lock(&self.conn);
@@ -233,7 +234,7 @@ impl Shared {
                 for (counted, counts) in batch {
                     pending.entry(counted).or_default().add(counts);
                 }
-                Err(self.sql_error()(source))
+                Err(sql_error(&self.path)(source))
             }
         }
     }
@@ -249,7 +250,7 @@ impl Shared {
             let conn = lock(&self.conn);
             let mut statement = conn
                 .prepare_cached("SELECT id, key, amount FROM grants WHERE id > ?1 ORDER BY id")
-                .map_err(self.sql_error())?;
+                .map_err(sql_error(&self.path))?;
             let rows = statement
                 .query_map([watch.last_id], |row| {
                     Ok((
@@ -260,9 +261,9 @@ impl Shared {
                         },
                     ))
                 })
-                .map_err(self.sql_error())?;
+                .map_err(sql_error(&self.path))?;
             rows.collect::<Result<Vec<_>, _>>()
-                .map_err(self.sql_error())?
+                .map_err(sql_error(&self.path))?
         };
         let Some(&(last_id, _)) = found.last() else {
             return Ok(());
@@ -407,7 +408,7 @@ impl Ledger {
                 "SELECT key, SUM(credits), SUM(CASE WHEN day = ?1 THEN credits ELSE 0 END)
                  FROM usage GROUP BY key",
             )
-            .map_err(shared.sql_error())?;
+            .map_err(sql_error(&shared.path))?;
         let rows = statement
             .query_map([today], |row| {
                 Ok((
@@ -418,9 +419,9 @@ impl Ledger {
                     },
                 ))
             })
-            .map_err(shared.sql_error())?;
+            .map_err(sql_error(&shared.path))?;
         for row in rows {
-            let (key, spent) = row.map_err(shared.sql_error())?;
+            let (key, spent) = row.map_err(sql_error(&shared.path))?;
             totals.insert(key, spent);
         }
         // Still holding `conn`: no flush can move counts between the two reads.
@@ -513,11 +514,7 @@ fn open_for_reading(path: &Path) -> Result<Option<(Connection, i64)>, LedgerErro
         path: path.to_owned(),
         source,
     })?;
-    conn.busy_timeout(BUSY_TIMEOUT)
-        .map_err(|source| LedgerError::Sql {
-            path: path.to_owned(),
-            source,
-        })?;
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(sql_error(path))?;
     let version = check_version(&conn, path)?;
     Ok(Some((conn, version)))
 }
@@ -546,10 +543,7 @@ pub fn usage(path: &Path, since: Option<&str>) -> Result<Vec<UsageRow>, LedgerEr
         // Created but never given a schema: nothing counted yet.
         return Ok(Vec::new());
     }
-    let sql_error = |source| LedgerError::Sql {
-        path: path.to_owned(),
-        source,
-    };
+    let sql_error = sql_error(path);
     let mut statement = conn
         .prepare(
             "SELECT key, day, SUM(requests), SUM(credits) FROM usage WHERE day >= ?1
@@ -588,10 +582,7 @@ pub fn usage_by_endpoint(
              ORDER BY key, day, endpoint"
         }
     };
-    let sql_error = |source| LedgerError::Sql {
-        path: path.to_owned(),
-        source,
-    };
+    let sql_error = sql_error(path);
     let mut statement = conn.prepare(sql).map_err(sql_error)?;
     let rows = statement
         .query_map([since.unwrap_or("")], |row| {
@@ -655,10 +646,7 @@ pub fn grant(
         "INSERT INTO grants (key, amount, at, note) VALUES (?1, ?2, ?3, ?4)",
         params![key, to_i64(amount), grant.at, grant.note],
     )
-    .map_err(|source| LedgerError::Sql {
-        path: path.to_owned(),
-        source,
-    })?;
+    .map_err(sql_error(path))?;
     Ok(grant)
 }
 
@@ -670,10 +658,7 @@ pub fn book(path: &Path, key: &str) -> Result<Book, LedgerError> {
     if version == 0 {
         return Ok(Book::default());
     }
-    let sql_error = |source| LedgerError::Sql {
-        path: path.to_owned(),
-        source,
-    };
+    let sql_error = sql_error(path);
     let spent: Option<i64> = conn
         .query_row(
             "SELECT SUM(credits) FROM usage WHERE key = ?1",
@@ -734,10 +719,7 @@ fn open_for_writing(path: &Path) -> Result<Connection, LedgerError> {
 
 /// WAL mode, busy timeout and schema, on a freshly opened writing connection.
 fn prepare_for_writing(conn: &Connection, path: &Path) -> Result<(), LedgerError> {
-    let sql_error = |source| LedgerError::Sql {
-        path: path.to_owned(),
-        source,
-    };
+    let sql_error = sql_error(path);
     conn.busy_timeout(BUSY_TIMEOUT).map_err(sql_error)?;
     let mode: String = conn
         .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
@@ -778,20 +760,14 @@ fn upgrade(conn: &Connection, path: &Path) -> Result<(), LedgerError> {
         _ => return Ok(()),
     };
     conn.execute_batch(&format!("{steps} PRAGMA user_version = {SCHEMA_VERSION};"))
-        .map_err(|source| LedgerError::Sql {
-            path: path.to_owned(),
-            source,
-        })
+        .map_err(sql_error(path))
 }
 
 /// The file's schema version; an error if newer than this code's.
 fn check_version(conn: &Connection, path: &Path) -> Result<i64, LedgerError> {
     let found: i64 = conn
         .pragma_query_value(None, "user_version", |row| row.get(0))
-        .map_err(|source| LedgerError::Sql {
-            path: path.to_owned(),
-            source,
-        })?;
+        .map_err(sql_error(path))?;
     if found > SCHEMA_VERSION {
         return Err(LedgerError::NewerSchema {
             path: path.to_owned(),
