@@ -491,7 +491,6 @@ mod tests {
 
     #[test]
     fn a_validated_call_is_one_key() {
-        assert_eq!(profile("@luna"), profile("luna"));
         let call = |params: &[(&str, &str)]| {
             Key::new(
                 "shortvideo",
