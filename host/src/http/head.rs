@@ -382,7 +382,6 @@ mod tests {
     #[test]
     fn a_host_is_a_name_or_an_ip_literal_and_a_port() {
         for good in [
-            "a",
             "api.example.com",
             "a:80",
             "a:",

@@ -39,6 +39,18 @@ struct Meta<'a> {
     request_id: &'a str,
 }
 
+impl Meta<'_> {
+    /// The `meta` of an answer that costs nothing and holds no data.
+    fn free(request_id: &str) -> Meta<'_> {
+        Meta {
+            credits_used: 0,
+            cached: None,
+            next_cursor: None,
+            request_id,
+        }
+    }
+}
+
 #[derive(serde::Serialize)]
 struct Failure<'a> {
     success: bool,
@@ -147,12 +159,7 @@ pub fn account(account: &Account<'_>, request_id: &str) -> Response<Body> {
     let envelope = Envelope {
         success: true,
         data: account,
-        meta: Meta {
-            credits_used: 0,
-            cached: None,
-            next_cursor: None,
-            request_id,
-        },
+        meta: Meta::free(request_id),
     };
     match serde_json::to_vec(&envelope) {
         Ok(json) => json_response(StatusCode::OK, json),
@@ -172,12 +179,7 @@ pub fn error_json(error: &ApiError, request_id: &str) -> Vec<u8> {
             message: error.to_string(),
             param: error.param(),
         },
-        meta: Meta {
-            credits_used: 0,
-            cached: None,
-            next_cursor: None,
-            request_id,
-        },
+        meta: Meta::free(request_id),
     };
     serde_json::to_vec(&body).expect("error envelopes always serialize")
 }
