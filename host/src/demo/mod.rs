@@ -246,8 +246,7 @@ search = ["shortvideo-fallback"]
 }
 
 fn print_welcome(base: &str, key: &str, fail_primary: bool) {
-    let user = Sandbox::known_usernames()[0];
-    let post = Sandbox::known_post_ids()[0];
+    let (user, post) = Sandbox::example();
     let lines = [
         String::new(),
         format!("demo API key: {key}"),

@@ -16,7 +16,6 @@ use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
 use std::net::Ipv4Addr;
-use std::sync::OnceLock;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
@@ -545,16 +544,10 @@ impl Sandbox {
         })
     }
 
-    /// The usernames that exist, for the demo's printed examples.
-    pub fn known_usernames() -> &'static [&'static str] {
-        static NAMES: OnceLock<Vec<&'static str>> = OnceLock::new();
-        NAMES.get_or_init(|| USERS.iter().map(|u| u.name).collect())
-    }
-
-    /// The post IDs that exist; the first one has 120 comments.
-    pub fn known_post_ids() -> &'static [&'static str] {
-        static IDS: OnceLock<Vec<&'static str>> = OnceLock::new();
-        IDS.get_or_init(|| all_posts().map(|(_, p)| p.id).collect())
+    /// For the demo's printed examples: a user, and her post with 120
+    /// comments.
+    pub fn example() -> (&'static str, &'static str) {
+        (USERS[0].name, USERS[0].posts[0].id)
     }
 }
 
