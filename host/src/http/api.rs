@@ -507,7 +507,7 @@ fn set_standing_headers(
     // not known when the shared store could not say (the limit failed
     // open), and then left out.
     if let Some(limiter) = &snapshot.rate_limiter {
-        headers.insert(RATELIMIT_POLICY, limiter.policy_header().clone());
+        headers.insert(RATELIMIT_POLICY, limiter.policy_header());
         if let Some(standing) = report.rate {
             headers.insert(RATELIMIT, standing.header());
         }

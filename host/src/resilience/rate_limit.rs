@@ -76,8 +76,6 @@ struct Bucket {
 pub struct RateLimiter {
     config: RateLimitConfig,
     buckets: Mutex<HashMap<String, Bucket>>,
-    /// `RateLimit-Policy`, the same on every answer: formatted once.
-    policy: HeaderValue,
 }
 
 /// Where a key's bucket stands after a check: the `RateLimit` field.
@@ -121,8 +119,6 @@ impl RateLimiter {
         RateLimiter {
             config,
             buckets: Mutex::new(HashMap::default()),
-            policy: HeaderValue::from_str(&config.policy_field())
-                .unwrap_or_else(|_| HeaderValue::from_static("")),
         }
     }
 
@@ -131,8 +127,9 @@ impl RateLimiter {
     }
 
     /// The `RateLimit-Policy` field value.
-    pub fn policy_header(&self) -> &HeaderValue {
-        &self.policy
+    pub fn policy_header(&self) -> HeaderValue {
+        HeaderValue::from_str(&self.config.policy_field())
+            .unwrap_or_else(|_| HeaderValue::from_static(""))
     }
 
     /// Takes a token for `key` and says where its bucket stands, or says

@@ -202,10 +202,9 @@ end
 return out
 ";
 
-/// The batch script, hashed once.
-pub fn script() -> redis::Script {
-    redis::Script::new(&format!("{PRELUDE}{GIVE_BACK}{BATCH}"))
-}
+/// The batch script.
+static SCRIPT: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(&format!("{PRELUDE}{GIVE_BACK}{BATCH}")));
 
 /// This replica's record of what its last batch held, and which of its
 /// batches are void ([`BATCH`]).
@@ -410,7 +409,7 @@ impl Numbers {
 /// The batch script for the batch numbered `seq` (0: none), naming the
 /// lost batches `lost` (first and last; (0, 0): none), before its groups.
 fn invocation(shared: &Shared, seq: u64, (first, last): (u64, u64)) -> ScriptInvocation<'_> {
-    let mut invocation = shared.batch_script().prepare_invoke();
+    let mut invocation = SCRIPT.prepare_invoke();
     invocation
         .key(undo_key(shared))
         .arg(HOLD_FOR.as_millis() as u64)

@@ -29,7 +29,6 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::Script;
 use serde::Deserialize;
 use tokio::sync::mpsc;
 
@@ -161,7 +160,6 @@ pub struct Shared {
     /// requester left gives back what it was granted only once its answer
     /// comes, and a lost batch only once its release lands.
     unanswered: crate::sync::Outstanding,
-    batch_script: Script,
     /// This process's name in the store: what it holds on accounts
     /// ([`batches`]) and the numbers of its settled batches ([`credits`])
     /// are under it. Random, so a restarted process is a new replica and
@@ -192,7 +190,6 @@ impl Shared {
             logs_health: true,
             batches: OnceLock::new(),
             unanswered: crate::sync::Outstanding::new(),
-            batch_script: batches::script(),
             replica: replica_id(),
         })
     }
@@ -225,10 +222,6 @@ impl Shared {
     pub async fn asks_answered(&self) {
         let within = 2 * OP_TIMEOUT + Duration::from_millis(100);
         self.unanswered.none_within(within).await;
-    }
-
-    fn batch_script(&self) -> &Script {
-        &self.batch_script
     }
 
     /// `prefix` + `rest`: the name of a Redis key.
