@@ -159,7 +159,10 @@ fn is_public(path: &str) -> bool {
 /// `/v1/openapi.json`: cacheable, with an `ETag`; compressed, when asked,
 /// by [`encoding::represent`] as every answer is.
 fn openapi_document(request: &HeaderMap) -> Response<Body> {
-    let tag = encoding::etag(&[OPENAPI]);
+    // Hashed once: the document is the binary's (and 100 KiB).
+    static TAG: std::sync::LazyLock<HeaderValue> =
+        std::sync::LazyLock::new(|| encoding::etag(&[OPENAPI]));
+    let tag = &*TAG;
     let mut response = response::json_response(StatusCode::OK, OPENAPI);
     let headers = response.headers_mut();
     headers.insert(ETAG, tag.clone());
@@ -167,7 +170,7 @@ fn openapi_document(request: &HeaderMap) -> Response<Body> {
         CACHE_CONTROL,
         HeaderValue::from_static(DOCUMENT_CACHE_CONTROL),
     );
-    if encoding::not_modified(request, &tag) {
+    if encoding::not_modified(request, tag) {
         response.extensions_mut().insert(NotModified);
     }
     response
