@@ -78,6 +78,7 @@ pub struct Endpoint {
     pub(crate) cache_ttl_s: u64,
     pub(crate) cost: u32,
     pub(crate) example: Box<RawValue>,
+    pub(crate) not_found: bool,
     pub(crate) links: Vec<Link>,
 }
 
@@ -163,6 +164,14 @@ impl Endpoint {
     /// answer check.
     pub fn example(&self) -> &RawValue {
         &self.example
+    }
+
+    /// Whether the subject names something that may not exist, so that a
+    /// provider's "not found" is the answer (`404 RESOURCE_NOT_FOUND`);
+    /// `false` for a search, which has nothing to be missing: no match is
+    /// an empty answer, and "not found" is a failed attempt.
+    pub fn not_found(&self) -> bool {
+        self.not_found
     }
 
     /// The endpoints an answer leads to, in the file's order.

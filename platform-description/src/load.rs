@@ -854,6 +854,7 @@ fn check_endpoint(
         cache_ttl_s: raw.cache_ttl_s,
         cost: raw.cost,
         example,
+        not_found: raw.not_found.unwrap_or(true),
         links: Vec::new(),
     })
 }

@@ -61,6 +61,9 @@ pub struct Endpoint {
     pub cost: u32,
     /// The `data` of an answer, as JSON text (TOML has no `null`).
     pub example: String,
+    /// Whether the subject can be missing (`404 RESOURCE_NOT_FOUND`); a
+    /// search has nothing to be missing. `true` when absent.
+    pub not_found: Option<bool>,
     /// Other endpoints an answer leads to, for the API document.
     #[serde(default)]
     pub links: Vec<Link>,

@@ -316,6 +316,13 @@ fn names_and_links_for_the_api_document_are_read() {
                 .map(move |l| (e.name(), l.endpoint(), l.field()))
         })
         .collect();
+    let searches: Vec<_> = d
+        .endpoints()
+        .iter()
+        .filter(|e| !e.not_found())
+        .map(|e| e.name())
+        .collect();
+    assert_eq!(searches, ["search"]);
     assert_eq!(
         links,
         [
