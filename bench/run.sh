@@ -12,6 +12,11 @@
 #            against 10.
 # redis      (optional) rate limits and billing on Redis against local state.
 #
+# BENCH_BEFORE=<revision> adds the build of that revision (a worktree and a
+# target dir of its own under target/bench) as a third target in the
+# realistic scenario and in synthetic's uncached and cached `profile`, with
+# the ratios after / before.
+#
 # Every figure is the median of BENCH_ROUNDS interleaved rounds (socialgate,
 # nginx, socialgate, nginx, ...). The report (markdown, also written to
 # target/bench/report.md) ends with whether the issue-48 floors hold.
@@ -35,6 +40,8 @@ KEYS_SMALL=10
 KEYS_LARGE=${BENCH_KEYS_LARGE:-100000}
 LOG_LEVEL=${BENCH_LOG:-info}              # SOCIALGATE_LOG of the servers
 SKIP_BUILD=${BENCH_SKIP_BUILD:-0}
+BEFORE=${BENCH_BEFORE:-}                  # a git revision: its build measured too
+BEFORE_FLOOR=${BENCH_BEFORE_FLOOR:-0}     # 1: within 10% of it is a floor
 UPSTREAM_DELAY=0.5                        # seconds, the realistic upstream's
 
 USERNAME=lunabakes                        # the fixture's profile
@@ -59,6 +66,11 @@ validate_knobs() {
     done
     ((DURATION >= 1 && ROUNDS >= 1)) || die "BENCH_SECONDS and BENCH_ROUNDS must be >= 1"
     ((KEYS_LARGE > KEYS_SMALL)) || die "BENCH_KEYS_LARGE must exceed $KEYS_SMALL"
+    [[ $BEFORE_FLOOR =~ ^[01]$ ]] || die "BENCH_BEFORE_FLOOR is 0 or 1, not '$BEFORE_FLOOR'"
+    if [[ -n $BEFORE ]]; then
+        BEFORE_REV=$(git -C "$ROOT" rev-parse --verify --quiet "$BEFORE^{commit}") ||
+            die "BENCH_BEFORE: '$BEFORE' is not a revision of $ROOT"
+    fi
     for v in $SCENARIOS; do
         [[ $v =~ ^(realistic|synthetic|redis)$ ]] || die "unknown scenario in BENCH_SCENARIOS: $v"
     done
@@ -125,9 +137,10 @@ ensure_tools() {
         ((EUID == 0)) || sudo=(sudo)
         log "installing ${missing[*]}"
         # RUNLEVEL=1: the package must not start the system's nginx on port 80.
-        "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 apt-get update -q >/dev/null &&
-            "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 apt-get install -y -q "${missing[@]}" ||
-            die "cannot install ${missing[*]}"
+        {
+            "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 apt-get update -q >/dev/null &&
+                "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 apt-get install -y -q "${missing[@]}"
+        } || die "cannot install ${missing[*]}"
     fi
     if has redis; then "$ROOT/scripts/install-redis.sh" || die "cannot install redis-server"; fi
     NGINX=$(command -v nginx || echo /usr/sbin/nginx)
@@ -146,6 +159,46 @@ build() {
     PLUGIN_DIR=$TARGET_DIR/release
     [[ -x $SG && -f $PLUGIN_DIR/libshortvideo_primary.so ]] ||
         die "$SG or $PLUGIN_DIR/libshortvideo_primary.so missing"
+}
+
+# The build before a change (BENCH_BEFORE): a detached worktree of that
+# revision in BEFORE_SRC (kept between runs while it is at that revision)
+# built in a target dir of its own, so the main build is untouched. Its
+# plugins are the ones its binary loads.
+BEFORE_SRC=$WORK/before-src
+BEFORE_TARGET=$WORK/before-target
+build_before() {
+    # A worktree has a .git file; without one, git -C would answer for ROOT.
+    if [[ ! -f $BEFORE_SRC/.git || $(git -C "$BEFORE_SRC" rev-parse HEAD 2>/dev/null) != "$BEFORE_REV" ]]; then
+        if [[ -e $BEFORE_SRC ]]; then
+            git -C "$ROOT" worktree remove --force "$BEFORE_SRC" 2>/dev/null || rm -rf "$BEFORE_SRC"
+        fi
+        git -C "$ROOT" worktree prune
+        log "git worktree add --detach $BEFORE_SRC $BEFORE"
+        git -C "$ROOT" worktree add --quiet --detach "$BEFORE_SRC" "$BEFORE_REV" ||
+            die "BENCH_BEFORE: cannot make a worktree of $BEFORE"
+    fi
+    SG_BEFORE=$BEFORE_TARGET/release/socialgate
+    PLUGIN_DIR_BEFORE=$BEFORE_TARGET/release
+    BEFORE_COMMIT=$(git -C "$BEFORE_SRC" rev-parse --short HEAD)
+    # The revision the binary there was built from: a skipped build must be it.
+    if [[ $SKIP_BUILD == 1 && -x $SG_BEFORE && $(cat "$BEFORE_TARGET/built-from" 2>/dev/null) == "$BEFORE_REV" ]]; then
+        log "BENCH_SKIP_BUILD=1: using the existing build before ($BEFORE_COMMIT)"
+    else
+        log "cargo build --release of $BEFORE ($BEFORE_COMMIT), into $BEFORE_TARGET"
+        (cd "$BEFORE_SRC" && CARGO_TARGET_DIR=$BEFORE_TARGET cargo build --release) ||
+            die "release build of $BEFORE failed"
+        echo "$BEFORE_REV" >"$BEFORE_TARGET/built-from"
+    fi
+    [[ -x $SG_BEFORE && -f $PLUGIN_DIR_BEFORE/libshortvideo_primary.so ]] ||
+        die "$SG_BEFORE or $PLUGIN_DIR_BEFORE/libshortvideo_primary.so missing"
+}
+
+# before CMD...: CMD with the build before as socialgate (its binary, its
+# plugins); what CMD sets (SG_PID, SG_URL, SG_KEY) stays set.
+before() {
+    local SG=$SG_BEFORE PLUGIN_DIR=$PLUGIN_DIR_BEFORE SG_SRC=$BEFORE_SRC
+    "$@"
 }
 
 # Each realistic server holds a client and an upstream socket per
@@ -211,9 +264,15 @@ start_proxy() {
 
 # ------------------------------------------------------------- socialgate
 # write_config NAME UPSTREAM_PORT [top-level tables]
+# The platform's description is the one of the build's own source (SG_SRC),
+# named only where that source's platforms.toml names one: a build from
+# before descriptions refuses the key.
 write_config() {
-    local dir=$WORK/$1
+    local dir=$WORK/$1 description=""
     mkdir -p "$dir"
+    if grep -q '^description = ' "${SG_SRC:-$ROOT}/platforms.toml"; then
+        description="description = \"${SG_SRC:-$ROOT}/platforms/shortvideo.toml\""
+    fi
     cat >"$dir/platforms.toml" <<EOF
 # Written by bench/run.sh.
 [server]
@@ -234,7 +293,7 @@ ${3:-}
 [platforms.shortvideo]
 status = "live"
 providers = ["shortvideo-primary"]
-description = "$ROOT/platforms/shortvideo.toml"
+$description
 
 [providers.shortvideo-primary]
 library = "shortvideo_primary"
@@ -348,7 +407,7 @@ run_wrk() {
     ((non2xx + errors == 0)) || trouble="  non-2xx $non2xx, socket errors $errors"
     awk -v s="$section" -v t="$target" -v c="$conns" -v r="$rps" -v a="$p50" -v b="$p99" \
         -v i="$idle" -v p="$peak" -v x="$trouble" 'BEGIN {
-        printf "  %-9s %-20s c=%-5s %8.0f req/s  p50 %7.2f ms  p99 %7.2f ms  RSS %s -> %s kB%s\n",
+        printf "  %-9s %-24s c=%-5s %8.0f req/s  p50 %7.2f ms  p99 %7.2f ms  RSS %s -> %s kB%s\n",
             s, t, c, r, a / 1000, b / 1000, i, p, x }'
 }
 
@@ -357,8 +416,12 @@ run_wrk() {
 # warm-up at CONNS and the measured run.
 realistic_one() {
     local target=$1 conns=$2 round=$3 pid url header idle
-    if [[ $target == socialgate ]]; then
-        sg_instance sg-realistic "$SLOW_PORT" "$CACHE_OFF"
+    if [[ $target == socialgate* ]]; then
+        if [[ $target == socialgate-before ]]; then
+            before sg_instance sg-realistic "$SLOW_PORT" "$CACHE_OFF"
+        else
+            sg_instance sg-realistic "$SLOW_PORT" "$CACHE_OFF"
+        fi
         pid=$SG_PID url=$SG_URL$SG_PATH header="X-API-Key: $SG_KEY"
     else
         start_proxy nginx-realistic "$SRC/nginx-proxy.conf.in" "$SLOW_PORT"
@@ -373,12 +436,11 @@ realistic_one() {
 }
 
 realistic() {
-    local round conns
+    local round conns target targets=(socialgate ${BEFORE:+socialgate-before} nginx)
     for ((round = 1; round <= ROUNDS; round++)); do
         log "realistic (upstream answers after ${UPSTREAM_DELAY}s), round $round/$ROUNDS"
         for conns in $REAL_CONNS; do
-            realistic_one socialgate "$conns" "$round"
-            realistic_one nginx "$conns" "$round"
+            for target in "${targets[@]}"; do realistic_one "$target" "$conns" "$round"; done
         done
     done
 }
@@ -386,7 +448,9 @@ realistic() {
 # Long-lived servers against the upstream that answers at once.
 synthetic() {
     local -A url header pid
-    local targets=(socialgate proxy socialgate-cached proxy-cache static socialgate-100k-keys)
+    # With BENCH_BEFORE, the build before right after its counterpart.
+    local targets=(socialgate ${BEFORE:+socialgate-before} proxy socialgate-cached
+        ${BEFORE:+socialgate-cached-before} proxy-cache static socialgate-100k-keys)
     local target round
     # sg_target TARGET: the instance just started is TARGET.
     sg_target() { url[$1]=$SG_URL$SG_PATH header[$1]="X-API-Key: $SG_KEY" pid[$1]=$SG_PID; }
@@ -396,12 +460,22 @@ synthetic() {
     sg_target socialgate-100k-keys
     sg_instance sg-cached "$UPSTREAM_PORT" "" # the cache at its defaults
     sg_target socialgate-cached
+    if [[ -n $BEFORE ]]; then
+        before sg_instance sg-before "$UPSTREAM_PORT" "$CACHE_OFF" "$KEYS_SMALL"
+        sg_target socialgate-before
+        before sg_instance sg-before-cached "$UPSTREAM_PORT" ""
+        sg_target socialgate-cached-before
+    fi
     start_proxy nginx-proxy "$SRC/nginx-proxy.conf.in" "$UPSTREAM_PORT"
     url[proxy]=$PROXY_URL$UP_PATH header[proxy]=$UP_HDR pid[proxy]=$PROXY_PID
     start_proxy nginx-proxy-cache "$SRC/nginx-proxy-cache.conf.in" "$UPSTREAM_PORT"
     url[proxy-cache]=$PROXY_URL$UP_PATH header[proxy-cache]=$UP_HDR pid[proxy-cache]=$PROXY_PID
     url[static]=http://127.0.0.1:$UPSTREAM_PORT$UP_PATH header[static]=$UP_HDR pid[static]=$UPSTREAM_PID
     check_hits "${url[socialgate-cached]}" "${header[socialgate-cached]#X-API-Key: }" "${url[proxy-cache]}"
+    if [[ -n $BEFORE ]]; then
+        check_hits "${url[socialgate-cached-before]}" "${header[socialgate-cached-before]#X-API-Key: }" \
+            "${url[proxy-cache]}"
+    fi
 
     for target in "${targets[@]}"; do warm "${url[$target]}" "${header[$target]}" "$SYNTH_CONNS"; done
     for ((round = 1; round <= ROUNDS; round++)); do
@@ -415,8 +489,8 @@ synthetic() {
     PCACHE_STATUSES=$(awk 'index($0, "\"GET /v1/user/profile?") {n[$NF]++}
         END {for (s in n) printf "%s %d, ", s, n[s]}' \
         "$WORK/nginx-proxy-cache/access.log" | sed 's/, $//')
-    stop "${pid[socialgate]}" "${pid[socialgate-100k-keys]}" "${pid[socialgate-cached]}" \
-        "${pid[proxy]}" "${pid[proxy-cache]}"
+    unset 'pid[static]' # the upstream, which the later scenarios use
+    stop "${pid[@]}"
 }
 
 # Rate limits that never refuse and billing enforced with credits that never
@@ -464,6 +538,7 @@ write_meta() {
             "$(wrk -v 2>&1 | head -n 1 | cut -d' ' -f1-2)"
         printf 'load\t%s\nseconds\t%s\nwarmup\t%s\nrounds\t%s\n' "$LOAD_AT_START" "$DURATION" "$WARMUP" "$ROUNDS"
         printf 'commit\t%s\nlog\t%s\ndelay\t%s\n' "$commit" "$LOG_LEVEL" "$UPSTREAM_DELAY"
+        printf 'before\t%s\nbefore_floor\t%s\n' "${BEFORE_COMMIT:-}" "$BEFORE_FLOOR"
         printf 'keys_small\t%s\nkeys_large\t%s\npcache\t%s\n' "$KEYS_SMALL" "$KEYS_LARGE" "${PCACHE_STATUSES:-}"
     } >"$WORK/meta.tsv"
 }
@@ -472,7 +547,10 @@ main() {
     validate_knobs
     ensure_tools
     build
-    rm -rf "$WORK"
+    if [[ -n $BEFORE ]]; then build_before; fi
+    # Everything but the build before, kept for the next run.
+    mkdir -p "$WORK"
+    find "$WORK" -mindepth 1 -maxdepth 1 ! -name before-src ! -name before-target -exec rm -rf {} +
     mkdir -p "$WORK/wrk"
     : >"$WORK/results.tsv"
     raise_nofile

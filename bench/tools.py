@@ -101,6 +101,9 @@ REAL_KB_PER_CONN = 40  # realistic: (RSS under load - idle) / connections, at mo
 SYNTH_UNCACHED = 0.75  # uncached profile / nginx proxy, at least
 SYNTH_CACHED = 2.0     # cached profile / nginx proxy_cache, at least
 SYNTH_KEYS = 0.90      # 100,000 keys / 10 keys, at least (within 10%)
+# With BENCH_BEFORE: this build / the build before, uncached and cached, at
+# least (within 10%); issue 49's floor, informational unless BENCH_BEFORE_FLOOR=1.
+BEFORE_MIN = 0.90
 
 
 def fmt_ms(us):
@@ -159,9 +162,10 @@ def report(results_path, meta_path, out_path):
         flag = f" ⚠{m['non2xx']}/{m['errors']}" if m["non2xx"] or m["errors"] else ""
         return f"{m['rps']:,.0f}{flag}"
 
-    def floor(ok, text):
-        floors.append(f"- {text}: {'ok' if ok else 'MISSED'}")
-        if not ok:
+    def floor(ok, text, binding=True):
+        verdict = "ok" if ok else "MISSED" if binding else "missed (for information)"
+        floors.append(f"- {text}: {verdict}")
+        if not ok and binding:
             failures.append(text)
 
     def errors(name, m):
@@ -179,6 +183,12 @@ def report(results_path, meta_path, out_path):
                f"file. All on 127.0.0.1: `wrk -t1 -cN -d{meta['seconds']}s --latency` after "
                f"{meta['warmup']} s of warm-up, median of {meta['rounds']} interleaved "
                "round(s), each figure on its own.")
+    before = meta.get("before")
+    if before:
+        out.append("")
+        out.append(f"socialgate (before): `{before}`, built the same way in a worktree and a "
+                   "target dir of its own, with its own plugins and the same configurations, "
+                   "measured in the same rounds.")
 
     conns_seen = sorted({r["conns"] for r in rows if r["section"] == "realistic"})
     if conns_seen:
@@ -212,6 +222,24 @@ def report(results_path, meta_path, out_path):
         out.append(table(["connections", "socialgate req/s", "p50", "p99", "nginx req/s", "p50",
                           "p99", "req/s ratio", "p99 ratio", "socialgate RSS idle / load",
                           "per connection", "nginx RSS idle / load"], trs))
+        brs = []
+        for c in conns_seen:
+            sg, bf = (median(rows, "realistic", t, c) for t in ("socialgate", "socialgate-before"))
+            ng = median(rows, "realistic", "nginx", c)
+            if not sg or not bf or not ng:
+                continue
+            errors(f"realistic socialgate (before) @{c:,}", bf)
+            brs.append([f"{c:,}", rps(bf), fmt_ms(bf["p50"]), fmt_ms(bf["p99"]),
+                        f"{bf['rps'] / ng['rps']:.2f}x", f"{bf['p99'] / ng['p99']:.2f}x",
+                        f"{fmt_mib(bf['idle'])} / {fmt_mib(bf['peak'])}",
+                        f"{bf['per_conn']:.1f} kB", f"{sg['rps'] / bf['rps']:.2f}x",
+                        f"{sg['per_conn'] - bf['per_conn']:+.1f} kB"])
+        if brs:
+            out += ["", f"socialgate (before), `{before}`, in the same rounds; ratios to the "
+                    "same nginx, and this build against it:", ""]
+            out.append(table(["connections", "socialgate (before) req/s", "p50", "p99",
+                              "req/s ratio", "p99 ratio", "RSS idle / load", "per connection",
+                              "req/s after / before", "per connection after - before"], brs))
 
     synth = [("uncached `profile`", "synthetic", "socialgate", "nginx proxy", "proxy",
               SYNTH_UNCACHED, "uncached `profile` / nginx proxy"),
@@ -223,7 +251,17 @@ def report(results_path, meta_path, out_path):
               f"socialgate, {meta['keys_small']} keys", "socialgate", SYNTH_KEYS,
               f"{int(meta['keys_large']):,} keys / {meta['keys_small']} keys"),
              ("rate limit and billing on Redis", "redis", "redis-state", "the same, local state",
-              "local-state", None, None)]
+              "local-state", None, None),
+             # With BENCH_BEFORE: the build before against the same references, then
+             # this build against it.
+             ("uncached `profile`, socialgate (before)", "synthetic", "socialgate-before",
+              "nginx proxy", "proxy", None, None),
+             ("cached `profile`, socialgate (before)", "synthetic", "socialgate-cached-before",
+              "nginx proxy_cache", "proxy-cache", None, None),
+             ("uncached `profile`", "synthetic", "socialgate", "socialgate (before)",
+              "socialgate-before", BEFORE_MIN, "uncached `profile` / the build before"),
+             ("cached `profile`", "synthetic", "socialgate-cached", "socialgate (before)",
+              "socialgate-cached-before", BEFORE_MIN, "cached `profile` / the build before")]
     srs = []
     for label, section, target, ref_label, ref, least, what in synth:
         sg, ref_m = median(rows, section, target), median(rows, section, ref)
@@ -235,7 +273,10 @@ def report(results_path, meta_path, out_path):
         srs.append([label, f"{sg['conns']:,}", rps(sg), fmt_ms(sg["p50"]), fmt_ms(sg["p99"]),
                     ref_label, rps(ref_m), fmt_ms(ref_m["p50"]), fmt_ms(ref_m["p99"]),
                     f"{ratio:.2f}x", fmt_mib(sg["peak"])])
-        if least is not None:
+        if ref.endswith("-before"):
+            floor(ratio >= least, f"{what}: {ratio:.2f}x (within 10% of the build before: "
+                  f"at least {least}; issue 49)", binding=meta.get("before_floor") == "1")
+        elif least is not None:
             floor(ratio >= least, f"{what}: {ratio:.2f}x (at least {least})")
     if srs:
         out += ["", "#### Synthetic (CPU efficiency): the upstream answers at once", "",
@@ -246,7 +287,10 @@ def report(results_path, meta_path, out_path):
                           "reference", "req/s", "p50", "p99", "ratio",
                           "socialgate RSS under load"], srs))
 
-    out += ["", "#### Floors (issue 48)", ""] + (floors or ["- none measured"])
+    heading = "issue 48, and issue 49's against the build before" if before else "issue 48"
+    out += ["", f"#### Floors ({heading})", ""] + (floors or ["- none measured"])
+    # A target can be in several rows (as measured and as reference).
+    notes, failures = list(dict.fromkeys(notes)), list(dict.fromkeys(failures))
     if notes:
         out += ["", "Errors (⚠ non-2xx/socket errors in the tables):"] + notes
     text = "\n".join(out) + "\n"

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use crate::auth::shared::SharedKeys;
 use crate::auth::{KeyRecord, KeysError, KeysFileAt};
 use crate::config::{Config, KeyFiles};
+use crate::ledger::Grant;
 use crate::lifecycle::{self, RunError};
 use crate::settings::LogFormat;
 use crate::shared::credits::Credits;
@@ -531,11 +532,7 @@ fn credits(config_path: &Path, command: CreditsCommand) -> Result<(), RunError> 
                 return Err(crate::auth::KeysError::Unknown(name).into());
             }
             let grant = crate::ledger::grant(path, &name, amount, note.as_deref())?;
-            writeln!(
-                stdout,
-                "granted {} credits to {name} at {}",
-                grant.amount, grant.at
-            )?;
+            print_grant(&mut stdout, &name, &grant)?;
         }
         CreditsCommand::Show { name, json } => {
             warn_if_no_ledger(path);
@@ -595,11 +592,7 @@ async fn shared_credits(
                 return Err(KeysError::Unknown(name).into());
             }
             let grant = credits.grant(&name, amount, note.as_deref()).await?;
-            writeln!(
-                stdout,
-                "granted {} credits to {name} at {}",
-                grant.amount, grant.at
-            )?;
+            print_grant(&mut stdout, &name, &grant)?;
         }
         CreditsCommand::Show { name, json } => {
             let book = credits.book(&name).await?;
@@ -608,6 +601,15 @@ async fn shared_credits(
         }
     }
     Ok(())
+}
+
+/// `credits grant`'s line.
+fn print_grant(stdout: &mut impl Write, name: &str, grant: &Grant) -> std::io::Result<()> {
+    writeln!(
+        stdout,
+        "granted {} credits to {name} at {}",
+        grant.amount, grant.at
+    )
 }
 
 /// `credits show`: a key's grants, spending and balance.

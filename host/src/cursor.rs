@@ -237,18 +237,10 @@ impl CursorSealer {
     }
 
     pub fn seal(&self, listing: Listing<'_>, position: &Position) -> String {
-        self.seal_at(listing, position, unix_now())
-    }
-
-    pub fn open(&self, listing: Listing<'_>, token: &str) -> Result<Position, CursorError> {
-        self.open_at(listing, token, unix_now())
-    }
-
-    fn seal_at(&self, listing: Listing<'_>, position: &Position, now: u64) -> String {
         let mut nonce = [0u8; NONCE_LEN];
         // A failing OS random source is not survivable for a server anyway.
         getrandom::getrandom(&mut nonce).expect("OS randomness");
-        let plain = encode(position, now);
+        let plain = encode(position, unix_now());
         let aad = listing.associated_data();
         let sealed = self
             .current
@@ -268,12 +260,7 @@ impl CursorSealer {
         URL_SAFE_NO_PAD.encode(token)
     }
 
-    fn open_at(
-        &self,
-        listing: Listing<'_>,
-        token: &str,
-        now: u64,
-    ) -> Result<Position, CursorError> {
+    pub fn open(&self, listing: Listing<'_>, token: &str) -> Result<Position, CursorError> {
         if token.len() > MAX_TOKEN_LEN {
             return Err(CursorError::Invalid);
         }
@@ -302,7 +289,7 @@ impl CursorSealer {
             )
             .map_err(|_| CursorError::Invalid)?;
         let (issued, position) = decode(&plain).ok_or(CursorError::Invalid)?;
-        if now.saturating_sub(issued) > self.ttl.as_secs() {
+        if unix_now().saturating_sub(issued) > self.ttl.as_secs() {
             return Err(CursorError::Expired);
         }
         Ok(position)
@@ -377,16 +364,13 @@ mod tests {
         }
     }
 
-    fn config(key: Option<&str>, previous: Option<&str>) -> CursorConfig {
-        CursorConfig {
-            key: key.map(|k| Secret::new(k.repeat(40))),
-            previous_key: previous.map(|k| Secret::new(k.repeat(40))),
-            ttl: DEFAULT_TTL,
-        }
-    }
-
     fn random() -> CursorSealer {
-        CursorSealer::new(&config(None, None)).unwrap()
+        let config = CursorConfig {
+            key: None,
+            previous_key: None,
+            ttl: DEFAULT_TTL,
+        };
+        CursorSealer::new(&config).unwrap()
     }
 
     #[test]
@@ -403,83 +387,8 @@ mod tests {
     }
 
     #[test]
-    fn refuses_tampering_other_listings_and_other_keys() {
+    fn the_longest_position_fits_in_a_token() {
         let sealer = random();
-        let token = sealer.seal(LISTING, &position());
-        let mut tampered = token.clone().into_bytes();
-        let last = tampered.len() - 5;
-        tampered[last] = if tampered[last] == b'A' { b'B' } else { b'A' };
-        let tampered = String::from_utf8(tampered).unwrap();
-        assert_eq!(sealer.open(LISTING, &tampered), Err(CursorError::Invalid));
-        let other = Listing {
-            subject: "1",
-            ..LISTING
-        };
-        assert_eq!(sealer.open(other, &token), Err(CursorError::Invalid));
-        let other = Listing {
-            endpoint: "posts",
-            ..LISTING
-        };
-        assert_eq!(sealer.open(other, &token), Err(CursorError::Invalid));
-        assert_eq!(random().open(LISTING, &token), Err(CursorError::Invalid));
-        for junk in ["", "!!!", "AAAA", &"A".repeat(60), &"A".repeat(5000)] {
-            assert_eq!(sealer.open(LISTING, junk), Err(CursorError::Invalid));
-        }
-    }
-
-    #[test]
-    fn a_configured_key_survives_restarts() {
-        let token = CursorSealer::new(&config(Some("k"), None))
-            .unwrap()
-            .seal(LISTING, &position());
-        let reopened = CursorSealer::new(&config(Some("k"), None)).unwrap();
-        assert_eq!(reopened.open(LISTING, &token), Ok(position()));
-    }
-
-    #[test]
-    fn tokens_expire_after_the_ttl() {
-        let sealer = CursorSealer::new(&config(Some("k"), None)).unwrap();
-        let issued = 1_800_000_000;
-        let token = sealer.seal_at(LISTING, &position(), issued);
-        let ttl = DEFAULT_TTL.as_secs();
-        assert_eq!(
-            sealer.open_at(LISTING, &token, issued + ttl),
-            Ok(position())
-        );
-        assert_eq!(
-            sealer.open_at(LISTING, &token, issued + ttl + 1),
-            Err(CursorError::Expired)
-        );
-    }
-
-    #[test]
-    fn the_previous_key_still_opens_after_a_rotation() {
-        let old = CursorSealer::new(&config(Some("a"), None)).unwrap();
-        let token = old.seal(LISTING, &position());
-        let rotated = CursorSealer::new(&config(Some("b"), Some("a"))).unwrap();
-        assert_eq!(rotated.open(LISTING, &token), Ok(position()));
-        let fresh = rotated.seal(LISTING, &position());
-        assert_eq!(old.open(LISTING, &fresh), Err(CursorError::Invalid));
-        let forgotten = CursorSealer::new(&config(Some("b"), None)).unwrap();
-        assert_eq!(forgotten.open(LISTING, &token), Err(CursorError::Invalid));
-    }
-
-    #[test]
-    fn tokens_of_either_provider_have_one_length() {
-        let sealer = random();
-        let primary = Position {
-            provider: "shortvideo-primary".into(),
-            upstream: "1762500000000:MS4wLjABAAAAv7iSuuXDJGDvJkmH_vz1qkDZYo1apxgzaxdBSeIuPiM"
-                .into(),
-        };
-        let fallback = Position {
-            provider: "shortvideo-fallback".into(),
-            upstream: "1762500000000".into(),
-        };
-        assert_eq!(
-            sealer.seal(LISTING, &primary).len(),
-            sealer.seal(LISTING, &fallback).len()
-        );
         let longest = Position {
             provider: "p".repeat(64),
             upstream: "9".repeat(plugin_api::ffi::MAX_CURSOR_LEN),

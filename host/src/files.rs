@@ -46,11 +46,8 @@ pub fn create_private_if_absent(path: &Path) -> io::Result<()> {
 fn open_new(path: &Path) -> io::Result<File> {
     let mut options = OpenOptions::new();
     options.write(true).create_new(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(PRIVATE_FILE).custom_flags(libc::O_NOFOLLOW);
-    }
+    use std::os::unix::fs::OpenOptionsExt;
+    options.mode(PRIVATE_FILE).custom_flags(libc::O_NOFOLLOW);
     let file = options.open(path)?;
     // The umask may have taken bits away; the mode is exact either way.
     set_mode(&file, PRIVATE_FILE)?;
@@ -88,11 +85,8 @@ pub fn replace_atomically(
 pub fn open_regular(path: &Path) -> io::Result<File> {
     let mut options = OpenOptions::new();
     options.read(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.custom_flags(libc::O_NONBLOCK);
-    }
+    use std::os::unix::fs::OpenOptionsExt;
+    options.custom_flags(libc::O_NONBLOCK);
     let file = options.open(path)?;
     if !file.metadata()?.is_file() {
         return Err(io::Error::other("not a regular file"));
@@ -104,11 +98,8 @@ pub fn open_regular(path: &Path) -> io::Result<File> {
 pub fn open_no_follow(path: &Path) -> io::Result<File> {
     let mut options = OpenOptions::new();
     options.read(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.custom_flags(libc::O_NOFOLLOW);
-    }
+    use std::os::unix::fs::OpenOptionsExt;
+    options.custom_flags(libc::O_NOFOLLOW);
     options.open(path)
 }
 
@@ -136,11 +127,8 @@ pub fn try_lock_exclusive(path: &Path) -> io::Result<Option<File>> {
 fn open_lock_file(path: &Path) -> io::Result<File> {
     let mut options = OpenOptions::new();
     options.write(true).create(true).truncate(false);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(PRIVATE_FILE).custom_flags(libc::O_NOFOLLOW);
-    }
+    use std::os::unix::fs::OpenOptionsExt;
+    options.mode(PRIVATE_FILE).custom_flags(libc::O_NOFOLLOW);
     options.open(path)
 }
 
@@ -148,7 +136,6 @@ fn open_lock_file(path: &Path) -> io::Result<File> {
 pub fn create_private_dir_all(dir: &Path) -> io::Result<()> {
     let mut builder = std::fs::DirBuilder::new();
     builder.recursive(true);
-    #[cfg(unix)]
     std::os::unix::fs::DirBuilderExt::mode(&mut builder, PRIVATE_DIR);
     builder.create(dir)
 }
@@ -156,22 +143,14 @@ pub fn create_private_dir_all(dir: &Path) -> io::Result<()> {
 /// Makes a rename or a creation in `dir` durable: without it, a crash may
 /// bring back the folder's old entry even though the file was synced.
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
-    #[cfg(unix)]
     File::open(dir)?.sync_all()?;
-    #[cfg(not(unix))]
-    let _ = dir;
     Ok(())
 }
 
 /// Sets `file`'s permission bits to exactly `mode`.
 pub fn set_mode(file: &File, mode: u32) -> io::Result<()> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        file.set_permissions(std::fs::Permissions::from_mode(mode))?;
-    }
-    #[cfg(not(unix))]
-    let _ = (file, mode);
+    use std::os::unix::fs::PermissionsExt;
+    file.set_permissions(std::fs::Permissions::from_mode(mode))?;
     Ok(())
 }
 
@@ -210,22 +189,17 @@ pub fn warn_if_loose<'a>(
         if !seen.insert(path.clone()) {
             continue;
         }
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            let Ok(meta) = std::fs::metadata(&path) else {
-                continue;
-            };
-            let mode = meta.permissions().mode() & 0o7777;
-            if let Some(writers) = loose_writers(mode) {
-                tracing::warn!(
-                    path = %path.display(),
-                    "{what} is writable by {writers} (mode {mode:04o}): whoever can change it controls the server; make it writable by its owner only"
-                );
-            }
+        use std::os::unix::fs::PermissionsExt;
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
+        let mode = meta.permissions().mode() & 0o7777;
+        if let Some(writers) = loose_writers(mode) {
+            tracing::warn!(
+                path = %path.display(),
+                "{what} is writable by {writers} (mode {mode:04o}): whoever can change it controls the server; make it writable by its owner only"
+            );
         }
-        #[cfg(not(unix))]
-        let _ = what;
     }
 }
 
@@ -252,58 +226,25 @@ mod tests {
         }
     }
 
-    #[cfg(unix)]
-    #[test]
-    fn private_files_are_exclusive_0600_and_never_follow_links() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = std::env::temp_dir().join(format!("sg-files-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        create_private_dir_all(&dir.join("sub")).unwrap();
-        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
-        assert_eq!(mode(&dir.join("sub")), 0o700);
-
-        let victim = dir.join("victim");
-        std::fs::write(&victim, b"keep me").unwrap();
-        let planted = dir.join("sub/file.tmp");
-        std::os::unix::fs::symlink(&victim, &planted).unwrap();
-        std::io::Write::write_all(&mut create_private(&planted).unwrap(), b"new").unwrap();
-        assert_eq!(std::fs::read(&victim).unwrap(), b"keep me");
-        assert!(!std::fs::symlink_metadata(&planted)
-            .unwrap()
-            .file_type()
-            .is_symlink());
-        assert_eq!(mode(&planted), 0o600);
-        assert_eq!(std::fs::read(&planted).unwrap(), b"new");
-
-        let link = dir.join("link");
-        std::os::unix::fs::symlink(&victim, &link).unwrap();
-        assert!(open_no_follow(&link).is_err());
-        std::fs::remove_dir_all(dir).unwrap();
-    }
-
-    #[cfg(unix)]
     #[test]
     fn only_a_regular_file_is_opened_and_a_fifo_at_once() {
-        let dir = std::env::temp_dir().join(format!("sg-regular-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        create_private_dir_all(&dir).unwrap();
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path();
         let fifo = dir.join("fifo");
         let path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
         // SAFETY: a NUL-terminated path that outlives the call.
         assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0, "made");
         assert!(open_regular(&fifo).is_err(), "refused, not waited on");
-        assert!(open_regular(&dir).is_err(), "a folder");
+        assert!(open_regular(dir).is_err(), "a folder");
         let file = dir.join("lib.so");
         std::fs::write(&file, b"x").unwrap();
         assert!(open_regular(&file).is_ok());
-        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
     fn a_replacement_that_fails_leaves_the_old_file_and_no_temporary_one() {
-        let dir = std::env::temp_dir().join(format!("sg-replace-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        create_private_dir_all(&dir).unwrap();
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path();
         let path = dir.join("keys.toml");
         replace_atomically(&path, |file| std::io::Write::write_all(file, b"old")).unwrap();
 
@@ -313,7 +254,7 @@ mod tests {
         });
         assert!(refused.is_err());
         assert_eq!(std::fs::read(&path).unwrap(), b"old");
-        let names: Vec<_> = std::fs::read_dir(&dir)
+        let names: Vec<_> = std::fs::read_dir(dir)
             .unwrap()
             .map(|e| e.unwrap().file_name())
             .collect();
@@ -321,6 +262,5 @@ mod tests {
 
         replace_atomically(&path, |file| std::io::Write::write_all(file, b"new")).unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"new");
-        std::fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -4,12 +4,12 @@
 //! `socialgate credits` read and write, even while the server runs.
 //!
 //! Counting must never slow a request, so [`Ledger::record`] only adds to an
-//! in-memory map of `(day, key) -> counts per endpoint`; a background thread
+//! in-memory map of `(day, key, endpoint) -> counts`; a background thread
 //! writes that map in one transaction every `flush_every`, and
 //! [`Ledger::flush`] (called at graceful shutdown, and by `Drop`) writes the
 //! rest. One transaction per batch also means one disk sync per batch instead
-//! of one per request. The map holds one entry per key per day, so it stays
-//! small. A failed write keeps the counts pending for the next try. The
+//! of one per request. The map holds one entry per key, day and endpoint, so
+//! it stays small. A failed write keeps the counts pending for the next try. The
 //! database is in WAL mode, so readers (the `keys usage` command) never wait
 //! for the writer, nor the writer for them.
 //!
@@ -177,21 +177,8 @@ impl Counts {
     }
 }
 
-/// Counts of one key and day, one slot per endpoint (in [`Endpoint::ALL`]
-/// order): a fixed array, so counting a request never allocates.
-type PerEndpoint = [Counts; Endpoint::ALL.len()];
-
-/// The slot of `endpoint` in a [`PerEndpoint`].
-fn slot(endpoint: Endpoint) -> usize {
-    Endpoint::ALL
-        .iter()
-        .position(|e| *e == endpoint)
-        .unwrap_or_default()
-}
-
-/// Pending counts by day, then by key name: nested so that `record` finds an
-/// existing entry without allocating.
-type Pending = HashMap<String, HashMap<String, PerEndpoint>>;
+/// Pending counts by day, key name and endpoint.
+type Pending = HashMap<(String, String, Endpoint), Counts>;
 
 /// Credits granted to a key, as the server learns of them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -222,14 +209,15 @@ struct Shared {
     wake: Condvar,
 }
 
-impl Shared {
-    fn sql_error(&self) -> impl Fn(rusqlite::Error) -> LedgerError + '_ {
-        |source| LedgerError::Sql {
-            path: self.path.clone(),
-            source,
-        }
+/// A SQL error of the ledger at `path`, as [`LedgerError::Sql`].
+fn sql_error(path: &Path) -> impl Fn(rusqlite::Error) -> LedgerError + Copy + '_ {
+    |source| LedgerError::Sql {
+        path: path.to_owned(),
+        source,
     }
+}
 
+impl Shared {
     /// See [`Ledger::flush`].
     fn flush(&self) -> Result<(), LedgerError> {
         let mut conn = lock(&self.conn);
@@ -243,16 +231,10 @@ impl Shared {
             Ok(()) => Ok(()),
             Err(source) => {
                 let mut pending = lock(&self.pending);
-                for (day, keys) in batch {
-                    let now = pending.entry(day).or_default();
-                    for (key, counts) in keys {
-                        let into = now.entry(key).or_default();
-                        for (into, counts) in into.iter_mut().zip(counts) {
-                            into.add(counts);
-                        }
-                    }
+                for (counted, counts) in batch {
+                    pending.entry(counted).or_default().add(counts);
                 }
-                Err(self.sql_error()(source))
+                Err(sql_error(&self.path)(source))
             }
         }
     }
@@ -268,7 +250,7 @@ impl Shared {
             let conn = lock(&self.conn);
             let mut statement = conn
                 .prepare_cached("SELECT id, key, amount FROM grants WHERE id > ?1 ORDER BY id")
-                .map_err(self.sql_error())?;
+                .map_err(sql_error(&self.path))?;
             let rows = statement
                 .query_map([watch.last_id], |row| {
                     Ok((
@@ -279,9 +261,9 @@ impl Shared {
                         },
                     ))
                 })
-                .map_err(self.sql_error())?;
+                .map_err(sql_error(&self.path))?;
             rows.collect::<Result<Vec<_>, _>>()
-                .map_err(self.sql_error())?
+                .map_err(sql_error(&self.path))?
         };
         let Some(&(last_id, _)) = found.last() else {
             return Ok(());
@@ -390,9 +372,10 @@ impl Ledger {
             requests: 1,
             credits: u64::from(credits),
         };
-        let mut pending = lock(&self.shared.pending);
-        let keys = pending.entry(day.to_owned()).or_default();
-        keys.entry(key.to_owned()).or_default()[slot(endpoint)].add(one);
+        lock(&self.shared.pending)
+            .entry((day.to_owned(), key.to_owned(), endpoint))
+            .or_default()
+            .add(one);
     }
 
     /// Writes everything pending now, in one transaction (an UPSERT adding to
@@ -425,7 +408,7 @@ impl Ledger {
                 "SELECT key, SUM(credits), SUM(CASE WHEN day = ?1 THEN credits ELSE 0 END)
                  FROM usage GROUP BY key",
             )
-            .map_err(shared.sql_error())?;
+            .map_err(sql_error(&shared.path))?;
         let rows = statement
             .query_map([today], |row| {
                 Ok((
@@ -436,22 +419,17 @@ impl Ledger {
                     },
                 ))
             })
-            .map_err(shared.sql_error())?;
+            .map_err(sql_error(&shared.path))?;
         for row in rows {
-            let (key, spent) = row.map_err(shared.sql_error())?;
+            let (key, spent) = row.map_err(sql_error(&shared.path))?;
             totals.insert(key, spent);
         }
         // Still holding `conn`: no flush can move counts between the two reads.
-        for (day, keys) in lock(&shared.pending).iter() {
-            for (key, counts) in keys {
-                let credits = counts
-                    .iter()
-                    .fold(0u64, |sum, c| sum.saturating_add(c.credits));
-                let spent = totals.entry(key.clone()).or_default();
-                spent.total = spent.total.saturating_add(credits);
-                if day == today {
-                    spent.today = spent.today.saturating_add(credits);
-                }
+        for ((day, key, _), counts) in lock(&shared.pending).iter() {
+            let spent = totals.entry(key.clone()).or_default();
+            spent.total = spent.total.saturating_add(counts.credits);
+            if day == today {
+                spent.today = spent.today.saturating_add(counts.credits);
             }
         }
         Ok(totals)
@@ -536,11 +514,7 @@ fn open_for_reading(path: &Path) -> Result<Option<(Connection, i64)>, LedgerErro
         path: path.to_owned(),
         source,
     })?;
-    conn.busy_timeout(BUSY_TIMEOUT)
-        .map_err(|source| LedgerError::Sql {
-            path: path.to_owned(),
-            source,
-        })?;
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(sql_error(path))?;
     let version = check_version(&conn, path)?;
     Ok(Some((conn, version)))
 }
@@ -569,10 +543,7 @@ pub fn usage(path: &Path, since: Option<&str>) -> Result<Vec<UsageRow>, LedgerEr
         // Created but never given a schema: nothing counted yet.
         return Ok(Vec::new());
     }
-    let sql_error = |source| LedgerError::Sql {
-        path: path.to_owned(),
-        source,
-    };
+    let sql_error = sql_error(path);
     let mut statement = conn
         .prepare(
             "SELECT key, day, SUM(requests), SUM(credits) FROM usage WHERE day >= ?1
@@ -611,10 +582,7 @@ pub fn usage_by_endpoint(
              ORDER BY key, day, endpoint"
         }
     };
-    let sql_error = |source| LedgerError::Sql {
-        path: path.to_owned(),
-        source,
-    };
+    let sql_error = sql_error(path);
     let mut statement = conn.prepare(sql).map_err(sql_error)?;
     let rows = statement
         .query_map([since.unwrap_or("")], |row| {
@@ -678,10 +646,7 @@ pub fn grant(
         "INSERT INTO grants (key, amount, at, note) VALUES (?1, ?2, ?3, ?4)",
         params![key, to_i64(amount), grant.at, grant.note],
     )
-    .map_err(|source| LedgerError::Sql {
-        path: path.to_owned(),
-        source,
-    })?;
+    .map_err(sql_error(path))?;
     Ok(grant)
 }
 
@@ -693,10 +658,7 @@ pub fn book(path: &Path, key: &str) -> Result<Book, LedgerError> {
     if version == 0 {
         return Ok(Book::default());
     }
-    let sql_error = |source| LedgerError::Sql {
-        path: path.to_owned(),
-        source,
-    };
+    let sql_error = sql_error(path);
     let spent: Option<i64> = conn
         .query_row(
             "SELECT SUM(credits) FROM usage WHERE key = ?1",
@@ -757,10 +719,7 @@ fn open_for_writing(path: &Path) -> Result<Connection, LedgerError> {
 
 /// WAL mode, busy timeout and schema, on a freshly opened writing connection.
 fn prepare_for_writing(conn: &Connection, path: &Path) -> Result<(), LedgerError> {
-    let sql_error = |source| LedgerError::Sql {
-        path: path.to_owned(),
-        source,
-    };
+    let sql_error = sql_error(path);
     conn.busy_timeout(BUSY_TIMEOUT).map_err(sql_error)?;
     let mode: String = conn
         .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
@@ -801,20 +760,14 @@ fn upgrade(conn: &Connection, path: &Path) -> Result<(), LedgerError> {
         _ => return Ok(()),
     };
     conn.execute_batch(&format!("{steps} PRAGMA user_version = {SCHEMA_VERSION};"))
-        .map_err(|source| LedgerError::Sql {
-            path: path.to_owned(),
-            source,
-        })
+        .map_err(sql_error(path))
 }
 
 /// The file's schema version; an error if newer than this code's.
 fn check_version(conn: &Connection, path: &Path) -> Result<i64, LedgerError> {
     let found: i64 = conn
         .pragma_query_value(None, "user_version", |row| row.get(0))
-        .map_err(|source| LedgerError::Sql {
-            path: path.to_owned(),
-            source,
-        })?;
+        .map_err(sql_error(path))?;
     if found > SCHEMA_VERSION {
         return Err(LedgerError::NewerSchema {
             path: path.to_owned(),
@@ -828,21 +781,14 @@ fn write_batch(conn: &mut Connection, batch: &Pending) -> Result<(), rusqlite::E
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     {
         let mut upsert = tx.prepare_cached(UPSERT)?;
-        for (day, keys) in batch {
-            for (key, per_endpoint) in keys {
-                for (endpoint, counts) in Endpoint::ALL.iter().zip(per_endpoint) {
-                    if counts.requests == 0 {
-                        continue;
-                    }
-                    upsert.execute(params![
-                        key,
-                        day,
-                        endpoint.as_str(),
-                        to_i64(counts.requests),
-                        to_i64(counts.credits)
-                    ])?;
-                }
-            }
+        for ((day, key, endpoint), counts) in batch {
+            upsert.execute(params![
+                key,
+                day,
+                endpoint.as_str(),
+                to_i64(counts.requests),
+                to_i64(counts.credits)
+            ])?;
         }
     }
     tx.commit()
@@ -914,36 +860,16 @@ pub fn now_timestamp() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
 
     /// Never in a test that waits for it: tests flush by hand.
     const HOUR: Duration = Duration::from_secs(3_600);
 
-    /// A fresh folder under the system temp dir, removed on drop.
-    struct TempDir(PathBuf);
-
-    impl TempDir {
-        fn new(name: &str) -> TempDir {
-            static NEXT: AtomicUsize = AtomicUsize::new(0);
-            let unique = NEXT.fetch_add(1, Ordering::Relaxed);
-            let dir = std::env::temp_dir().join(format!(
-                "socialgate-ledger-{}-{unique}-{name}",
-                std::process::id()
-            ));
-            let _ = std::fs::remove_dir_all(&dir);
-            TempDir(dir)
-        }
-
-        /// The ledger file, in a subfolder that does not exist yet.
-        fn db(&self) -> PathBuf {
-            self.0.join("state").join("usage.sqlite")
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
+    /// A scratch folder, removed on drop, and the ledger file in a
+    /// subfolder of it that does not exist yet.
+    fn scratch() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("state").join("usage.sqlite");
+        (dir, db)
     }
 
     fn row(key: &str, day: &str, requests: u64, credits: u64) -> UsageRow {
@@ -956,186 +882,29 @@ mod tests {
     }
 
     #[test]
-    fn counts_add_up_across_flushes_and_days() {
-        let dir = TempDir::new("add-up");
-        let ledger = Ledger::open(&dir.db(), HOUR).unwrap();
-        ledger.record_on("bob", "2026-01-01", Endpoint::Post, 3);
-        ledger.record_on("alice", "2026-01-01", Endpoint::Post, 1);
-        ledger.record_on("alice", "2026-01-01", Endpoint::Post, 2);
-        ledger.flush().unwrap();
-        ledger.record_on("alice", "2026-01-01", Endpoint::Post, 4);
-        ledger.record_on("alice", "2026-01-02", Endpoint::Post, 5);
-        ledger.flush().unwrap();
-        assert_eq!(
-            usage(&dir.db(), None).unwrap(),
-            [
-                row("alice", "2026-01-01", 3, 7),
-                row("alice", "2026-01-02", 1, 5),
-                row("bob", "2026-01-01", 1, 3),
-            ]
-        );
-        // Nothing pending: a flush writes nothing and changes nothing.
-        ledger.flush().unwrap();
-        assert_eq!(usage(&dir.db(), None).unwrap().len(), 3);
-    }
-
-    #[cfg(unix)]
-    #[test]
     fn a_new_ledger_and_its_wal_are_private() {
         use std::os::unix::fs::PermissionsExt;
-        let dir = TempDir::new("private");
-        let ledger = Ledger::open(&dir.db(), HOUR).unwrap();
+        let (_dir, db) = scratch();
+        let ledger = Ledger::open(&db, HOUR).unwrap();
         ledger.record_on("alice", "2026-01-01", Endpoint::Post, 1);
         ledger.flush().unwrap();
-        let wal = dir.db().with_extension("sqlite-wal");
-        for path in [dir.db(), wal] {
+        let wal = db.with_extension("sqlite-wal");
+        for path in [db.clone(), wal] {
             let mode = std::fs::metadata(&path).unwrap().permissions().mode();
             assert_eq!(mode & 0o777, 0o600, "{}", path.display());
         }
     }
 
     #[test]
-    fn since_keeps_that_day_and_later() {
-        let dir = TempDir::new("since");
-        let ledger = Ledger::open(&dir.db(), HOUR).unwrap();
-        for day in ["2025-12-31", "2026-01-01", "2026-01-02"] {
-            ledger.record_on("alice", day, Endpoint::Post, 1);
-        }
-        ledger.flush().unwrap();
-        let days = |since| -> Vec<String> {
-            usage(&dir.db(), Some(since))
-                .unwrap()
-                .into_iter()
-                .map(|r| r.day)
-                .collect()
-        };
-        assert_eq!(days("2026-01-01"), ["2026-01-01", "2026-01-02"]);
-        assert_eq!(days("2026-01-03"), Vec::<String>::new());
-        assert_eq!(days("2000-02-29").len(), 3);
-    }
-
-    #[test]
-    fn a_bad_since_is_an_error_naming_it() {
-        let dir = TempDir::new("bad-since");
-        for bad in ["2026-13-01", "2026-02-30", "2026-1-01", "yesterday", ""] {
-            match usage(&dir.db(), Some(bad)) {
-                Err(e @ LedgerError::BadDate(_)) => assert!(e.to_string().contains(bad)),
-                other => panic!("{bad:?}: {other:?}"),
-            }
-        }
-    }
-
-    #[test]
-    fn a_missing_file_has_no_usage() {
-        let dir = TempDir::new("missing");
-        assert_eq!(usage(&dir.db(), None).unwrap(), []);
-        assert!(!dir.db().exists(), "reading must not create the file");
-    }
-
-    #[test]
-    fn lifetime_credits_include_pending_counts() {
-        let dir = TempDir::new("lifetime");
-        let ledger = Ledger::open(&dir.db(), HOUR).unwrap();
-        ledger.record_on("alice", "2026-01-01", Endpoint::Post, 10);
-        ledger.record_on("bob", "2026-01-01", Endpoint::Post, 1);
-        ledger.flush().unwrap();
-        ledger.record_on("alice", "2026-01-02", Endpoint::Post, 5);
-        ledger.record_on("carol", "2026-01-02", Endpoint::Post, 2);
-        let totals = ledger.lifetime_credits().unwrap();
-        let expected = HashMap::from([
-            ("alice".to_owned(), 15),
-            ("bob".to_owned(), 1),
-            ("carol".to_owned(), 2),
-        ]);
-        assert_eq!(totals, expected);
-        ledger.flush().unwrap();
-        assert_eq!(ledger.lifetime_credits().unwrap(), expected);
-    }
-
-    #[test]
-    fn drop_flushes_and_a_reopened_ledger_sees_everything() {
-        let dir = TempDir::new("reopen");
-        let ledger = Ledger::open(&dir.db(), HOUR).unwrap();
-        ledger.record_on("alice", "2026-01-01", Endpoint::Post, 2);
-        ledger.flush().unwrap();
-        ledger.record_on("alice", "2026-01-01", Endpoint::Post, 3);
-        let today = utc_day(SystemTime::now());
-        ledger.record("bob", Endpoint::Post, 7);
-        let tomorrow_maybe = utc_day(SystemTime::now());
-        // The writer waits an hour: dropping must wake it, not wait.
-        drop(ledger);
-        // Read with no server running (its WAL checkpointed and removed).
-        let rows = usage(&dir.db(), None).unwrap();
-        assert_eq!(rows[0], row("alice", "2026-01-01", 2, 5));
-        assert_eq!(rows[1].key, "bob");
-        assert!([&today, &tomorrow_maybe].contains(&&rows[1].day));
-
-        let ledger = Ledger::open(&dir.db(), HOUR).unwrap();
-        let totals = ledger.lifetime_credits().unwrap();
-        assert_eq!(totals["alice"], 5);
-        assert_eq!(totals["bob"], 7);
-    }
-
-    #[test]
-    fn the_writer_thread_flushes_on_its_own() {
-        let dir = TempDir::new("background");
-        let ledger = Ledger::open(&dir.db(), Duration::from_millis(10)).unwrap();
-        ledger.record_on("alice", "2026-01-01", Endpoint::Post, 2);
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while usage(&dir.db(), None).unwrap().is_empty() {
-            assert!(std::time::Instant::now() < deadline, "never written");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        assert_eq!(
-            usage(&dir.db(), None).unwrap(),
-            [row("alice", "2026-01-01", 1, 2)]
-        );
-    }
-
-    #[test]
-    fn usage_reads_while_a_server_writes() {
-        let dir = TempDir::new("concurrent");
-        let ledger = Arc::new(Ledger::open(&dir.db(), Duration::from_millis(5)).unwrap());
-        const ROUNDS: u64 = 200;
-        let server = {
-            let ledger = Arc::clone(&ledger);
-            std::thread::spawn(move || {
-                for i in 0..ROUNDS {
-                    ledger.record_on("alice", "2026-01-01", Endpoint::Post, 1);
-                    if i % 10 == 0 {
-                        ledger.flush().unwrap();
-                    }
-                    std::thread::sleep(Duration::from_micros(200));
-                }
-            })
-        };
-        let mut seen = 0;
-        while !server.is_finished() {
-            let requests = usage(&dir.db(), None)
-                .unwrap()
-                .first()
-                .map_or(0, |r| r.requests);
-            assert!(requests >= seen, "went back from {seen} to {requests}");
-            seen = requests;
-        }
-        server.join().unwrap();
-        ledger.flush().unwrap();
-        assert_eq!(
-            usage(&dir.db(), None).unwrap(),
-            [row("alice", "2026-01-01", ROUNDS, ROUNDS)]
-        );
-    }
-
-    #[test]
     fn a_failed_flush_keeps_the_counts_for_the_next() {
-        let dir = TempDir::new("retry");
-        let ledger = Ledger::open(&dir.db(), HOUR).unwrap();
+        let (_dir, db) = scratch();
+        let ledger = Ledger::open(&db, HOUR).unwrap();
         lock(&ledger.shared.conn)
             .busy_timeout(Duration::from_millis(20))
             .unwrap();
         ledger.record_on("alice", "2026-01-01", Endpoint::Post, 4);
         // Another process holds the write lock.
-        let other = Connection::open(dir.db()).unwrap();
+        let other = Connection::open(&db).unwrap();
         other.execute_batch("BEGIN IMMEDIATE").unwrap();
         let error = ledger.flush().unwrap_err();
         assert!(
@@ -1147,44 +916,29 @@ mod tests {
         other.execute_batch("ROLLBACK").unwrap();
         ledger.flush().unwrap();
         assert_eq!(
-            usage(&dir.db(), None).unwrap(),
+            usage(&db, None).unwrap(),
             [row("alice", "2026-01-01", 2, 5)]
         );
     }
 
     #[test]
     fn one_process_serves_from_a_ledger_at_a_time() {
-        let dir = TempDir::new("serving");
-        let serving = Ledger::open(&dir.db(), HOUR).unwrap();
-        let second = Ledger::open(&dir.db(), HOUR).err().expect("refused");
+        let (_dir, db) = scratch();
+        let serving = Ledger::open(&db, HOUR).unwrap();
+        let second = Ledger::open(&db, HOUR).err().expect("refused");
         assert!(matches!(second, LedgerError::InUse { .. }), "{second}");
         assert!(second.to_string().contains("usage.sqlite"), "{second}");
         // The CLI's commands work beside it.
-        grant(&dir.db(), "alice", 2, None).unwrap();
+        grant(&db, "alice", 2, None).unwrap();
         drop(serving);
-        drop(Ledger::open(&dir.db(), HOUR).unwrap());
-    }
-
-    #[test]
-    fn the_file_is_in_wal_mode() {
-        let dir = TempDir::new("wal");
-        let _ledger = Ledger::open(&dir.db(), HOUR).unwrap();
-        let conn = Connection::open(dir.db()).unwrap();
-        let mode: String = conn
-            .pragma_query_value(None, "journal_mode", |row| row.get(0))
-            .unwrap();
-        assert_eq!(mode, "wal");
-        let version: i64 = conn
-            .pragma_query_value(None, "user_version", |row| row.get(0))
-            .unwrap();
-        assert_eq!(version, SCHEMA_VERSION);
+        drop(Ledger::open(&db, HOUR).unwrap());
     }
 
     #[test]
     fn a_newer_schema_is_refused() {
-        let dir = TempDir::new("newer");
-        drop(Ledger::open(&dir.db(), HOUR).unwrap());
-        Connection::open(dir.db())
+        let (_dir, db) = scratch();
+        drop(Ledger::open(&db, HOUR).unwrap());
+        Connection::open(&db)
             .unwrap()
             .pragma_update(None, "user_version", SCHEMA_VERSION + 1)
             .unwrap();
@@ -1195,8 +949,8 @@ mod tests {
             ),
             other => panic!("{other:?}"),
         };
-        refused(Ledger::open(&dir.db(), HOUR).map(drop));
-        refused(usage(&dir.db(), None).map(drop));
+        refused(Ledger::open(&db, HOUR).map(drop));
+        refused(usage(&db, None).map(drop));
     }
 
     #[test]
@@ -1210,38 +964,11 @@ mod tests {
     }
 
     #[test]
-    fn counts_are_kept_per_endpoint_and_summed_per_day() {
-        let dir = TempDir::new("endpoints");
-        let ledger = Ledger::open(&dir.db(), HOUR).unwrap();
-        ledger.record_on("alice", "2026-01-01", Endpoint::Comments, 2);
-        ledger.record_on("alice", "2026-01-01", Endpoint::Comments, 2);
-        ledger.record_on("alice", "2026-01-01", Endpoint::Profile, 1);
-        ledger.flush().unwrap();
-        ledger.record_on("alice", "2026-01-01", Endpoint::Profile, 1);
-        ledger.flush().unwrap();
-        assert_eq!(
-            usage(&dir.db(), None).unwrap(),
-            [row("alice", "2026-01-01", 4, 6)]
-        );
-        let by = |endpoint: &str, requests, credits| EndpointUsageRow {
-            key: "alice".into(),
-            day: "2026-01-01".into(),
-            endpoint: Some(endpoint.into()),
-            requests,
-            credits,
-        };
-        assert_eq!(
-            usage_by_endpoint(&dir.db(), None).unwrap(),
-            [by("comments", 2, 4), by("profile", 2, 2)]
-        );
-    }
-
-    #[test]
     fn a_version_1_file_is_migrated_in_place_keeping_its_counts() {
-        let dir = TempDir::new("migrate");
-        std::fs::create_dir_all(dir.db().parent().unwrap()).unwrap();
+        let (_dir, db) = scratch();
+        std::fs::create_dir_all(db.parent().unwrap()).unwrap();
         {
-            let old = Connection::open(dir.db()).unwrap();
+            let old = Connection::open(&db).unwrap();
             old.execute_batch(
                 "PRAGMA journal_mode = WAL;
                  CREATE TABLE usage (key TEXT NOT NULL, day TEXT NOT NULL,
@@ -1253,7 +980,7 @@ mod tests {
             .unwrap();
         }
         // Read before any migration: the old file as it is.
-        let before = usage(&dir.db(), None).unwrap();
+        let before = usage(&db, None).unwrap();
         assert_eq!(
             before,
             [
@@ -1261,77 +988,43 @@ mod tests {
                 row("bob", "2026-01-02", 1, 1)
             ]
         );
-        assert_eq!(
-            usage_by_endpoint(&dir.db(), None).unwrap()[0].endpoint,
-            None
-        );
-        assert_eq!(book(&dir.db(), "alice").unwrap().spent, 3);
+        assert_eq!(usage_by_endpoint(&db, None).unwrap()[0].endpoint, None);
+        assert_eq!(book(&db, "alice").unwrap().spent, 3);
 
-        let ledger = Ledger::open(&dir.db(), HOUR).unwrap();
+        let ledger = Ledger::open(&db, HOUR).unwrap();
         assert_eq!(ledger.lifetime_credits().unwrap()["alice"], 3);
         ledger.record_on("alice", "2026-01-01", Endpoint::Post, 2);
         ledger.flush().unwrap();
         assert_eq!(
-            usage(&dir.db(), None).unwrap(),
+            usage(&db, None).unwrap(),
             [
                 row("alice", "2026-01-01", 4, 5),
                 row("bob", "2026-01-02", 1, 1)
             ],
             "old counts and new ones add up per day"
         );
-        let alice: Vec<_> = usage_by_endpoint(&dir.db(), None)
+        let alice: Vec<_> = usage_by_endpoint(&db, None)
             .unwrap()
             .into_iter()
             .filter(|r| r.key == "alice")
             .map(|r| (r.endpoint, r.credits))
             .collect();
         assert_eq!(alice, [(None, 3), (Some("post".to_owned()), 2)]);
-        let version: i64 = Connection::open(dir.db())
+        let version: i64 = Connection::open(&db)
             .unwrap()
             .pragma_query_value(None, "user_version", |row| row.get(0))
             .unwrap();
         assert_eq!(version, SCHEMA_VERSION);
         drop(ledger);
         // Opening again migrates nothing twice.
-        let ledger = Ledger::open(&dir.db(), HOUR).unwrap();
+        let ledger = Ledger::open(&db, HOUR).unwrap();
         assert_eq!(ledger.lifetime_credits().unwrap()["alice"], 5);
     }
 
     #[test]
-    fn grants_reach_the_watcher_once_each_old_ones_at_once() {
-        let dir = TempDir::new("grants");
-        let ledger = Ledger::open(&dir.db(), Duration::from_millis(10)).unwrap();
-        let first = grant(&dir.db(), "alice", 10, Some("pack A")).unwrap();
-        assert_eq!(first.amount, 10);
-        assert!(Timestamp::parse(&first.at).is_some(), "{}", first.at);
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let sink = seen.clone();
-        ledger
-            .watch_grants(move |grants| lock(&sink).extend_from_slice(grants))
-            .unwrap();
-        let alice = |amount| NewGrant {
-            key: "alice".into(),
-            amount,
-        };
-        assert_eq!(*lock(&seen), [alice(10)], "existing grants before serving");
-        grant(&dir.db(), "alice", 5, None).unwrap();
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while lock(&seen).len() < 2 {
-            assert!(std::time::Instant::now() < deadline, "never seen");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-        assert_eq!(*lock(&seen), [alice(10), alice(5)], "each exactly once");
-        let book = book(&dir.db(), "alice").unwrap();
-        assert_eq!(book.grants.len(), 2);
-        assert_eq!(book.grants[0].note.as_deref(), Some("pack A"));
-        assert_eq!(book.grants[1].note, None);
-    }
-
-    #[test]
     fn spent_today_counts_only_that_day() {
-        let dir = TempDir::new("today");
-        let ledger = Ledger::open(&dir.db(), HOUR).unwrap();
+        let (_dir, db) = scratch();
+        let ledger = Ledger::open(&db, HOUR).unwrap();
         ledger.record_on("alice", "2026-01-01", Endpoint::Post, 4);
         ledger.flush().unwrap();
         ledger.record_on("alice", "2026-01-02", Endpoint::Post, 2);

@@ -75,7 +75,6 @@ pub(crate) mod cursor;
 pub(crate) mod demo;
 pub(crate) mod error;
 pub(crate) mod files;
-mod hex;
 pub(crate) mod http;
 pub(crate) mod ledger;
 pub(crate) mod lifecycle;

@@ -39,8 +39,10 @@
 use std::future::Future;
 use std::io::Write;
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -56,12 +58,13 @@ use crate::ledger::{Ledger, LedgerError};
 use crate::metrics::MetricsError;
 use crate::plugins::Loader;
 use crate::reload::{Reloader, Watch};
+use crate::resilience::concurrency::ConcurrencyLimit;
 use crate::server::tls::{Tls, TlsError};
 use crate::server::{self, Listening};
 use crate::settings::ConfigError;
 use crate::shared::credits::Credits;
 use crate::shared::{Shared, StateConfig, StateError};
-use crate::state::{App, Parts, Snapshot, SnapshotError};
+use crate::state::{App, Snapshot, SnapshotError};
 use crate::upstream::{ClientError, UpstreamClient};
 
 /// How often counted credits are written to the ledger: a crash loses at
@@ -370,36 +373,28 @@ pub async fn serve(
 /// and says whether that leaves enough for `connections`: see
 /// [`OpenFiles::for_connections`].
 fn raise_open_file_limit(connections: usize) -> OpenFiles {
-    #[cfg(unix)]
-    {
-        let mut limit = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read or write the struct given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return OpenFiles::Enough;
+    }
+    if limit.rlim_cur < limit.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: limit.rlim_max,
+            rlim_max: limit.rlim_max,
         };
-        // SAFETY: getrlimit and setrlimit only read or write the struct given.
-        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
-            return OpenFiles::Enough;
+        // SAFETY: as above.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            limit = raised;
         }
-        if limit.rlim_cur < limit.rlim_max {
-            let raised = libc::rlimit {
-                rlim_cur: limit.rlim_max,
-                rlim_max: limit.rlim_max,
-            };
-            // SAFETY: as above.
-            if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
-                limit = raised;
-            }
-        }
-        if limit.rlim_cur == libc::RLIM_INFINITY {
-            return OpenFiles::Enough;
-        }
-        OpenFiles::for_connections(limit.rlim_cur, connections)
     }
-    #[cfg(not(unix))]
-    {
-        let _ = connections;
-        OpenFiles::Enough
+    if limit.rlim_cur == libc::RLIM_INFINITY {
+        return OpenFiles::Enough;
     }
+    OpenFiles::for_connections(limit.rlim_cur, connections)
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -451,18 +446,21 @@ fn build_app(
         .as_ref()
         .map(|shared| Arc::new(SharedCache::new(shared.clone())));
     let cache = crate::cache::Cache::with_shared(process.cache_max_bytes, shared_cache);
-    Ok(App::new(Parts {
+    Ok(App {
+        in_flight: ConcurrencyLimit::new(process.max_concurrent_requests),
+        in_flight_by_key: Arc::default(),
         cache,
         config_path: config.path,
         process,
-        snapshot,
+        snapshot: ArcSwap::from_pointee(snapshot),
         cursors,
         upstream,
         loader,
         billing,
         shared,
         new_ledger,
-    }))
+        draining: AtomicBool::default(),
+    })
 }
 
 /// A listener on `addr`; `what` says which, for the error.
@@ -534,7 +532,6 @@ fn announce(
 /// reloads it.
 struct Signals {
     terminate: std::pin::Pin<Box<dyn Future<Output = ()> + Send>>,
-    #[cfg(unix)]
     hangup: Option<tokio::signal::unix::Signal>,
 }
 
@@ -542,35 +539,23 @@ impl Signals {
     /// Registers the handlers now; see the module doc for why before the
     /// server announces itself.
     fn register() -> std::io::Result<Signals> {
-        #[cfg(unix)]
-        {
-            use tokio::signal::unix::{signal, SignalKind};
-            let mut terminate = signal(SignalKind::terminate())?;
-            let mut interrupt = signal(SignalKind::interrupt())?;
-            Ok(Signals {
-                terminate: Box::pin(async move {
-                    tokio::select! {
-                        _ = terminate.recv() => {},
-                        _ = interrupt.recv() => {},
-                    }
-                }),
-                hangup: signal(SignalKind::hangup()).ok(),
-            })
-        }
-        #[cfg(not(unix))]
-        {
-            Ok(Signals {
-                terminate: Box::pin(async {
-                    let _ = tokio::signal::ctrl_c().await;
-                }),
-            })
-        }
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut terminate = signal(SignalKind::terminate())?;
+        let mut interrupt = signal(SignalKind::interrupt())?;
+        Ok(Signals {
+            terminate: Box::pin(async move {
+                tokio::select! {
+                    _ = terminate.recv() => {},
+                    _ = interrupt.recv() => {},
+                }
+            }),
+            hangup: signal(SignalKind::hangup()).ok(),
+        })
     }
 
     /// Each SIGHUP as a reload request, until `shutdown` fires.
     fn forward_hangups(&mut self, shutdown: CancellationToken) -> mpsc::UnboundedReceiver<()> {
         let (requests, received) = mpsc::unbounded_channel();
-        #[cfg(unix)]
         if let Some(mut hangup) = self.hangup.take() {
             tokio::spawn(async move {
                 loop {
@@ -585,8 +570,6 @@ impl Signals {
                 }
             });
         }
-        #[cfg(not(unix))]
-        let _ = (requests, shutdown);
         received
     }
 }

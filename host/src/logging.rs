@@ -14,12 +14,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::settings::LogFormat;
-use tracing::Subscriber;
 use tracing_appender::non_blocking::{ErrorCounter, NonBlocking, NonBlockingBuilder, WorkerGuard};
 use tracing_subscriber::filter::Targets;
-use tracing_subscriber::layer::SubscriberExt;
-use tracing_subscriber::registry::LookupSpan;
-use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::EnvFilter;
 
 /// Bytes of lines the writer thread gathers before a write.
@@ -55,25 +51,15 @@ pub fn init(format: LogFormat) -> Logging {
     let (writer, guard) = non_blocking(stderr, BUFFERED_LINES);
     let _ = DROPPED.set(writer.error_counter());
     let spec = std::env::var("SOCIALGATE_LOG").unwrap_or_default();
-    let Filter {
-        targets,
-        span_filter,
-        fault,
-    } = filter_from(&spec);
-    // The builder's own level cap is INFO: lifted, so `SOCIALGATE_LOG`'s
-    // filter alone decides (its default is INFO too). Colours for a
-    // terminal only.
+    let (filter, fault) = filter_from(&spec);
+    // Colours for a terminal only.
     let builder = tracing_subscriber::fmt()
-        .with_max_level(tracing_subscriber::filter::LevelFilter::TRACE)
+        .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(writer);
     match format {
-        LogFormat::Human => install_filtered(builder.finish(), targets, span_filter),
-        LogFormat::Json => install_filtered(
-            builder.json().with_current_span(true).finish(),
-            targets,
-            span_filter,
-        ),
+        LogFormat::Human => builder.init(),
+        LogFormat::Json => builder.json().with_current_span(true).init(),
     }
     // A typo must not silence the server: say so, at a level still on.
     match fault {
@@ -101,15 +87,6 @@ fn non_blocking(
         .lossy(true)
         .thread_name("log-writer")
         .finish(out)
-}
-
-/// Installs `subscriber` as the process's, behind the filter
-/// `SOCIALGATE_LOG` sets (one of the two).
-fn install_filtered<S>(subscriber: S, targets: Option<Targets>, span_filter: Option<EnvFilter>)
-where
-    S: Subscriber + for<'a> LookupSpan<'a> + Send + Sync + 'static,
-{
-    subscriber.with(targets).with(span_filter).init();
 }
 
 /// The target of every request's line: `http::api`'s, where the request
@@ -158,57 +135,33 @@ impl RequestLine<'_> {
     }
 }
 
-/// The filter `SOCIALGATE_LOG` sets (`info` when unset or unreadable): one
-/// of the two. Levels by target (`info`, `socialgate=debug,hyper=warn`) are
-/// a [`Targets`], which costs nothing as a request's span is entered and
-/// left; only a filter that needs span context (`[request{id=...}]=debug`)
-/// takes an [`EnvFilter`], which tracks every span behind a shared lock.
-fn filter_from(spec: &str) -> Filter {
-    let by_default = |unreadable: bool| Filter {
-        targets: Some(Targets::new().with_default(tracing::Level::INFO)),
-        span_filter: None,
-        fault: unreadable.then_some(FilterFault::Unreadable),
-    };
+/// The filter `SOCIALGATE_LOG` sets (`info` when unset or unreadable),
+/// and what was wrong with the variable, if anything.
+fn filter_from(spec: &str) -> (EnvFilter, Option<FilterFault>) {
+    let info = || EnvFilter::new("info");
     if spec.trim().is_empty() {
-        return by_default(false);
+        return (info(), None);
     }
-    if let Ok(targets) = spec.parse::<Targets>() {
-        // A bare word is a level or a target: as a target (`verbose`, a
-        // level misspelt) it turns every other line off, errors included.
-        // Unless the filter says `off`, socialgate's errors stay on.
-        // (A filter naming socialgate's own targets, or saying `off`, means
-        // what it says.)
-        let spec_lower = spec.to_ascii_lowercase();
-        let deliberate = spec_lower.contains("off") || spec_lower.contains("socialgate");
-        if !targets.would_enable("socialgate", &tracing::Level::ERROR) && !deliberate {
-            return Filter {
-                targets: Some(targets.with_target("socialgate", tracing::Level::ERROR)),
-                span_filter: None,
-                fault: Some(FilterFault::SilencesErrors),
-            };
-        }
-        return Filter {
-            targets: Some(targets),
-            span_filter: None,
-            fault: None,
-        };
+    let Ok(filter) = EnvFilter::try_new(spec) else {
+        return (info(), Some(FilterFault::Unreadable));
+    };
+    // A bare word is a level or a target: as a target (`verbose`, a level
+    // misspelt) it turns every other line off, errors included. Unless the
+    // filter says `off`, socialgate's errors stay on. (A filter naming
+    // socialgate's own targets, or saying `off`, means what it says.)
+    let spec_lower = spec.to_ascii_lowercase();
+    let deliberate = spec_lower.contains("off") || spec_lower.contains("socialgate");
+    let silences = spec
+        .parse::<Targets>()
+        .is_ok_and(|targets| !targets.would_enable("socialgate", &tracing::Level::ERROR));
+    if silences && !deliberate {
+        let errors = "socialgate=error".parse().expect("a valid directive");
+        return (
+            filter.add_directive(errors),
+            Some(FilterFault::SilencesErrors),
+        );
     }
-    match EnvFilter::try_new(spec) {
-        Ok(filter) => Filter {
-            targets: None,
-            span_filter: Some(filter),
-            fault: None,
-        },
-        Err(_) => by_default(true),
-    }
-}
-
-/// The filter `SOCIALGATE_LOG` sets: one of the two, and what was wrong
-/// with the variable, if anything.
-struct Filter {
-    targets: Option<Targets>,
-    span_filter: Option<EnvFilter>,
-    fault: Option<FilterFault>,
+    (filter, None)
 }
 
 /// What an operator is told of a `SOCIALGATE_LOG` that cannot mean what
@@ -228,33 +181,35 @@ mod tests {
     use std::sync::mpsc;
     use tracing::Level;
 
+    /// Whether `filter` lets an event of `target` at `level` through.
+    macro_rules! lets_through {
+        ($filter:expr, $target:literal, $level:expr) => {{
+            use tracing_subscriber::layer::SubscriberExt;
+            let subscriber = tracing_subscriber::registry().with($filter);
+            tracing::subscriber::with_default(subscriber, || {
+                tracing::enabled!(target: $target, $level)
+            })
+        }};
+    }
+
     #[test]
-    fn levels_by_target_filter_without_span_context_and_the_rest_with_it() {
-        let Filter {
-            targets,
-            span_filter,
-            fault,
-        } = filter_from("socialgate=debug,hyper=warn");
-        assert_eq!(fault, None);
-        let targets = targets.expect("levels by target");
-        assert!(span_filter.is_none());
-        assert!(targets.would_enable("socialgate::http::api", &Level::DEBUG));
-        assert!(!targets.would_enable("hyper::proto", &Level::INFO));
-        let filter = filter_from("info,[request{id=7}]=debug");
-        assert!(
-            filter.targets.is_none() && filter.span_filter.is_some(),
-            "span context"
-        );
-        assert_eq!(filter.fault, None);
+    fn levels_by_target_or_span_and_what_is_wrong_with_a_filter() {
+        let by_target = || filter_from("socialgate=debug,hyper=warn");
+        assert_eq!(by_target().1, None);
+        assert!(lets_through!(
+            by_target().0,
+            "socialgate::http::api",
+            Level::DEBUG
+        ));
+        assert!(!lets_through!(by_target().0, "hyper::proto", Level::INFO));
+        assert_eq!(filter_from("info,[request{id=7}]=debug").1, None);
         for unset_or_unreadable in ["", "  ", "socialgate=loud["] {
-            let filter = filter_from(unset_or_unreadable);
-            let targets = filter.targets.expect("the default");
-            assert!(filter.span_filter.is_none());
-            assert!(targets.would_enable("socialgate", &Level::INFO));
-            assert!(!targets.would_enable("socialgate", &Level::DEBUG));
+            let filter = || filter_from(unset_or_unreadable).0;
+            assert!(lets_through!(filter(), "socialgate", Level::INFO));
+            assert!(!lets_through!(filter(), "socialgate", Level::DEBUG));
         }
         assert_eq!(
-            filter_from("socialgate=loud[").fault,
+            filter_from("socialgate=loud[").1,
             Some(FilterFault::Unreadable)
         );
         // A bare target is a filter (`socialgate`), and so is `off`.
@@ -265,20 +220,15 @@ mod tests {
             "off",
             "socialgate=off",
         ] {
-            assert_eq!(filter_from(kept).fault, None, "{kept}");
+            assert_eq!(filter_from(kept).1, None, "{kept}");
         }
         // Operator sweep: `verbose` (read as a target) silenced every line,
         // errors included; they stay on, and the operator is told.
         for silencing in ["verbose", "hyper=debug"] {
-            let filter = filter_from(silencing);
-            assert_eq!(
-                filter.fault,
-                Some(FilterFault::SilencesErrors),
-                "{silencing}"
-            );
-            let targets = filter.targets.expect("levels by target");
-            assert!(targets.would_enable("socialgate::chain", &Level::ERROR));
-            assert!(!targets.would_enable("socialgate::chain", &Level::WARN));
+            let filter = || filter_from(silencing);
+            assert_eq!(filter().1, Some(FilterFault::SilencesErrors), "{silencing}");
+            assert!(lets_through!(filter().0, "socialgate::chain", Level::ERROR));
+            assert!(!lets_through!(filter().0, "socialgate::chain", Level::WARN));
         }
     }
 

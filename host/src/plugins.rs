@@ -136,7 +136,6 @@ pub type ContentHash = [u8; 32];
 struct Fingerprint {
     len: u64,
     modified: Option<SystemTime>,
-    #[cfg(unix)]
     inode: (u64, u64),
 }
 
@@ -145,7 +144,6 @@ impl Fingerprint {
         Fingerprint {
             len: meta.len(),
             modified: meta.modified().ok(),
-            #[cfg(unix)]
             inode: {
                 use std::os::unix::fs::MetadataExt;
                 (meta.dev(), meta.ino())
@@ -287,8 +285,7 @@ impl Loader {
             .file_stem()
             .and_then(|s| s.to_str())
             .unwrap_or("plugin");
-        let mut short = String::new();
-        crate::hex::push_hex(&mut short, &hash[..8]);
+        let short: String = hash[..8].iter().map(|b| format!("{b:02x}")).collect();
         let extension = path
             .extension()
             .and_then(|e| e.to_str())

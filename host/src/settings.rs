@@ -118,16 +118,6 @@ impl<'a> Context<'a> {
         }
     }
 
-    /// A context for a section's own tests: `path`'s folder, `env`.
-    #[cfg(test)]
-    pub fn for_tests(path: &'a Path, env: &'a dyn Fn(&str) -> Option<String>) -> Context<'a> {
-        Context {
-            path,
-            base: folder_of(path),
-            env,
-        }
-    }
-
     /// `path` relative to the config file's folder.
     pub fn resolve(&self, path: &Path) -> PathBuf {
         // Absolute (against the working folder, lexically): a path written

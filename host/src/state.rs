@@ -32,6 +32,7 @@ pub enum SnapshotError {
 }
 
 /// What one request is served from.
+#[derive(Clone)]
 pub struct Snapshot {
     pub serving: Arc<ServingConfig>,
     pub routes: Arc<Routes>,
@@ -93,22 +94,18 @@ impl Snapshot {
             Err(e) => (self.keys.clone(), Some(Arc::new(e))),
         };
         Snapshot {
-            serving: self.serving.clone(),
-            routes: self.routes.clone(),
             keys,
             keys_fault,
-            rate_limiter: self.rate_limiter.clone(),
+            ..self.clone()
         }
     }
 
     /// This snapshot with `keys` (from the shared store) answering.
     pub fn with_keys(&self, keys: Arc<KeyStore>) -> Snapshot {
         Snapshot {
-            serving: self.serving.clone(),
-            routes: self.routes.clone(),
             keys,
             keys_fault: None,
-            rate_limiter: self.rate_limiter.clone(),
+            ..self.clone()
         }
     }
 
@@ -144,7 +141,8 @@ pub struct App {
     pub config_path: PathBuf,
     /// The settings the process started with; a reload cannot change them.
     pub process: ProcessConfig,
-    snapshot: ArcSwap<Snapshot>,
+    /// The snapshot new requests see ([`App::snapshot`], [`App::replace`]).
+    pub snapshot: ArcSwap<Snapshot>,
     pub cursors: CursorSealer,
     pub upstream: UpstreamClient,
     pub loader: Loader,
@@ -161,42 +159,11 @@ pub struct App {
     /// This process created the local ledger: none was at `[ledger] path`
     /// (said at start: a typo there starts every key's spending at 0).
     pub new_ledger: bool,
-    draining: AtomicBool,
-}
-
-/// The parts of an [`App`], each built (fallibly) by the lifecycle.
-pub struct Parts {
-    pub config_path: PathBuf,
-    pub process: ProcessConfig,
-    pub snapshot: Snapshot,
-    pub cursors: CursorSealer,
-    pub upstream: UpstreamClient,
-    pub loader: Loader,
-    pub billing: Arc<Billing>,
-    pub cache: Arc<Cache>,
-    pub shared: Option<Arc<Shared>>,
-    pub new_ledger: bool,
+    /// Set at shutdown ([`App::begin_draining`]).
+    pub draining: AtomicBool,
 }
 
 impl App {
-    pub fn new(parts: Parts) -> App {
-        App {
-            in_flight: ConcurrencyLimit::new(parts.process.max_concurrent_requests),
-            in_flight_by_key: Arc::default(),
-            config_path: parts.config_path,
-            process: parts.process,
-            snapshot: ArcSwap::from_pointee(parts.snapshot),
-            cursors: parts.cursors,
-            upstream: parts.upstream,
-            loader: parts.loader,
-            billing: parts.billing,
-            cache: parts.cache,
-            shared: parts.shared,
-            new_ledger: parts.new_ledger,
-            draining: AtomicBool::new(false),
-        }
-    }
-
     /// The current snapshot; hold it for the whole request.
     pub fn snapshot(&self) -> Arc<Snapshot> {
         self.snapshot.load_full()

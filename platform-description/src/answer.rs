@@ -45,6 +45,9 @@ pub enum AnswerError {
         path: DataPath,
         problem: &'static str,
     },
+    /// A value the description refuses in words of its own.
+    #[error("{path}: {reason}")]
+    Refused { path: DataPath, reason: String },
 }
 
 impl AnswerError {
@@ -58,7 +61,8 @@ impl AnswerError {
             | AnswerError::Null { path }
             | AnswerError::WrongType { path, .. }
             | AnswerError::Empty { path }
-            | AnswerError::Invalid { path, .. } => path,
+            | AnswerError::Invalid { path, .. }
+            | AnswerError::Refused { path, .. } => path,
         }
     }
 }
@@ -165,6 +169,7 @@ enum Defect {
     WrongType(&'static str),
     Empty,
     Invalid(&'static str),
+    Refused(String),
 }
 
 impl Defect {
@@ -173,6 +178,7 @@ impl Defect {
             Defect::WrongType(expected) => AnswerError::WrongType { path, expected },
             Defect::Empty => AnswerError::Empty { path },
             Defect::Invalid(problem) => AnswerError::Invalid { path, problem },
+            Defect::Refused(reason) => AnswerError::Refused { path, reason },
         }
     }
 }
@@ -211,6 +217,9 @@ fn check_field(field: &Field, value: &Value) -> Result<(), Defect> {
 fn check_string(rule: &StringField, text: &str) -> Result<(), Defect> {
     if rule.never_empty && text.is_empty() {
         return Err(Defect::Empty);
+    }
+    if let Some((_, reason)) = rule.refusals.iter().find(|(p, _)| p.matches(text)) {
+        return Err(Defect::Refused(reason.clone()));
     }
     if let Some((least, most)) = rule.length {
         if !(least..=most).contains(&text.chars().count()) {

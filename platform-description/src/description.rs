@@ -14,6 +14,7 @@ pub struct Description {
     pub(crate) name: String,
     pub(crate) title: String,
     pub(crate) summary: String,
+    pub(crate) openapi_prefix: Option<String>,
     pub(crate) endpoints: Vec<Endpoint>,
     pub(crate) objects: Vec<Arc<ObjectType>>,
 }
@@ -35,6 +36,12 @@ impl Description {
 
     pub fn summary(&self) -> &str {
         &self.summary
+    }
+
+    /// What the API document's component names and default
+    /// `operationId`s start with, when the file gives it (`""` included).
+    pub fn openapi_prefix(&self) -> Option<&str> {
+        self.openapi_prefix.as_deref()
     }
 
     /// Every endpoint, in the file's order.
@@ -71,6 +78,8 @@ pub struct Endpoint {
     pub(crate) cache_ttl_s: u64,
     pub(crate) cost: u32,
     pub(crate) example: Box<RawValue>,
+    pub(crate) not_found: bool,
+    pub(crate) links: Vec<Link>,
 }
 
 impl Endpoint {
@@ -156,6 +165,45 @@ impl Endpoint {
     pub fn example(&self) -> &RawValue {
         &self.example
     }
+
+    /// Whether the subject names something that may not exist, so that a
+    /// provider's "not found" is the answer (`404 RESOURCE_NOT_FOUND`);
+    /// `false` for a search, which has nothing to be missing: no match is
+    /// an empty answer, and "not found" is a failed attempt.
+    pub fn not_found(&self) -> bool {
+        self.not_found
+    }
+
+    /// The endpoints an answer leads to, in the file's order.
+    pub fn links(&self) -> &[Link] {
+        &self.links
+    }
+}
+
+/// An answer leads to another endpoint of the platform: the value of
+/// `field` in the answer's object (a list's first item) is that endpoint's
+/// subject.
+#[derive(Debug, Clone)]
+pub struct Link {
+    pub(crate) endpoint: String,
+    pub(crate) summary: String,
+    pub(crate) field: String,
+}
+
+impl Link {
+    /// The endpoint it leads to, one of the platform's.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    pub fn summary(&self) -> &str {
+        &self.summary
+    }
+
+    /// A field of the answer's object.
+    pub fn field(&self) -> &str {
+        &self.field
+    }
 }
 
 /// A query parameter.
@@ -164,6 +212,10 @@ pub struct Parameter {
     pub(crate) name: String,
     pub(crate) summary: Option<String>,
     pub(crate) example: Option<String>,
+    pub(crate) openapi_name: Option<String>,
+    /// Declared under `[parameters]` and named by endpoints, rather than
+    /// in place.
+    pub(crate) shared: bool,
     pub(crate) kind: ParameterKind,
 }
 
@@ -183,6 +235,17 @@ impl Parameter {
 
     pub fn kind(&self) -> &ParameterKind {
         &self.kind
+    }
+
+    /// The API document's component name, when the file gives one.
+    pub fn openapi_name(&self) -> Option<&str> {
+        self.openapi_name.as_deref()
+    }
+
+    /// Whether it is declared once under `[parameters]` for any endpoint
+    /// to name, rather than in place in one endpoint.
+    pub fn shared(&self) -> bool {
+        self.shared
     }
 }
 
@@ -328,6 +391,7 @@ impl CountRule {
 pub struct ObjectType {
     pub(crate) name: String,
     pub(crate) summary: Option<String>,
+    pub(crate) plural: Option<String>,
     pub(crate) fields: Vec<Field>,
 }
 
@@ -338,6 +402,11 @@ impl ObjectType {
 
     pub fn summary(&self) -> Option<&str> {
         self.summary.as_deref()
+    }
+
+    /// The name in the plural, when the file gives it.
+    pub fn plural(&self) -> Option<&str> {
+        self.plural.as_deref()
     }
 
     /// Every field, in answer order; every one is always present.
@@ -401,6 +470,8 @@ pub struct StringField {
     /// The least and most characters.
     pub(crate) length: Option<(usize, usize)>,
     pub(crate) pattern: Option<Pattern>,
+    /// Values refused with a reason, checked before `length` and `pattern`.
+    pub(crate) refusals: Vec<(Pattern, String)>,
     /// An `http://` or `https://` URL a client may show or follow.
     pub(crate) url: bool,
 }
@@ -416,6 +487,11 @@ impl StringField {
 
     pub fn pattern(&self) -> Option<&Pattern> {
         self.pattern.as_ref()
+    }
+
+    /// Values refused with their own reason, before the other checks.
+    pub fn refusals(&self) -> &[(Pattern, String)] {
+        &self.refusals
     }
 
     /// Whether the value must be an `http(s)` URL.

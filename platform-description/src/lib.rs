@@ -19,6 +19,8 @@
 //!   ([`Endpoint::validate`], [`ParamError`]).
 //! - [`answer`]: an answer's `data` checked against an [`Endpoint`]
 //!   ([`Endpoint::check_answer`], [`AnswerError`]).
+//! - [`openapi`]: the API document of the live platforms, from a base
+//!   document and their descriptions ([`openapi::document`]).
 //!
 //! # Example
 //!
@@ -40,12 +42,13 @@ pub mod answer;
 pub mod description;
 pub mod load;
 pub mod model;
+pub mod openapi;
 pub mod params;
 
 pub use answer::{AnswerError, DataPath};
 pub use description::{
-    Answer, CountRule, Description, Endpoint, Field, FieldType, IntegerRule, ObjectType, Parameter,
-    ParameterKind, Pattern, Shape, StringField, StringRule,
+    Answer, CountRule, Description, Endpoint, Field, FieldType, IntegerRule, Link, ObjectType,
+    Parameter, ParameterKind, Pattern, Shape, StringField, StringRule,
 };
 pub use load::{LoadError, Refusal};
 pub use params::{ParamError, Validated, Value};

@@ -10,8 +10,8 @@
 //! refused for its version, not for a key this build does not know.
 
 use crate::description::{
-    Answer, CountRule, Description, Endpoint, Field, FieldType, IntegerRule, ObjectType, Parameter,
-    ParameterKind, Pattern, Shape, StringField, StringRule,
+    Answer, CountRule, Description, Endpoint, Field, FieldType, IntegerRule, Link, ObjectType,
+    Parameter, ParameterKind, Pattern, Shape, StringField, StringRule,
 };
 use crate::model;
 use regex::Regex;
@@ -208,6 +208,38 @@ fn not_empty(place: String, text: &str) -> Checked<()> {
     Ok(())
 }
 
+/// Whether `name` can start or be an API document component name or
+/// `operationId`: `A-Z a-z 0-9`, an upper-case letter first, at most 64.
+fn document_name(place: String, name: &str, may_be_empty: bool) -> Checked<()> {
+    let b = name.as_bytes();
+    let fits = (b.is_empty() && may_be_empty)
+        || (!b.is_empty()
+            && b.len() <= 64
+            && b[0].is_ascii_uppercase()
+            && b.iter().all(u8::is_ascii_alphanumeric));
+    if fits {
+        return Ok(());
+    }
+    Err(fault(
+        place,
+        format!("{name:?} is not a name for the API document: 1-64 of A-Z a-z 0-9, starting with an upper-case letter"),
+    ))
+}
+
+/// Refusals as written, `[{ pattern, reason }]`, checked.
+fn refusals(place: &str, raw: Vec<model::Refusal>) -> Checked<Vec<(Pattern, String)>> {
+    let mut out = Vec::with_capacity(raw.len());
+    for (i, refusal) in raw.into_iter().enumerate() {
+        let at = format!("{place}.refuse[{i}]");
+        not_empty(format!("{at}.reason"), &refusal.reason)?;
+        out.push((
+            pattern(format!("{at}.pattern"), &refusal.pattern)?,
+            refusal.reason,
+        ));
+    }
+    Ok(out)
+}
+
 fn pattern(place: String, source: &str) -> Checked<Pattern> {
     // Compiled alone first: a source with an unbalanced group could
     // otherwise change the anchored expression's meaning.
@@ -269,6 +301,9 @@ fn check(raw: model::File, version: String, platform: &str) -> Checked<Descripti
     }
     not_empty("title".into(), &raw.title)?;
     not_empty("summary".into(), &raw.summary)?;
+    if let Some(prefix) = &raw.openapi_prefix {
+        document_name("openapi_prefix".into(), prefix, true)?;
+    }
 
     let mut objects: Vec<Arc<ObjectType>> = Vec::with_capacity(raw.objects.len());
     for (i, object) in raw.objects.into_iter().enumerate() {
@@ -293,7 +328,7 @@ fn check(raw: model::File, version: String, platform: &str) -> Checked<Descripti
                 "a shared parameter is named by its key",
             ));
         }
-        let param = check_parameter(&place, name.clone(), param)?;
+        let param = check_parameter(&place, name.clone(), true, param)?;
         shared.insert(name, param);
     }
 
@@ -301,8 +336,11 @@ fn check(raw: model::File, version: String, platform: &str) -> Checked<Descripti
         return Err(fault("endpoints", "a platform has at least one endpoint"));
     }
     let mut endpoints: Vec<Endpoint> = Vec::with_capacity(raw.endpoints.len());
-    for (i, endpoint) in raw.endpoints.into_iter().enumerate() {
+    // Links may name endpoints later in the file: checked once all are.
+    let mut links = Vec::with_capacity(raw.endpoints.len());
+    for (i, mut endpoint) in raw.endpoints.into_iter().enumerate() {
         let place = format!("endpoints[{i}]");
+        links.push(std::mem::take(&mut endpoint.links));
         let endpoint = check_endpoint(&place, endpoint, &shared, &objects)?;
         if endpoints.iter().any(|e| e.name == endpoint.name) {
             return Err(fault(
@@ -320,15 +358,82 @@ fn check(raw: model::File, version: String, platform: &str) -> Checked<Descripti
         }
         endpoints.push(endpoint);
     }
+    for (i, links) in links.into_iter().enumerate() {
+        endpoints[i].links = check_links(&format!("endpoints[{i}]"), i, links, &endpoints)?;
+    }
 
     Ok(Description {
         version,
         name: raw.name,
         title: raw.title,
         summary: raw.summary,
+        openapi_prefix: raw.openapi_prefix,
         endpoints,
         objects,
     })
+}
+
+/// The links of `endpoints[from]`: each to an endpoint of the file, once,
+/// from a field of the answer's object that can be a subject (a string, an
+/// ID or an enum's value).
+fn check_links(
+    place: &str,
+    from: usize,
+    raw: Vec<model::Link>,
+    endpoints: &[Endpoint],
+) -> Checked<Vec<Link>> {
+    let object = endpoints[from].answer.object();
+    let mut links: Vec<Link> = Vec::with_capacity(raw.len());
+    for (i, link) in raw.into_iter().enumerate() {
+        let at = format!("{place}.links[{i}]");
+        not_empty(format!("{at}.summary"), &link.summary)?;
+        let target = endpoints
+            .iter()
+            .find(|e| e.name == link.endpoint)
+            .ok_or_else(|| {
+                fault(
+                    format!("{at}.endpoint"),
+                    format!("{:?} is not an endpoint of the platform", link.endpoint),
+                )
+            })?;
+        if links.iter().any(|l| l.endpoint == link.endpoint) {
+            return Err(fault(
+                format!("{at}.endpoint"),
+                format!("a second link to {:?}", link.endpoint),
+            ));
+        }
+        let (field_place, name) = match link.field {
+            Some(name) => (format!("{at}.field"), name),
+            None => (format!("{at}.endpoint"), target.subject().name.clone()),
+        };
+        match object.field(&name).map(Field::kind) {
+            Some(FieldType::String(_) | FieldType::Id | FieldType::Enum(_)) => {}
+            Some(_) => {
+                return Err(fault(
+                    field_place,
+                    format!(
+                        "{:?}'s field {name:?} is not a string, an ID or an enum: it cannot be a subject",
+                        object.name
+                    ),
+                ))
+            }
+            None => {
+                return Err(fault(
+                    field_place,
+                    format!(
+                        "{:?} has no field {name:?} to give {:?}'s subject",
+                        object.name, link.endpoint
+                    ),
+                ))
+            }
+        }
+        links.push(Link {
+            endpoint: link.endpoint,
+            summary: link.summary,
+            field: name,
+        });
+    }
+    Ok(links)
 }
 
 fn check_object(place: &str, raw: model::Object) -> Checked<ObjectType> {
@@ -351,9 +456,13 @@ fn check_object(place: &str, raw: model::Object) -> Checked<ObjectType> {
         }
         fields.push(field);
     }
+    if let Some(plural) = &raw.plural {
+        not_empty(format!("{place}.plural"), plural)?;
+    }
     Ok(ObjectType {
         name: raw.name,
         summary: raw.summary,
+        plural: raw.plural,
         fields,
     })
 }
@@ -365,6 +474,7 @@ fn check_field(place: &str, raw: model::Field) -> Checked<Field> {
         ("never_empty", raw.never_empty),
         ("length", raw.length.is_some()),
         ("pattern", raw.pattern.is_some()),
+        ("refuse", !raw.refuse.is_empty()),
         ("format", raw.format.is_some()),
     ];
     let values = ("values", raw.values.is_some());
@@ -393,6 +503,7 @@ fn check_field(place: &str, raw: model::Field) -> Checked<Field> {
                     .pattern
                     .map(|p| pattern(format!("{place}.pattern"), &p))
                     .transpose()?,
+                refusals: refusals(place, raw.refuse)?,
                 url: raw.format == Some(model::Format::Url),
             })
         }
@@ -429,8 +540,17 @@ fn check_field(place: &str, raw: model::Field) -> Checked<Field> {
     })
 }
 
-fn check_parameter(place: &str, name: String, raw: model::Parameter) -> Checked<Parameter> {
+/// A parameter's rule; `shared` when declared under `[parameters]`.
+fn check_parameter(
+    place: &str,
+    name: String,
+    shared: bool,
+    raw: model::Parameter,
+) -> Checked<Parameter> {
     use model::ParameterKind as K;
+    if let Some(component) = &raw.openapi_name {
+        document_name(format!("{place}.openapi_name"), component, false)?;
+    }
     let string_keys = [
         ("length", raw.length.is_some()),
         ("pattern", raw.pattern.is_some()),
@@ -465,20 +585,11 @@ fn check_parameter(place: &str, name: String, raw: model::Parameter) -> Checked<
             if let Some(prefix) = &raw.drop_prefix {
                 not_empty(format!("{place}.drop_prefix"), prefix)?;
             }
-            let mut refusals = Vec::with_capacity(raw.refuse.len());
-            for (i, refusal) in raw.refuse.into_iter().enumerate() {
-                let at = format!("{place}.refuse[{i}]");
-                not_empty(format!("{at}.reason"), &refusal.reason)?;
-                refusals.push((
-                    pattern(format!("{at}.pattern"), &refusal.pattern)?,
-                    refusal.reason,
-                ));
-            }
             ParameterKind::String(StringRule {
                 drop_prefix: raw.drop_prefix,
                 nfc: raw.normalize == Some(model::Normalize::Nfc),
                 lowercase: raw.case == Some(model::Case::Lower),
-                refusals,
+                refusals: refusals(place, raw.refuse)?,
                 length,
                 pattern: raw
                     .pattern
@@ -525,6 +636,8 @@ fn check_parameter(place: &str, name: String, raw: model::Parameter) -> Checked<
         name,
         summary: raw.summary,
         example: raw.example,
+        openapi_name: raw.openapi_name,
+        shared,
         kind,
     })
 }
@@ -574,7 +687,7 @@ fn check_endpoint(
                         ),
                     ));
                 }
-                check_parameter(&at, name, *param)?
+                check_parameter(&at, name, false, *param)?
             }
         };
         if parameters.iter().any(|p| p.name == param.name) {
@@ -741,6 +854,8 @@ fn check_endpoint(
         cache_ttl_s: raw.cache_ttl_s,
         cost: raw.cost,
         example,
+        not_found: raw.not_found.unwrap_or(true),
+        links: Vec::new(),
     })
 }
 

@@ -25,6 +25,9 @@ pub struct File {
     pub name: String,
     pub title: String,
     pub summary: String,
+    /// What the API document's component names and default `operationId`s
+    /// start with; the platform's name in UpperCamel case when absent.
+    pub openapi_prefix: Option<String>,
     /// Parameters several endpoints read, declared once by name.
     #[serde(default)]
     pub parameters: BTreeMap<String, Parameter>,
@@ -58,6 +61,24 @@ pub struct Endpoint {
     pub cost: u32,
     /// The `data` of an answer, as JSON text (TOML has no `null`).
     pub example: String,
+    /// Whether the subject can be missing (`404 RESOURCE_NOT_FOUND`); a
+    /// search has nothing to be missing. `true` when absent.
+    pub not_found: Option<bool>,
+    /// Other endpoints an answer leads to, for the API document.
+    #[serde(default)]
+    pub links: Vec<Link>,
+}
+
+/// An answer leads to another endpoint: its subject is a field of the
+/// answer's object (of a list's first item).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Link {
+    /// The endpoint it leads to.
+    pub endpoint: String,
+    pub summary: String,
+    /// The field that gives the subject; the subject's name when absent.
+    pub field: Option<String>,
 }
 
 /// A parameter of an endpoint: the name of a shared one, or one declared
@@ -102,6 +123,8 @@ pub struct Parameter {
     pub summary: Option<String>,
     /// An example value for the API document.
     pub example: Option<String>,
+    /// The API document's component name for it, instead of the default.
+    pub openapi_name: Option<String>,
     // `string`:
     /// Characters, after the steps below.
     pub length: Option<[u64; 2]>,
@@ -178,6 +201,9 @@ pub enum CountRule {
 pub struct Object {
     pub name: String,
     pub summary: Option<String>,
+    /// The name in the plural, for the API document; English rules when
+    /// absent.
+    pub plural: Option<String>,
     /// In answer order.
     pub fields: Vec<Field>,
 }
@@ -198,6 +224,9 @@ pub struct Field {
     // `string`:
     pub length: Option<[u64; 2]>,
     pub pattern: Option<String>,
+    /// Values refused, checked before `length` and `pattern`.
+    #[serde(default)]
+    pub refuse: Vec<Refusal>,
     pub format: Option<Format>,
     pub summary: Option<String>,
 }

@@ -262,6 +262,11 @@ fn each_rule_refuses_its_defect_with_the_path() {
         ),
         (
             "ring",
+            json!("EU-0000"),
+            "data[1].ring: must not be a blank ring",
+        ),
+        (
+            "ring",
             json!(null),
             "data[1].ring: null, and the field is not nullable",
         ),

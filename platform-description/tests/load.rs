@@ -295,3 +295,55 @@ fn the_documented_example_loads() {
         "parameter `count` must be an integer from 1 to 20"
     );
 }
+
+#[test]
+fn names_and_links_for_the_api_document_are_read() {
+    let d = shortvideo();
+    assert_eq!(d.openapi_prefix(), Some(""));
+    let posts = d.endpoint("posts").unwrap();
+    let username = posts.parameter("username").unwrap();
+    assert!(username.shared() && username.openapi_name().is_none());
+    let count = posts.parameter("count").unwrap();
+    assert!(!count.shared() && count.openapi_name().is_none());
+    let id = d.endpoint("post").unwrap().parameter("id").unwrap();
+    assert_eq!((id.shared(), id.openapi_name()), (true, Some("PostId")));
+    let links: Vec<_> = d
+        .endpoints()
+        .iter()
+        .flat_map(|e| {
+            e.links()
+                .iter()
+                .map(move |l| (e.name(), l.endpoint(), l.field()))
+        })
+        .collect();
+    let searches: Vec<_> = d
+        .endpoints()
+        .iter()
+        .filter(|e| !e.not_found())
+        .map(|e| e.name())
+        .collect();
+    assert_eq!(searches, ["search"]);
+    assert_eq!(
+        links,
+        [
+            ("profile", "posts", "username"),
+            ("posts", "post", "id"),
+            ("post", "comments", "id"),
+            ("search", "profile", "username"),
+        ]
+    );
+
+    // A link to an endpoint later in the file takes its subject's name as
+    // the field; a field can be named instead.
+    let birdwatch = Description::load(&fixture("birdwatch.toml"), "birdwatch").unwrap();
+    assert_eq!(birdwatch.openapi_prefix(), None);
+    let sightings = birdwatch.endpoint("sightings").unwrap();
+    assert_eq!(
+        (
+            sightings.links()[0].endpoint(),
+            sightings.links()[0].field()
+        ),
+        ("bird", "ring")
+    );
+    assert_eq!(birdwatch.object("bird").unwrap().plural(), None);
+}

@@ -17,6 +17,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use serde_json::{json, Value};
+use socialgate_tests::api::with_cursor;
 use socialgate_tests::config::{
     standard_env, toml_str, ConfigBuilder, FALLBACK_KEY, PRIMARY, PRIMARY_KEY, PRIMARY_KEY_ENV,
 };
@@ -59,6 +61,10 @@ async fn keys_are_issued_listed_and_revoked() {
     let alice = issue_key(&config, "alice");
     let bob = issue_key(&config, "bob");
     assert_ne!(alice, bob);
+    assert!(
+        alice.starts_with("sg_") && alice.len() == 46,
+        "`sg_` and 256 random bits: {alice}"
+    );
 
     let stored = std::fs::read_to_string(config.keys_file()).expect("keys_file was written");
     assert!(
@@ -1336,4 +1342,90 @@ async fn a_demo_removes_its_folder_at_exit_and_a_crashed_runs_at_the_next_start(
         assert!(status.success(), "SIGTERM ends the demo cleanly: {status}");
     }
     assert!(!next_dir.exists() && !live_dir.exists());
+}
+
+/// Every item of a listing a demo answers, page after page (each page
+/// checked), in order.
+async fn every_page(api: &Api, listing: &str) -> Vec<Value> {
+    let mut items = Vec::new();
+    let mut path = listing.to_owned();
+    loop {
+        let a = api.get(&path).await;
+        a.assert_success(true);
+        items.extend(a.data().as_array().expect("a list").iter().cloned());
+        match a.next_cursor() {
+            Some(token) => path = with_cursor(listing, &token),
+            None => return items,
+        }
+    }
+}
+
+/// The demo's sandbox upstreams imitate both providers' contracts, traps
+/// included (the fallback's opaque media key beside the post ID, a batch
+/// of five whatever `count` asks, rounded counters, an escaped quote in a
+/// comment): the real plugins read the same users, posts and comments
+/// from either, page after page, and what does not exist is 404 from both.
+#[tokio::test]
+async fn a_demo_answers_alike_from_either_provider() {
+    let _one_at_a_time = DEMOS.lock().await;
+    let (primary, fallback) = (Demo::spawn(&[]), Demo::spawn(&["--fail-primary"]));
+    let demos = [Demo::ready(primary), Demo::ready(fallback)];
+    let mut seen = Vec::new();
+    for demo in &demos {
+        let api = demo.api(&demo.key);
+        let mut answers = Vec::new();
+        for user in ["lunabakes", "trailrunner.mo", "lunabakes.fan"] {
+            let a = api
+                .get(&format!("/v1/shortvideo/profile?username={user}"))
+                .await;
+            a.assert_success(false);
+            let shared = ["username", "display_name", "bio", "following", "videos"];
+            answers.push(json!(shared.map(|field| a.data()[field].clone())));
+            assert_eq!(a.data()["verified"], user == "lunabakes", "{a:?}");
+        }
+        let posts = every_page(&api, "/v1/shortvideo/posts?username=lunabakes&count=2").await;
+        let ids: Vec<&Value> = posts.iter().map(|post| &post["id"]).collect();
+        assert_eq!(ids.len(), 5, "{posts:?}");
+        answers.push(json!(ids));
+        let post = api.get("/v1/shortvideo/post?id=7312345678901234567").await;
+        post.assert_success(false);
+        let fields = ["id", "text", "comments", "author"];
+        answers.push(json!(fields.map(|field| post.data()[field].clone())));
+        let comments = every_page(
+            &api,
+            "/v1/shortvideo/comments?id=7312345678901234567&count=50",
+        )
+        .await;
+        let mut ids: Vec<&Value> = comments.iter().map(|c| &c["id"]).collect();
+        answers.push(json!(ids));
+        ids.sort_by_key(|id| id.to_string());
+        ids.dedup();
+        assert_eq!(ids.len(), 120, "every comment once");
+        assert_eq!(comments[0]["author"], "crumbqueen");
+        assert_eq!(comments[2]["text"], r#"the \"sound\" of that crust"#);
+        let found = every_page(&api, "/v1/shortvideo/search?query=LUNA").await;
+        let names: Vec<&Value> = found.iter().map(|user| &user["username"]).collect();
+        assert_eq!(names, ["lunabakes", "lunabakes.fan"], "{found:?}");
+        for missing in [
+            "/v1/shortvideo/profile?username=nosuchuser",
+            "/v1/shortvideo/posts?username=nosuchuser",
+            "/v1/shortvideo/post?id=7000000000000000000",
+            "/v1/shortvideo/comments?id=7000000000000000000",
+        ] {
+            api.get(missing)
+                .await
+                .assert_error(404, "RESOURCE_NOT_FOUND");
+        }
+        let luna = api.get("/v1/shortvideo/profile?username=lunabakes").await;
+        answers.push(luna.data()["followers"].clone());
+        seen.push(answers);
+    }
+    // The fallback rounds large counters: 5,479,588 followers say 5.5M.
+    let (via_primary, via_fallback) = (seen.remove(0), seen.remove(0));
+    let last = via_primary.len() - 1;
+    assert_eq!(via_primary[..last], via_fallback[..last]);
+    assert_eq!(
+        (&via_primary[last], &via_fallback[last]),
+        (&json!(5_479_588), &json!(5_500_000))
+    );
 }

@@ -102,9 +102,7 @@ pub struct Seen {
 fn new_stamp() -> Result<String, KeysError> {
     let mut bytes = [0u8; 8];
     getrandom::getrandom(&mut bytes).map_err(|e| KeysError::Random(e.to_string()))?;
-    let mut stamp = String::with_capacity(16);
-    crate::hex::push_hex(&mut stamp, &bytes);
-    Ok(stamp)
+    Ok(format!("{:016x}", u64::from_be_bytes(bytes)))
 }
 
 /// The shared keys.

@@ -54,8 +54,7 @@ impl SharedCache {
         // Redis keys short whatever the caller's input.
         let text = serde_json::to_vec(key).unwrap_or_default();
         let hash = Sha256::digest(&text);
-        let mut hex = String::new();
-        crate::hex::push_hex(&mut hex, &hash);
+        let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
         self.shared.named("cache:", &hex)
     }
 

@@ -223,28 +223,20 @@ fn path_exists(path: &Path) -> bool {
 /// answers yes: a leftover folder kept costs disk space, a running demo's
 /// folder removed breaks that demo.
 fn process_exists(pid: u32) -> bool {
-    #[cfg(unix)]
-    {
-        let Ok(pid) = libc::pid_t::try_from(pid) else {
-            return true;
-        };
-        if pid == 0 {
-            // To kill, 0 is this process's group, not one process.
-            return true;
-        }
-        // SAFETY: signal 0 is never delivered: kill only checks that the
-        // process exists and may be signalled.
-        if unsafe { libc::kill(pid, 0) } == 0 {
-            return true;
-        }
-        // EPERM: it exists, and belongs to someone else.
-        io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return true;
+    };
+    if pid == 0 {
+        // To kill, 0 is this process's group, not one process.
+        return true;
     }
-    #[cfg(not(unix))]
-    {
-        let _ = pid;
-        true
+    // SAFETY: signal 0 is never delivered: kill only checks that the
+    // process exists and may be signalled.
+    if unsafe { libc::kill(pid, 0) } == 0 {
+        return true;
     }
+    // EPERM: it exists, and belongs to someone else.
+    io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
 /// The demo's `platforms.toml`: the operator's own config, pointed at the
@@ -291,8 +283,7 @@ search = ["shortvideo-fallback"]
 }
 
 fn print_welcome(base: &str, key: &str, fail_primary: bool) {
-    let user = Sandbox::known_usernames()[0];
-    let post = Sandbox::known_post_ids()[0];
+    let (user, post) = Sandbox::example();
     let lines = [
         String::new(),
         format!("demo API key: {key}"),
@@ -351,22 +342,6 @@ mod tests {
             run_pid(&run_name(std::process::id())),
             Some(std::process::id())
         );
-    }
-
-    #[test]
-    fn this_process_exists() {
-        assert!(process_exists(std::process::id()));
-    }
-
-    #[cfg(unix)]
-    #[test]
-    fn a_reaped_child_no_longer_exists() {
-        let mut child = std::process::Command::new("true")
-            .spawn()
-            .expect("can run true");
-        let pid = child.id();
-        child.wait().expect("true ends");
-        assert!(!process_exists(pid));
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! Upstream doubles for `socialgate demo`: two in-process HTTP servers imitating the
 //! `shortvideo` primary and fallback providers as fixtures/upstreams/CONTRACT.md describes
 //! them (auth headers, routes, payload shapes, error bodies and their traps), so the real
-//! plugins can be pointed at them with no network and no real keys.
+//! plugins can be pointed at them with no network and no real keys. The primary's video
+//! search (P5) is left out: its plugin never asks for it. What the plugins read from both
+//! is checked through a running demo (`tests/tests/cli.rs`).
 //!
 //! Both doubles serve one small catalogue, built in code below, each in its own shape.
 //! Anything not in it is unknown: a user such as `nosuchuser`, a post such as
@@ -14,7 +16,6 @@ use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
 use std::net::Ipv4Addr;
-use std::sync::OnceLock;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
@@ -42,7 +43,7 @@ struct User {
 }
 
 struct Post {
-    /// 19 ASCII digits (a test checks), so the slices taken of it below are in bounds.
+    /// 19 ASCII digits, so the slices taken of it below are in bounds.
     id: &'static str,
     /// Unix seconds.
     time: u64,
@@ -377,17 +378,6 @@ fn primary_route(path: &str, q: &Query) -> Option<Value> {
             }
             None => contract_errors::PRIMARY_NO_VIDEO.clone(),
         },
-        "/v1/search/general" => {
-            let kw = q.get("keyword").to_lowercase();
-            let hits = all_posts().filter(|(u, p)| {
-                [p.desc, u.name, u.nickname]
-                    .iter()
-                    .any(|s| s.to_lowercase().contains(&kw))
-            });
-            let pg = page(hits.collect(), q, 10, 30);
-            primary_ok(json!({"cursor": pg.next, "has_more": u8::from(pg.more),
-                "data": list(&pg.items, |(u, p)| json!({"type": 1, "aweme_info": aweme(u, p)}))}))
-        }
         _ => return None,
     })
 }
@@ -554,16 +544,10 @@ impl Sandbox {
         })
     }
 
-    /// The usernames that exist, for the demo's printed examples.
-    pub fn known_usernames() -> &'static [&'static str] {
-        static NAMES: OnceLock<Vec<&'static str>> = OnceLock::new();
-        NAMES.get_or_init(|| USERS.iter().map(|u| u.name).collect())
-    }
-
-    /// The post IDs that exist; the first one has 120 comments.
-    pub fn known_post_ids() -> &'static [&'static str] {
-        static IDS: OnceLock<Vec<&'static str>> = OnceLock::new();
-        IDS.get_or_init(|| all_posts().map(|(_, p)| p.id).collect())
+    /// For the demo's printed examples: a user, and her post with 120
+    /// comments.
+    pub fn example() -> (&'static str, &'static str) {
+        (USERS[0].name, USERS[0].posts[0].id)
     }
 }
 
@@ -616,280 +600,5 @@ fn answer(double: Double, req: &Request<Incoming>) -> (StatusCode, Value) {
     match (double.route)(req.uri().path(), &Query(query.into_owned().collect())) {
         Some(body) => (StatusCode::OK, body),
         None => refuse(StatusCode::NOT_FOUND, "Not Found"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Duration;
-
-    const BIG: &str = "7312345678901234567"; // lunabakes' post with 120 comments
-    const NO_VIDEO: &str = "7000000000000000000";
-    const P: &str = "X-Api-Key";
-    const F: &str = "X-RapidAPI-Key";
-
-    /// GET `base` + `path` with an optional (header, key); returns (status, body text).
-    async fn get(base: &str, path: &str, auth: Option<(&str, &str)>) -> (u16, String) {
-        let mut req = reqwest::Client::new().get(format!("{base}{path}"));
-        if let Some((name, key)) = auth {
-            req = req
-                .header(name, key)
-                .header("X-RapidAPI-Host", "ignored.example");
-        }
-        let res = req.send().await.expect("the sandbox answers");
-        (res.status().as_u16(), res.text().await.expect("a body"))
-    }
-
-    /// The JSON a double answers with HTTP 200: the primary, or the fallback if `fb`.
-    async fn ask(sb: &Sandbox, fb: bool, path: &str) -> Value {
-        let (base, auth) = match fb {
-            false => (&sb.primary_url, (P, PRIMARY_KEY)),
-            true => (&sb.fallback_url, (F, FALLBACK_KEY)),
-        };
-        let (status, body) = get(base, path, Some(auth)).await;
-        assert_eq!(status, 200, "{path}: {body}");
-        serde_json::from_str(&body).expect("JSON")
-    }
-
-    /// The values of `keys` in `v`, as a JSON array.
-    fn pick<const N: usize>(v: &Value, keys: [&str; N]) -> Value {
-        Value::Array(keys.iter().map(|&k| v[k].clone()).collect())
-    }
-
-    fn ids(list: &Value, key: &str) -> Vec<String> {
-        let list = list.as_array().expect("a list");
-        list.iter()
-            .map(|v| v[key].as_str().expect("a string ID").into())
-            .collect()
-    }
-
-    #[test]
-    fn catalogue_is_well_formed() {
-        let ids = Sandbox::known_post_ids();
-        assert_eq!(ids[0], BIG);
-        assert_eq!(comment_total(find_post(BIG).unwrap().1), 120);
-        let digits = |id: &&str| id.len() == 19 && id.bytes().all(|b| b.is_ascii_digit());
-        assert!(ids.iter().all(digits));
-        let mut unique = ids.to_vec();
-        unique.sort_unstable();
-        unique.dedup();
-        assert_eq!(unique.len(), ids.len());
-        for u in USERS {
-            assert!((2..=5).contains(&u.posts.len()));
-            assert!(
-                u.posts.windows(2).all(|w| w[0].time > w[1].time),
-                "newest first"
-            );
-        }
-        let samples = [5_479_588, 98_989_516, 207_912, 154].map(rounded);
-        assert_eq!(samples, [5_500_000, 99_000_000, 207_900, 154]);
-    }
-
-    #[tokio::test]
-    async fn profiles_match_across_sides() {
-        let sb = Sandbox::start(false).await.unwrap();
-        for &name in Sandbox::known_usernames() {
-            let p = ask(&sb, false, &format!("/v1/user/profile?unique_id={name}")).await;
-            let f = ask(&sb, true, &format!("/user/info?unique_id={name}")).await;
-            let (p, fu, fs) = (&p["user"], &f["data"]["user"], &f["data"]["stats"]);
-            let same = ["uid", "unique_id", "nickname", "signature"];
-            let fb_same = ["id", "uniqueId", "nickname", "signature"];
-            assert_eq!(pick(p, same), pick(fu, fb_same));
-            let counts = ["following_count", "aweme_count"];
-            assert_eq!(pick(p, counts), pick(fs, ["followingCount", "videoCount"]));
-            let followers = rounded(p["follower_count"].as_u64().unwrap());
-            assert_eq!(fs["followerCount"], followers);
-            let verified = p["enterprise_verify_reason"] != "";
-            assert_eq!(fu["verified"], verified);
-            assert_eq!(verified, name == "lunabakes");
-        }
-        let luna = ask(&sb, true, "/user/info?unique_id=lunabakes").await;
-        assert_eq!(luna["data"]["stats"]["followerCount"], 5_500_000);
-        assert_eq!(luna["data"]["user"]["nickname"], "Luna Bakes 🍰");
-    }
-
-    #[tokio::test]
-    async fn posts_page_on_both_sides_with_the_id_trap() {
-        let sb = Sandbox::start(false).await.unwrap();
-        let profile = ask(&sb, false, "/v1/user/profile?unique_id=lunabakes").await;
-        let sec = profile["user"]["sec_uid"].as_str().unwrap().to_string();
-        let path = |n, c| format!("/v1/user/posts?sec_user_id={sec}&count={n}&max_cursor={c}");
-        let first = ask(&sb, false, &path(2, 0)).await;
-        let list = &first["aweme_list"];
-        assert_eq!(list.as_array().unwrap().len(), 4, "1..=4 may give two more");
-        assert_eq!(first["has_more"], 1);
-        assert_eq!(list[0]["author"]["follower_count"], 0, "zeroed counters");
-        let next = first["max_cursor"].as_u64().unwrap();
-        let second = ask(&sb, false, &path(10, next)).await;
-        assert_eq!(second["aweme_list"].as_array().unwrap().len(), 1);
-        assert_eq!(second["has_more"], 0);
-        let mut primary_ids = ids(list, "aweme_id");
-        primary_ids.extend(ids(&second["aweme_list"], "aweme_id"));
-
-        let fb = ask(
-            &sb,
-            true,
-            "/user/posts?unique_id=lunabakes&count=2&cursor=0",
-        )
-        .await;
-        let videos = &fb["data"]["videos"];
-        assert_eq!(
-            ids(videos, "video_id"),
-            primary_ids,
-            "count ignored: a batch of 5"
-        );
-        assert_eq!(fb["data"]["hasMore"], false);
-        let keys = ids(videos, "aweme_id");
-        assert!(keys
-            .iter()
-            .all(|k| k.starts_with('v') && !primary_ids.contains(k)));
-        assert_eq!(videos[0]["title"], list[0]["desc"]);
-        assert_eq!(videos[0]["digg_count"], list[0]["statistics"]["digg_count"]);
-
-        let (_, raw) = get(&sb.primary_url, &path(5, 0), Some((P, PRIMARY_KEY))).await;
-        assert!(
-            raw.contains(r#""author_user_id":6613926240453148678"#),
-            "a bare integer"
-        );
-    }
-
-    #[tokio::test]
-    async fn details_match_across_sides() {
-        let sb = Sandbox::start(false).await.unwrap();
-        for &id in Sandbox::known_post_ids() {
-            let a = ask(&sb, false, &format!("/v1/aweme/detail?aweme_id={id}")).await;
-            let v = ask(&sb, true, &format!("/?url={id}&hd=1")).await;
-            let (a, v) = (&a["aweme_detail"], &v["data"]);
-            assert_eq!(pick(a, ["aweme_id", "desc"]), pick(v, ["id", "title"]));
-            assert_ne!(v["aweme_id"], id, "the opaque key");
-            let seconds = a["video"]["duration"].as_u64().unwrap() / 1000;
-            assert_eq!(v["duration"], seconds);
-            assert_eq!(a["statistics"]["comment_count"], v["comment_count"]);
-            assert_eq!(a["author"]["unique_id"], v["author"]["unique_id"]);
-        }
-        let url = format!("https%3A%2F%2Fwww.shortvideo.example%2F%40lunabakes%2Fvideo%2F{BIG}");
-        let by_url = ask(&sb, true, &format!("/?url={url}&hd=1")).await;
-        assert_eq!(by_url["data"]["id"], BIG);
-    }
-
-    #[tokio::test]
-    async fn comments_page_by_offset() {
-        let sb = Sandbox::start(false).await.unwrap();
-        let mut seen = Vec::new();
-        for (cursor, len, more) in [(0, 50, 1), (50, 50, 1), (100, 20, 0)] {
-            let path = format!("/v1/comment/list?aweme_id={BIG}&count=80&cursor={cursor}");
-            let page = ask(&sb, false, &path).await;
-            let expected = json!([120, cursor + len, more]); // count is capped at 50
-            assert_eq!(pick(&page, ["total", "cursor", "has_more"]), expected);
-            let path = format!("/comment/list?url={BIG}&count=50&cursor={cursor}");
-            let fb = ask(&sb, true, &path).await;
-            let cids = ids(&page["comments"], "cid");
-            assert_eq!(ids(&fb["data"]["comments"], "id"), cids);
-            assert_eq!(fb["data"]["hasMore"], more == 1);
-            seen.extend(cids);
-        }
-        let count = seen.len();
-        seen.sort_unstable();
-        seen.dedup();
-        assert_eq!((count, seen.len()), (120, 120), "pages are disjoint");
-        let first = ask(
-            &sb,
-            false,
-            &format!("/v1/comment/list?aweme_id={BIG}&count=3"),
-        )
-        .await;
-        assert_eq!(
-            first["comments"][2]["text"],
-            r#"the \"sound\" of that crust"#
-        );
-        assert_eq!(first["comments"][0]["user"]["unique_id"], "crumbqueen");
-    }
-
-    #[tokio::test]
-    async fn search_videos_on_primary_and_users_on_fallback() {
-        let sb = Sandbox::start(false).await.unwrap();
-        let videos = ask(&sb, false, "/v1/search/general?keyword=CROISSANT&count=10").await;
-        let found = videos["data"].as_array().unwrap().iter();
-        let found: Vec<_> = found.map(|d| &d["aweme_info"]["aweme_id"]).collect();
-        assert_eq!(found, [BIG, "7320000000000000011"]);
-        assert_eq!(videos["data"][0]["type"], 1);
-        let users = ask(&sb, true, "/user/search?keywords=LUNA&count=1&cursor=0").await;
-        let data = &users["data"];
-        assert_eq!(data["user_list"][0]["user"]["uniqueId"], "lunabakes");
-        assert_eq!(pick(data, ["cursor", "hasMore"]), json!([1, true]));
-        let rest = ask(&sb, true, "/user/search?keywords=luna&count=30&cursor=1").await;
-        let fan = &rest["data"]["user_list"][0];
-        assert_eq!(fan["user"]["uniqueId"], "lunabakes.fan");
-        assert_eq!(fan["stats"]["followerCount"], 1_200);
-        assert_eq!(rest["data"]["hasMore"], false);
-    }
-
-    #[tokio::test]
-    async fn unknown_users_and_videos() {
-        let sb = Sandbox::start(false).await.unwrap();
-        let no_user = json!([2065, "User doesn't exist"]);
-        let profile = ask(&sb, false, "/v1/user/profile?unique_id=nosuchuser").await;
-        assert_eq!(pick(&profile, ["status_code", "status_msg"]), no_user);
-        let posts = ask(&sb, false, "/v1/user/posts?sec_user_id=MS4wLjABAAAAnope").await;
-        assert_eq!(pick(&posts, ["status_code", "status_msg"]), no_user);
-        let detail = ask(&sb, false, &format!("/v1/aweme/detail?aweme_id={NO_VIDEO}")).await;
-        assert_eq!(
-            pick(&detail, ["status_code", "aweme_detail"]),
-            json!([0, null])
-        );
-        assert_eq!(detail["filter_detail"]["aweme_id"], NO_VIDEO);
-        let gone = ask(&sb, false, &format!("/v1/comment/list?aweme_id={NO_VIDEO}")).await;
-        assert_eq!(
-            pick(&gone, ["status_code", "status_msg"]),
-            json!([2053, "This video is unavailable"])
-        );
-        let bad_url = "Url parsing is failed! Please check url.";
-        let fallback_errors = [
-            ("/user/info?unique_id=nosuchuser", "User doesn't exist"),
-            ("/user/posts?unique_id=nosuchuser", "User doesn't exist"),
-            (&format!("/?url={NO_VIDEO}&hd=1"), bad_url),
-            (&format!("/comment/list?url={NO_VIDEO}"), bad_url),
-        ];
-        for (path, msg) in fallback_errors {
-            let body = ask(&sb, true, path).await;
-            assert_eq!(pick(&body, ["code", "msg"]), json!([-1, msg]), "{path}");
-        }
-    }
-
-    #[tokio::test]
-    async fn keys_paths_failure_and_shutdown() {
-        let sb = Sandbox::start(false).await.unwrap();
-        let (profile, info) = (
-            "/v1/user/profile?unique_id=lunabakes",
-            "/user/info?unique_id=a",
-        );
-        let cases = [
-            (&sb.primary_url, profile, None, 401),
-            (&sb.primary_url, profile, Some((P, FALLBACK_KEY)), 401),
-            (&sb.fallback_url, info, None, 401),
-            (&sb.fallback_url, info, Some((F, "wrong")), 401),
-            (&sb.primary_url, "/v2/nothing", Some((P, PRIMARY_KEY)), 404),
-            (&sb.fallback_url, "/nothing", Some((F, FALLBACK_KEY)), 404),
-        ];
-        for (base, path, auth, status) in cases {
-            assert_eq!(get(base, path, auth).await.0, status, "{path} {auth:?}");
-        }
-
-        let failing = Sandbox::start(true).await.unwrap();
-        let (status, _) = get(&failing.primary_url, profile, Some((P, PRIMARY_KEY))).await;
-        assert_eq!(status, 503);
-        assert_eq!(
-            ask(&failing, true, "/user/info?unique_id=lunabakes").await["code"],
-            0
-        );
-        let url = failing.fallback_url.clone();
-        drop(failing);
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let after = reqwest::Client::new()
-            .get(format!("{url}/user/info"))
-            .send()
-            .await;
-        assert!(after.is_err(), "stopped on drop");
     }
 }

@@ -33,15 +33,13 @@ use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 use hyper::body::Incoming;
-use hyper::header::{
-    HeaderMap, HeaderName, HeaderValue, ACCEPT_ENCODING, CACHE_CONTROL, CONNECTION, ETAG,
-};
+use hyper::header::{HeaderMap, HeaderName, HeaderValue, CACHE_CONTROL, CONNECTION, ETAG};
 use hyper::{Method, Request, Response, StatusCode};
 use plugin_api::Call;
 use tracing::Instrument;
 
 use super::answer::{self, listing_of, Admitted, Ask, Report};
-use super::encoding::{self, NotModified, Precompressed};
+use super::encoding::{self, NotModified};
 use super::response::{self, Body};
 use super::{head, request_id};
 use crate::billing::{NoCredit, Reservation, Source};
@@ -150,32 +148,29 @@ pub async fn handle(app: &App, mut request: Request<Incoming>) -> Response<Body>
     response
 }
 
-/// The OpenAPI 3.1 description of this API, kept in the repository, in
-/// every coding.
-static OPENAPI: Precompressed = Precompressed::new(include_bytes!("../../../openapi/openapi.json"));
+/// The OpenAPI 3.1 description of this API, kept in the repository.
+const OPENAPI: &[u8] = include_bytes!("../../../openapi/openapi.json");
 const OPENAPI_PATH: &str = "/v1/openapi.json";
 
 fn is_public(path: &str) -> bool {
     matches!(path, "/healthz" | "/readyz" | OPENAPI_PATH)
 }
 
-/// `/v1/openapi.json`: cacheable, with an `ETag`, in the coding asked for.
+/// `/v1/openapi.json`: cacheable, with an `ETag`; compressed, when asked,
+/// by [`encoding::represent`] as every answer is.
 fn openapi_document(request: &HeaderMap) -> Response<Body> {
+    // Hashed once: the document is the binary's (and 100 KiB).
     static TAG: std::sync::LazyLock<HeaderValue> =
-        std::sync::LazyLock::new(|| encoding::etag(&[OPENAPI.identity()]));
-    let coding = encoding::negotiate(request.get_all(ACCEPT_ENCODING).iter());
-    let mut response = response::json_response(StatusCode::OK, OPENAPI.get(coding));
+        std::sync::LazyLock::new(|| encoding::etag(&[OPENAPI]));
+    let tag = &*TAG;
+    let mut response = response::json_response(StatusCode::OK, OPENAPI);
     let headers = response.headers_mut();
-    encoding::vary_on_encoding(headers);
-    headers.insert(ETAG, TAG.clone());
-    if let Some(coding) = coding {
-        encoding::mark_encoded(headers, coding);
-    }
+    headers.insert(ETAG, tag.clone());
     headers.insert(
         CACHE_CONTROL,
         HeaderValue::from_static(DOCUMENT_CACHE_CONTROL),
     );
-    if encoding::not_modified(request, &TAG) {
+    if encoding::not_modified(request, tag) {
         response.extensions_mut().insert(NotModified);
     }
     response
@@ -287,7 +282,7 @@ async fn take_token(
     let verdict = match &app.shared {
         None => limiter.check(key, tokio::time::Instant::now()).map(Some),
         // Boxed: the local path's future stays as small as it was.
-        Some(shared) => Box::pin(shared.rate_limit(key, limiter.config())).await,
+        Some(shared) => Box::pin(crate::shared::limits::take(shared, key, limiter.config())).await,
     };
     match verdict {
         Ok(standing) => {
@@ -525,7 +520,7 @@ fn set_standing_headers(
     // not known when the shared store could not say (the limit failed
     // open), and then left out.
     if let Some(limiter) = &snapshot.rate_limiter {
-        headers.insert(RATELIMIT_POLICY, limiter.policy_header().clone());
+        headers.insert(RATELIMIT_POLICY, limiter.policy_header());
         if let Some(standing) = report.rate {
             headers.insert(RATELIMIT, standing.header());
         }

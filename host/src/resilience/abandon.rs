@@ -128,31 +128,3 @@ fn log_abandoned(span: &tracing::Span) {
         )
     });
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::Arc;
-    use std::time::Duration;
-
-    #[tokio::test]
-    async fn dropped_unfinished_it_runs_on_and_keeps_what_it_holds() {
-        let held = Arc::new(());
-        let (done, finished) = tokio::sync::oneshot::channel();
-        let work = {
-            let held = held.clone();
-            async move {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                drop(held);
-                let _ = done.send(());
-            }
-        };
-        let caller = tokio::spawn(Detached::new(work));
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        caller.abort();
-        let _ = caller.await;
-        assert_eq!(Arc::strong_count(&held), 2, "still held after the hang-up");
-        finished.await.expect("the work ran to its end");
-        assert_eq!(Arc::strong_count(&held), 1, "released when it ended");
-    }
-}

@@ -362,38 +362,6 @@ mod tests {
     }
 
     #[test]
-    fn opens_after_consecutive_failures_only() {
-        let b = breaker();
-        let t = Instant::now();
-        fail(&b, t);
-        fail(&b, t);
-        let p = b.try_acquire(t).unwrap();
-        b.record(p, Outcome::Success, t);
-        fail(&b, t);
-        fail(&b, t);
-        assert!(!b.is_open(), "a success resets the count");
-        let p = b.try_acquire(t).unwrap();
-        assert_eq!(
-            b.record(p, Outcome::Failure, t),
-            Some(Turn::Opened {
-                for_secs: 10,
-                rate_limited: false
-            }),
-            "the turn is told once"
-        );
-        assert!(b.is_open());
-        assert_eq!(
-            b.try_acquire(t + Duration::from_secs(9)).err(),
-            Some(t + Duration::from_secs(10))
-        );
-        let probe = b.try_acquire(t + Duration::from_secs(10)).unwrap();
-        let later = t + Duration::from_secs(10);
-        assert_eq!(b.record(probe, Outcome::Success, later), Some(Turn::Closed));
-        let p = b.try_acquire(later).unwrap();
-        assert_eq!(b.record(p, Outcome::Success, later), None);
-    }
-
-    #[test]
     fn new_settings_keep_where_the_breaker_stands() {
         let b = breaker();
         let t = Instant::now();
@@ -428,30 +396,6 @@ mod tests {
     }
 
     #[test]
-    fn one_probe_after_cooldown_decides() {
-        let b = breaker();
-        let t = Instant::now();
-        for _ in 0..3 {
-            fail(&b, t);
-        }
-        let later = t + Duration::from_secs(10);
-        let probe = b.try_acquire(later).unwrap();
-        assert!(probe.is_probe());
-        assert!(b.try_acquire(later).is_err(), "only one probe at a time");
-        b.record(probe, Outcome::Failure, later);
-        assert_eq!(
-            b.try_acquire(later).err(),
-            Some(later + Duration::from_secs(10))
-        );
-
-        let again = later + Duration::from_secs(10);
-        let probe = b.try_acquire(again).unwrap();
-        b.record(probe, Outcome::Success, again);
-        assert!(!b.is_open());
-        assert!(!b.try_acquire(again).unwrap().is_probe());
-    }
-
-    #[test]
     fn rate_limit_opens_at_once_for_its_retry_after() {
         let t = Instant::now();
         for (after, open_for) in [
@@ -465,22 +409,6 @@ mod tests {
             b.record(p, Outcome::RateLimited(after), t);
             assert_eq!(b.try_acquire(t).err(), Some(t + open_for), "{after:?}");
         }
-    }
-
-    #[test]
-    fn an_abandoned_probe_counts_as_a_failed_one() {
-        let b = breaker();
-        let t = Instant::now();
-        for _ in 0..3 {
-            fail(&b, t);
-        }
-        let later = t + Duration::from_secs(10);
-        drop(b.try_acquire(later).unwrap());
-        let reopened_until = b
-            .try_acquire(Instant::now().max(later))
-            .err()
-            .expect("open again");
-        assert!(reopened_until >= Instant::now() + Duration::from_secs(9));
     }
 
     #[test]
@@ -510,50 +438,5 @@ mod tests {
         let probe = b.try_acquire(later).unwrap();
         b.record(probe, Outcome::Neutral, later);
         assert!(b.try_acquire(later).unwrap().is_probe());
-    }
-
-    #[test]
-    fn forced_attempts_probe_an_open_breaker_one_at_a_time() {
-        let b = breaker();
-        let t = Instant::now();
-        for _ in 0..3 {
-            fail(&b, t);
-        }
-        let forced = b.force_acquire(t).expect("open: may probe");
-        assert!(forced.is_probe());
-        assert!(b.force_acquire(t).is_none(), "one probe decides");
-        b.record(forced, Outcome::Success, t);
-        assert!(!b.is_open());
-    }
-
-    #[test]
-    fn forced_probes_are_paced_to_one_a_second() {
-        let b = breaker();
-        let t = Instant::now();
-        for _ in 0..3 {
-            fail(&b, t);
-        }
-        let forced = b.force_acquire(t).expect("the first forced probe");
-        b.record(forced, Outcome::Failure, t);
-        let soon = t + Duration::from_millis(500);
-        assert!(b.force_acquire(soon).is_none(), "not back to back");
-        assert_eq!(b.next_chance(soon), t + FORCED_PROBE_EVERY);
-        let later = t + FORCED_PROBE_EVERY;
-        assert!(b.force_acquire(later).is_some(), "a second later, again");
-    }
-
-    #[test]
-    fn a_rate_limited_provider_is_never_forced_before_its_retry_after() {
-        let b = breaker();
-        let t = Instant::now();
-        let p = b.try_acquire(t).unwrap();
-        b.record(p, Outcome::RateLimited(Some(Duration::from_secs(3600))), t);
-        for after in [0, 1, 10, 3599] {
-            let now = t + Duration::from_secs(after);
-            assert!(b.force_acquire(now).is_none(), "{after} s after the 429");
-            assert!(b.try_acquire(now).is_err());
-            assert_eq!(b.next_chance(now), t + Duration::from_secs(3600));
-        }
-        assert!(b.try_acquire(t + Duration::from_secs(3600)).is_ok());
     }
 }

@@ -46,20 +46,3 @@ impl Deadline {
         limit.min(self.at.saturating_duration_since(Instant::now()))
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test(start_paused = true)]
-    async fn bounds_attempts_by_what_is_left() {
-        let d = Deadline::after(Duration::from_secs(10));
-        assert_eq!(d.bound(Duration::from_secs(4)), Duration::from_secs(4));
-        tokio::time::advance(Duration::from_secs(8)).await;
-        assert_eq!(d.bound(Duration::from_secs(4)), Duration::from_secs(2));
-        assert!(!d.expired());
-        tokio::time::advance(Duration::from_secs(2)).await;
-        assert!(d.expired());
-        assert_eq!(d.bound(Duration::from_secs(4)), Duration::ZERO);
-    }
-}

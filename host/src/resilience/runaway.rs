@@ -476,31 +476,6 @@ mod tests {
         (release, holders)
     }
 
-    /// Under load every slot is often taken for a moment: a call waits for
-    /// one rather than start a thread of its own.
-    #[tokio::test]
-    async fn a_call_finding_every_slot_taken_waits_for_one_to_come_free() {
-        let runner = StepRunner::sharing("busy", patient_slots(2));
-        let (release, holders) = hold_every_slot(&runner, 2);
-        let here = std::thread::current().id();
-        // Well within the patience: the freed slot wakes the call.
-        let waited = tokio::time::timeout(
-            Duration::from_secs(5),
-            runner.run(|| std::thread::current().id()),
-        );
-        let (ran_on, ()) = tokio::join!(waited, async {
-            tokio::time::sleep(PATIENCE / 10).await;
-            release.send(()).unwrap();
-        });
-        let ran_on = ran_on.expect("woken when the slot came free");
-        assert_eq!(ran_on.unwrap(), here, "inline, once a slot came free");
-        release.send(()).unwrap();
-        for holder in holders {
-            holder.join().unwrap();
-        }
-        assert!(!runner.is_quarantined());
-    }
-
     /// A call waiting for a slot on a worker that then gets stuck (in
     /// another call, say) takes no slot with it: a slot freed meanwhile
     /// goes to a call whose worker runs.
@@ -560,25 +535,6 @@ mod tests {
         );
     }
 
-    /// Holders that do not let go (slow, or stuck before the watchdog can
-    /// tell): a call waits no longer than [`PATIENCE`] for them.
-    #[tokio::test]
-    async fn a_call_behind_slots_that_stay_taken_runs_off_the_worker() {
-        let runner = StepRunner::sharing("slow", own_slots(2));
-        let (release, holders) = hold_every_slot(&runner, 2);
-        let here = std::thread::current().id();
-        let started = Instant::now();
-        let ran_on = runner.run(|| std::thread::current().id()).await.unwrap();
-        assert_ne!(ran_on, here, "on the blocking pool");
-        assert!(started.elapsed() >= PATIENCE, "after waiting its patience");
-        for _ in 0..2 {
-            release.send(()).unwrap();
-        }
-        for holder in holders {
-            holder.join().unwrap();
-        }
-    }
-
     /// A stuck call's slot is retired when the watchdog sees it: the
     /// others run on the blocking pool at once, without waiting for it,
     /// and the slot is back once the call ends.
@@ -607,15 +563,6 @@ mod tests {
         assert_eq!(slots.taken.load(Ordering::SeqCst), 0);
         let ran_on = quick.run(|| std::thread::current().id()).await.unwrap();
         assert_eq!(ran_on, here, "inline again");
-    }
-
-    #[tokio::test]
-    async fn a_well_behaved_provider_runs_inline() {
-        let runner = StepRunner::sharing("quick", own_slots(1));
-        let here = std::thread::current().id();
-        let ran_on = runner.run(|| std::thread::current().id()).await.unwrap();
-        assert_eq!(ran_on, here);
-        assert!(!runner.is_quarantined());
     }
 
     /// Audit finding: calls that found no inline slot went to the blocking
@@ -658,42 +605,5 @@ mod tests {
             assert_eq!(call.await.unwrap(), Ok(()));
         }
         assert_eq!(running.load(Ordering::SeqCst), 20, "each ran in turn");
-    }
-
-    #[tokio::test]
-    async fn a_quarantined_provider_holds_at_most_its_threads() {
-        let runner = StepRunner::sharing("stuck", own_slots(1));
-        runner.quarantine(BUDGET);
-        let (release, released) = std::sync::mpsc::channel::<()>();
-        let released = Arc::new(Mutex::new(released));
-        let mut stuck = Vec::new();
-        for _ in 0..MAX_POOLED {
-            let released = released.clone();
-            let runner = runner.clone();
-            stuck.push(tokio::spawn(async move {
-                runner
-                    .run(move || {
-                        let _ = lock(&released).recv();
-                    })
-                    .await
-            }));
-        }
-        // Let both calls start and take their places.
-        let started = Instant::now();
-        while runner.pooled.available_permits() > 0 && started.elapsed() < Duration::from_secs(5) {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        let third = tokio::time::timeout(Duration::from_millis(300), runner.run(|| ())).await;
-        assert!(
-            third.is_err(),
-            "no third thread: the call waits for a place"
-        );
-        for _ in 0..MAX_POOLED {
-            release.send(()).unwrap();
-        }
-        for call in stuck {
-            assert_eq!(call.await.unwrap(), Ok(()));
-        }
-        assert_eq!(runner.run(|| 7).await, Ok(7), "places come back");
     }
 }

@@ -269,20 +269,6 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for WatchedIo<I> {
         self.moved(poll, wrote)
     }
 
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let poll = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
-        let wrote = matches!(poll, Poll::Ready(Ok(n)) if n > 0);
-        self.moved(poll, wrote)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.io).poll_flush(cx)
     }

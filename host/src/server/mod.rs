@@ -270,7 +270,6 @@ const MAX_HEADER_FIELDS: usize = 100;
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// A listener's settings, and its cap on open connections.
-#[derive(Clone)]
 pub struct Listening {
     /// Which listener, in logs.
     name: &'static str,
@@ -307,89 +306,12 @@ pub async fn serve<H, F>(
     H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
-    let connections = Connections::new(listening.clone(), shutdown.clone(), handler);
-    accept(&listening, listener, &shutdown, |accepted| {
-        connections.serve(accepted);
-    })
-    .await;
+    let connections = Connections::new(listening, shutdown, handler);
+    connections.accept(listener).await;
     if let Some(stopped_accepting) = stopped_accepting {
         let _ = stopped_accepting.send(());
     }
     connections.drain().await;
-}
-
-/// A connection accepted, not yet served.
-struct Accepted {
-    stream: TcpStream,
-    peer: SocketAddr,
-    /// Its place under the listener's cap, while it is open.
-    slot: OwnedSemaphorePermit,
-    /// When its first bytes must have arrived: the TLS handshake and the
-    /// first bytes are part of the head's time, so a silent client cannot
-    /// hold its slot either.
-    deadline: Instant,
-}
-
-/// Accepts connections on `listener` until `shutdown` fires, each within
-/// the listener's cap (at the cap it stops accepting until one closes:
-/// new connections wait in the kernel's backlog), and hands each to
-/// `accepted`; then closes this handle of the socket.
-async fn accept(
-    listening: &Listening,
-    listener: TcpListener,
-    shutdown: &CancellationToken,
-    mut accepted: impl FnMut(Accepted),
-) {
-    let (name, hardening, slots) = (listening.name, listening.hardening, &listening.slots);
-    let mut warned_full: Option<Instant> = None;
-    loop {
-        // A slot first: at the cap, stop accepting (new connections wait in
-        // the backlog) rather than accept and hold what cannot be served.
-        let slot = match slots.clone().try_acquire_owned() {
-            Ok(slot) => slot,
-            Err(_) => {
-                if warned_full.is_none_or(|at| at.elapsed() >= FULL_WARNING_EVERY) {
-                    warned_full = Some(Instant::now());
-                    tracing::warn!(
-                        listener = name,
-                        max_connections = hardening.max_connections,
-                        "connection limit reached; new connections wait until one closes"
-                    );
-                }
-                tokio::select! {
-                    slot = slots.clone().acquire_owned() => match slot {
-                        Ok(slot) => slot,
-                        // Never closed: this listener owns the semaphore.
-                        Err(_) => break,
-                    },
-                    () = shutdown.cancelled() => break,
-                }
-            }
-        };
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    // Out of descriptors and the like: pause rather than spin.
-                    tracing::warn!(listener = name, "accept failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            () = shutdown.cancelled() => break,
-        };
-        // An answer is written whole, at once: Nagle's algorithm could only
-        // hold its last segment back for the client's delayed ACK.
-        if let Err(e) = stream.set_nodelay(true) {
-            tracing::debug!(listener = name, %peer, "cannot set TCP_NODELAY: {e}");
-        }
-        accepted(Accepted {
-            stream,
-            peer,
-            slot,
-            deadline: Instant::now() + hardening.header_timeout,
-        });
-    }
 }
 
 /// Serves accepted connections on the runtime it is used on, each to its
@@ -435,15 +357,70 @@ where
         }
     }
 
-    /// Serves `accepted` as a task of this runtime.
-    fn serve(&self, accepted: Accepted) {
-        let Accepted {
-            stream,
-            peer,
-            slot,
-            deadline,
-        } = accepted;
+    /// Accepts connections on `listener` until `shutdown` fires, each within
+    /// the listener's cap (at the cap it stops accepting until one closes:
+    /// new connections wait in the kernel's backlog), and hands each to
+    /// [`Connections::serve`]; then closes this handle of the socket.
+    async fn accept(&self, listener: TcpListener) {
+        let (name, hardening, slots) = (
+            self.listening.name,
+            self.listening.hardening,
+            &self.listening.slots,
+        );
+        let shutdown = &self.shutdown;
+        let mut warned_full: Option<Instant> = None;
+        loop {
+            // A slot first: at the cap, stop accepting (new connections wait in
+            // the backlog) rather than accept and hold what cannot be served.
+            let slot = match slots.clone().try_acquire_owned() {
+                Ok(slot) => slot,
+                Err(_) => {
+                    if warned_full.is_none_or(|at| at.elapsed() >= FULL_WARNING_EVERY) {
+                        warned_full = Some(Instant::now());
+                        tracing::warn!(
+                            listener = name,
+                            max_connections = hardening.max_connections,
+                            "connection limit reached; new connections wait until one closes"
+                        );
+                    }
+                    tokio::select! {
+                        slot = slots.clone().acquire_owned() => match slot {
+                            Ok(slot) => slot,
+                            // Never closed: this listener owns the semaphore.
+                            Err(_) => break,
+                        },
+                        () = shutdown.cancelled() => break,
+                    }
+                }
+            };
+            let (stream, peer) = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok(accepted) => accepted,
+                    Err(e) => {
+                        // Out of descriptors and the like: pause rather than spin.
+                        tracing::warn!(listener = name, "accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+                () = shutdown.cancelled() => break,
+            };
+            // An answer is written whole, at once: Nagle's algorithm could only
+            // hold its last segment back for the client's delayed ACK.
+            if let Err(e) = stream.set_nodelay(true) {
+                tracing::debug!(listener = name, %peer, "cannot set TCP_NODELAY: {e}");
+            }
+            self.serve(stream, peer, slot);
+        }
+    }
+
+    /// Serves `stream`, from `peer`, as a task of this runtime; `slot` is
+    /// its place under the listener's cap, held while it is open.
+    fn serve(&self, stream: TcpStream, peer: SocketAddr, slot: OwnedSemaphorePermit) {
         let (name, hardening) = (self.listening.name, self.listening.hardening);
+        // The TLS handshake and the first bytes are part of the head's
+        // time, so a silent client cannot hold its slot either.
+        let deadline = Instant::now() + hardening.header_timeout;
         let handler = self.handler.clone();
         // Boxed: hyper keeps room for one request's future beside every
         // connection for the connection's whole life, and the API's is a

@@ -207,9 +207,6 @@ mod tests {
         let bare =
             b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\ndate: x\r\n\r\n";
         let answer = String::from_utf8(replacement(bare).expect("replaced")).unwrap();
-        assert!(answer.starts_with("HTTP/1.1 431 Request Header Fields Too Large\r\n"));
-        assert!(answer.contains("\r\ncontent-type: application/json\r\n"));
-        assert!(answer.contains("\r\nx-request-id: "));
         let date = answer
             .split("\r\ndate: ")
             .nth(1)
@@ -218,14 +215,7 @@ mod tests {
         let date = date.into_iter().next().unwrap();
         assert!(httpdate::parse_http_date(date).is_ok(), "{date}");
         let body = answer.split("\r\n\r\n").nth(1).unwrap();
-        let json: serde_json::Value = serde_json::from_str(body).unwrap();
-        assert_eq!(json["error"]["code"], "HEADERS_TOO_LARGE");
         assert!(answer.contains(&format!("content-length: {}\r\n", body.len())));
-
-        let malformed = b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n";
-        assert!(String::from_utf8(replacement(malformed).unwrap())
-            .unwrap()
-            .contains("MALFORMED_REQUEST"));
         for ours in [
             &b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\nx-request-id: a\r\n\r\n{}"[..],
             b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n",

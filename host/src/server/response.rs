@@ -4,8 +4,8 @@
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::header::{
-    HeaderMap, HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE,
-    RETRY_AFTER, WWW_AUTHENTICATE, X_CONTENT_TYPE_OPTIONS,
+    HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, RETRY_AFTER,
+    WWW_AUTHENTICATE, X_CONTENT_TYPE_OPTIONS,
 };
 use hyper::{Response, StatusCode};
 use plugin_api::canonical;
@@ -37,6 +37,18 @@ struct Meta<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     next_cursor: Option<Option<&'a str>>,
     request_id: &'a str,
+}
+
+impl Meta<'_> {
+    /// The `meta` of an answer that costs nothing and holds no data.
+    fn free(request_id: &str) -> Meta<'_> {
+        Meta {
+            credits_used: 0,
+            cached: None,
+            next_cursor: None,
+            request_id,
+        }
+    }
 }
 
 #[derive(serde::Serialize)]
@@ -147,12 +159,7 @@ pub fn account(account: &Account<'_>, request_id: &str) -> Response<Body> {
     let envelope = Envelope {
         success: true,
         data: account,
-        meta: Meta {
-            credits_used: 0,
-            cached: None,
-            next_cursor: None,
-            request_id,
-        },
+        meta: Meta::free(request_id),
     };
     match serde_json::to_vec(&envelope) {
         Ok(json) => json_response(StatusCode::OK, json),
@@ -172,12 +179,7 @@ pub fn error_json(error: &ApiError, request_id: &str) -> Vec<u8> {
             message: error.to_string(),
             param: error.param(),
         },
-        meta: Meta {
-            credits_used: 0,
-            cached: None,
-            next_cursor: None,
-            request_id,
-        },
+        meta: Meta::free(request_id),
     };
     serde_json::to_vec(&body).expect("error envelopes always serialize")
 }
@@ -223,10 +225,6 @@ pub fn options() -> Response<Body> {
     response
 }
 
-/// The headers a typical data answer carries before hyper adds its own
-/// (more only grow the map, as before).
-const ANSWER_HEADERS: usize = 12;
-
 /// A JSON answer of `json`; `Cache-Control: no-store` until the caller
 /// says otherwise.
 ///
@@ -238,10 +236,6 @@ pub fn json_response(status: StatusCode, json: impl Into<Bytes>) -> Response<Bod
     let mut response = Response::new(Full::new(json.into()));
     *response.status_mut() = status;
     let headers = response.headers_mut();
-    // Room for every header an answer gets (a data answer's `ETag`,
-    // `Cache-Status`, `X-Request-Id` and the rate limit's too), so the map
-    // is not grown and rehashed halfway through each answer.
-    *headers = HeaderMap::with_capacity(ANSWER_HEADERS);
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static(NOSNIFF));

@@ -202,10 +202,9 @@ end
 return out
 ";
 
-/// The batch script, hashed once.
-pub fn script() -> redis::Script {
-    redis::Script::new(&format!("{PRELUDE}{GIVE_BACK}{BATCH}"))
-}
+/// The batch script.
+static SCRIPT: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(&format!("{PRELUDE}{GIVE_BACK}{BATCH}")));
 
 /// This replica's record of what its last batch held, and which of its
 /// batches are void ([`BATCH`]).
@@ -410,7 +409,7 @@ impl Numbers {
 /// The batch script for the batch numbered `seq` (0: none), naming the
 /// lost batches `lost` (first and last; (0, 0): none), before its groups.
 fn invocation(shared: &Shared, seq: u64, (first, last): (u64, u64)) -> ScriptInvocation<'_> {
-    let mut invocation = shared.batch_script().prepare_invoke();
+    let mut invocation = SCRIPT.prepare_invoke();
     invocation
         .key(undo_key(shared))
         .arg(HOLD_FOR.as_millis() as u64)
@@ -526,41 +525,5 @@ fn outcome(answer: &[i64], limited: bool) -> Result<Granted, Refusal> {
             standing,
         }),
         _ => Ok((at(1), standing)),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn lost_batches_are_one_run_released_by_the_first_script_that_lands() {
-        // (seq, reserved, landed) -> the lost batches named next.
-        let steps: &[(u64, bool, bool, (u64, u64))] = &[
-            (1, true, true, (0, 0)),
-            // A token-only batch that fails held nothing: nothing to release.
-            (2, false, false, (0, 0)),
-            // A batch of credits without its answer is lost.
-            (3, true, false, (3, 3)),
-            // The release alone that does not land changes nothing.
-            (0, false, false, (3, 3)),
-            // Lost batches stay one run, however their releases fare.
-            (4, true, false, (3, 4)),
-            (5, false, false, (3, 4)),
-            (6, true, false, (3, 6)),
-            // The first script that lands released them all.
-            (7, false, true, (0, 0)),
-            (8, true, false, (8, 8)),
-            (0, false, true, (0, 0)),
-        ];
-        let mut numbers = Numbers::default();
-        for &(seq, reserved, landed, lost) in steps {
-            if seq > 0 {
-                assert_eq!(numbers.next(), seq);
-            }
-            numbers.went(seq, reserved, landed);
-            assert_eq!(numbers.lost(), lost, "{seq} {reserved} {landed}");
-            assert_eq!(numbers.owes_release(), lost != (0, 0));
-        }
     }
 }

@@ -29,7 +29,6 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::Script;
 use serde::Deserialize;
 use tokio::sync::mpsc;
 
@@ -161,7 +160,6 @@ pub struct Shared {
     /// requester left gives back what it was granted only once its answer
     /// comes, and a lost batch only once its release lands.
     unanswered: crate::sync::Outstanding,
-    batch_script: Script,
     /// This process's name in the store: what it holds on accounts
     /// ([`batches`]) and the numbers of its settled batches ([`credits`])
     /// are under it. Random, so a restarted process is a new replica and
@@ -192,18 +190,8 @@ impl Shared {
             logs_health: true,
             batches: OnceLock::new(),
             unanswered: crate::sync::Outstanding::new(),
-            batch_script: batches::script(),
             replica: replica_id(),
         })
-    }
-
-    /// Takes a token of `key`'s global bucket; see [`limits`].
-    pub async fn rate_limit(
-        self: &Arc<Self>,
-        key: &str,
-        config: crate::resilience::rate_limit::RateLimitConfig,
-    ) -> Result<Option<crate::resilience::rate_limit::Standing>, Duration> {
-        limits::take(self, key, config).await
     }
 
     /// Queues `asked` for the next batch (starting the task that sends
@@ -236,24 +224,15 @@ impl Shared {
         self.unanswered.none_within(within).await;
     }
 
-    fn batch_script(&self) -> &Script {
-        &self.batch_script
-    }
-
     /// `prefix` + `rest`: the name of a Redis key.
     pub fn key(&self, rest: &str) -> String {
         format!("{}{rest}", self.prefix)
     }
 
     /// `prefix` + `kind` + `name` (`kind` ends in `:`): the name of a key
-    /// of one kind, in one allocation (a batch names three keys per key
-    /// asked for).
+    /// of one kind.
     pub fn named(&self, kind: &str, name: &str) -> String {
-        let mut key = String::with_capacity(self.prefix.len() + kind.len() + name.len());
-        key.push_str(&self.prefix);
-        key.push_str(kind);
-        key.push_str(name);
-        key
+        format!("{}{kind}{name}", self.prefix)
     }
 
     pub fn prefix(&self) -> &str {
@@ -344,7 +323,7 @@ mod tests {
             _ => None,
         };
         let raw: RawState = toml::from_str(text).unwrap();
-        let cx = Context::for_tests(Path::new("/etc/sg/platforms.toml"), &env);
+        let cx = Context::new(Path::new("/etc/sg/platforms.toml"), &env);
         StateConfig::from_raw(&raw, &cx)
     }
 

@@ -305,7 +305,10 @@ struct Proxy {
 trait Stream: AsyncRead + AsyncWrite + Send + Unpin {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin> Stream for T {}
 
-type Connection = http1::Connection<TokioIo<Box<dyn Stream>>, Empty<Bytes>>;
+/// Boxed: a request's future holds its connection while it is in flight and
+/// the pool holds it between requests; boxed, it stays put instead of being
+/// copied in and out of the pool at every request.
+type Connection = Box<http1::Connection<TokioIo<Box<dyn Stream>>, Empty<Bytes>>>;
 
 /// One HTTP/1.1 connection: its sender, and the connection future that the
 /// task using it polls.
@@ -388,7 +391,11 @@ impl UpstreamClient {
                 Some(link) => link,
                 None => {
                     pooled = false;
-                    inner.connect(target).await?
+                    // Boxed: opening a connection (DNS, TCP, TLS, a proxy's
+                    // tunnel) holds far more state than a pooled exchange,
+                    // and unboxed every request's future would carry room
+                    // for it.
+                    Box::pin(inner.connect(target)).await?
                 }
             };
             let (mut sender, mut connection) = (link.sender, Some(link.connection));
@@ -506,7 +513,7 @@ impl Inner {
             .map_err(Failure::Http)?;
         Ok(Link {
             sender,
-            connection,
+            connection: Box::new(connection),
             since: Instant::now(),
         })
     }
