@@ -15,6 +15,7 @@ use crate::billing::Billing;
 use crate::cache::Cache;
 use crate::config::{ProcessConfig, ServingConfig};
 use crate::cursor::CursorSealer;
+use crate::http::openapi::{ApiDocument, ApiDocumentError};
 use crate::plugins::Loader;
 use crate::resilience::concurrency::{ConcurrencyLimit, InFlightByKey};
 use crate::resilience::rate_limit::RateLimiter;
@@ -29,6 +30,8 @@ pub enum SnapshotError {
     Routes(#[from] BuildError),
     #[error(transparent)]
     Keys(#[from] KeysError),
+    #[error(transparent)]
+    Document(#[from] ApiDocumentError),
 }
 
 /// What one request is served from.
@@ -42,6 +45,8 @@ pub struct Snapshot {
     /// instance is not ready. `None` when `keys` is the file's.
     pub keys_fault: Option<Arc<KeysError>>,
     pub rate_limiter: Option<Arc<RateLimiter>>,
+    /// `GET /v1/openapi.json`: the document of the live platforms.
+    pub document: Arc<ApiDocument>,
 }
 
 impl Snapshot {
@@ -63,6 +68,7 @@ impl Snapshot {
             loader,
             previous.map(|p| &*p.routes),
         )?;
+        let document = Arc::new(ApiDocument::build(&serving.platforms)?);
         let (keys, keys_fault) = match shared_keys {
             Some(keys) => (keys, None),
             None => Snapshot::keys(&serving.keys_file, previous)?,
@@ -82,6 +88,7 @@ impl Snapshot {
             keys,
             keys_fault,
             rate_limiter,
+            document,
         })
     }
 

@@ -1,5 +1,5 @@
-//! The generated API document: for `shortvideo` it is the document the
-//! service served before descriptions, value for value; with test
+//! The generated API document: for `shortvideo` it keeps the names of the
+//! document the service served before descriptions; with test
 //! platforms beside it, it is still a valid OpenAPI 3.1 document whose
 //! references resolve, whose schemas compile and whose examples and
 //! parameters agree with the descriptions' own checks.
@@ -34,41 +34,105 @@ fn fixture(name: &str) -> Description {
     Description::load(&path, name).unwrap()
 }
 
-/// Every place where `a` and `b` differ, as JSON pointers.
-fn differences(a: &Value, b: &Value, at: &str, out: &mut Vec<String>) {
-    match (a, b) {
-        (Value::Object(x), Value::Object(y)) => {
-            for key in x.keys().chain(y.keys().filter(|k| !x.contains_key(*k))) {
-                let at = format!("{at}/{}", key.replace('~', "~0").replace('/', "~1"));
-                match (x.get(key), y.get(key)) {
-                    (Some(x), Some(y)) => differences(x, y, &at, out),
-                    (Some(_), None) => out.push(format!("{at}: only generated")),
-                    (None, _) => out.push(format!("{at}: only written")),
-                }
-            }
-        }
-        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
-            for (i, (x, y)) in x.iter().zip(y).enumerate() {
-                differences(x, y, &format!("{at}/{i}"), out);
-            }
-        }
-        _ if a == b => {}
-        _ => out.push(format!("{at}: generated {a}, written {b}")),
-    }
+fn sorted_keys(value: &Value) -> Vec<&str> {
+    let mut keys: Vec<&str> = value
+        .as_object()
+        .expect("an object")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    keys
 }
 
+/// The generator once made the hand-written document of `shortvideo` value
+/// for value (the file has gone since); what its clients rely on stays:
+/// the paths, the `operationId`s and the components' names.
 #[test]
-fn shortvideo_document_is_the_one_written_by_hand() {
-    let generated = openapi::document(base(), &[&shortvideo()]).unwrap();
-    let written = read_json(&repository("openapi/openapi.json"));
-    let mut diff = Vec::new();
-    differences(&generated, &written, "", &mut diff);
-    assert!(
-        diff.is_empty(),
-        "the generated document differs from openapi/openapi.json:\n{}",
-        diff.join("\n")
+fn shortvideo_document_keeps_the_names_its_clients_know() {
+    let document = openapi::document(base(), &[&shortvideo()]).unwrap();
+    assert_eq!(
+        sorted_keys(&document["paths"]),
+        [
+            "/healthz",
+            "/readyz",
+            "/v1/account",
+            "/v1/openapi.json",
+            "/v1/shortvideo/comments",
+            "/v1/shortvideo/post",
+            "/v1/shortvideo/posts",
+            "/v1/shortvideo/profile",
+            "/v1/shortvideo/search",
+        ]
     );
-    assert_eq!(generated, written);
+    for (path, id) in [
+        ("/v1/shortvideo/profile", "getProfile"),
+        ("/v1/shortvideo/posts", "listPosts"),
+        ("/v1/shortvideo/post", "getPost"),
+        ("/v1/shortvideo/comments", "listComments"),
+        ("/v1/shortvideo/search", "searchProfiles"),
+        ("/v1/account", "getAccount"),
+        ("/healthz", "getHealth"),
+        ("/readyz", "getReadiness"),
+        ("/v1/openapi.json", "getOpenApiDocument"),
+    ] {
+        assert_eq!(
+            document["paths"][path]["get"]["operationId"],
+            json!(id),
+            "{path}"
+        );
+    }
+    let components = &document["components"];
+    assert_eq!(
+        sorted_keys(&components["parameters"]),
+        [
+            "CacheControl",
+            "CommentsCount",
+            "Cursor",
+            "IfMatch",
+            "IfNoneMatch",
+            "PostId",
+            "PostsCount",
+            "Query",
+            "RequestId",
+            "SearchCount",
+            "Username",
+        ]
+    );
+    assert_eq!(
+        sorted_keys(&components["schemas"]),
+        [
+            "Account",
+            "AccountMeta",
+            "AccountResponse",
+            "Comment",
+            "CommentsResponse",
+            "Error",
+            "ErrorCode",
+            "ErrorDetail",
+            "ErrorMeta",
+            "Health",
+            "ItemMeta",
+            "ListMeta",
+            "Meta",
+            "NotReady",
+            "NullableTimestamp",
+            "OpenApiDocument",
+            "Platform",
+            "Post",
+            "PostResponse",
+            "PostsResponse",
+            "Profile",
+            "ProfileResponse",
+            "Ready",
+            "RequestId",
+            "SearchResponse",
+        ]
+    );
+    assert_eq!(
+        components["schemas"]["Platform"],
+        json!({"description": "The platform path segment.", "type": "string", "const": "shortvideo"})
+    );
 }
 
 fn meta_schema_errors(document: &Value) -> Vec<String> {

@@ -24,7 +24,7 @@
 //! - [`raw_upstream`]: a raw-TCP upstream double for the faults wiremock
 //!   cannot express (reset mid-body, silence, trickling, chunked bodies) and
 //!   a closed port.
-//! - [`openapi`]: [`openapi::Contract`], `openapi/openapi.json` as a contract:
+//! - [`openapi`]: [`openapi::Contract`], the generated API document as a contract:
 //!   answers checked against the schema and headers of their path, method and
 //!   status, and what was exercised.
 //! - [`operator`]: the operator's side: signals, the admin listener and its

@@ -1,4 +1,5 @@
-//! The OpenAPI document (`openapi/openapi.json`) as a contract that answers
+//! The OpenAPI document (generated from `openapi/base.json` and
+//! `platforms/shortvideo.toml`, as the server makes it) as a contract that answers
 //! are checked against: [`Contract::check`] finds the response the document
 //! describes for a path, a method and a status, validates the body against
 //! its schema (JSON Schema draft 2020-12) and the headers it requires, and
@@ -20,9 +21,17 @@ use crate::api::Answer;
 /// The URI the document is registered under; never fetched.
 pub const DOCUMENT_URI: &str = "https://socialgate.invalid/openapi.json";
 
-/// `openapi/openapi.json` in the repository.
-pub fn document_path() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../openapi/openapi.json")
+/// The document a server serving the repository's `shortvideo` makes:
+/// `openapi/base.json` with `platforms/shortvideo.toml`.
+pub fn generated() -> Value {
+    let base = read_json(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../openapi/base.json"));
+    let shortvideo = platform_description::Description::load(
+        &crate::paths::description("shortvideo"),
+        "shortvideo",
+    )
+    .unwrap_or_else(|e| panic!("the repository's shortvideo description: {e}"));
+    platform_description::openapi::document(base, &[&shortvideo])
+        .unwrap_or_else(|e| panic!("cannot make the API document: {e}"))
 }
 
 /// `openapi/meta/schema-3.1.json`, the official OpenAPI 3.1 meta-schema.
@@ -74,9 +83,9 @@ pub struct Contract {
 }
 
 impl Contract {
-    /// Loads `openapi/openapi.json` from the repository.
+    /// The document of the repository's `shortvideo` ([`generated`]).
     pub fn load() -> Contract {
-        Contract::new(read_json(&document_path()))
+        Contract::new(generated())
     }
 
     /// A contract of any document (tests of the checker itself).

@@ -75,7 +75,10 @@ pub fn platforms_dir() -> PathBuf {
 /// A description for `platform`, by absolute path: the repository's file
 /// where it ships one; otherwise (a platform that exists only in tests,
 /// served by a test plugin of plugin-api 1.x) a copy of `shortvideo`'s
-/// under the platform's name, written once into the target folder.
+/// under the platform's name, written once into the target folder. The
+/// copy drops the names `shortvideo` gives its API document (its
+/// `openapi_prefix`, `openapi_name`s and `operation_id`s), so it takes the
+/// platform's own and serves beside `shortvideo`.
 pub fn description(platform: &str) -> PathBuf {
     let shipped = platforms_dir().join(format!("{platform}.toml"));
     if shipped.is_file() {
@@ -84,6 +87,7 @@ pub fn description(platform: &str) -> PathBuf {
     let text = std::fs::read_to_string(platforms_dir().join("shortvideo.toml"))
         .expect("the repository ships platforms/shortvideo.toml")
         .replace("name = \"shortvideo\"", &format!("name = \"{platform}\""));
+    let text = without_document_names(&text);
     let dir = target_dir().join("sg-tests").join("descriptions");
     std::fs::create_dir_all(&dir).expect("can create the descriptions folder");
     let path = dir.join(format!("{platform}.toml"));
@@ -94,6 +98,35 @@ pub fn description(platform: &str) -> PathBuf {
         std::fs::rename(&aside, &path).expect("can put a description in place");
     }
     path
+}
+
+/// `text` without its lines (or inline keys) `openapi_prefix`,
+/// `openapi_name` and `operation_id`.
+fn without_document_names(text: &str) -> String {
+    const KEYS: [&str; 3] = ["openapi_prefix", "openapi_name", "operation_id"];
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        if KEYS
+            .iter()
+            .any(|key| line.starts_with(&format!("{key} = ")))
+        {
+            continue;
+        }
+        let mut line = line.to_owned();
+        for key in KEYS {
+            // `, key = "value"` inside an inline table.
+            while let Some(at) = line.find(&format!(", {key} = \"")) {
+                let value = at + key.len() + 6;
+                let end = line[value..]
+                    .find('"')
+                    .map_or(line.len(), |i| value + i + 1);
+                line.replace_range(at..end, "");
+            }
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
 }
 
 /// Writes into `dir` a copy of `shortvideo`'s description with `edit`

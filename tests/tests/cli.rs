@@ -983,6 +983,34 @@ fn a_bad_or_missing_description_is_refused_with_file_place_and_reason() {
     );
 }
 
+/// The API document is made by `check` and at start: a description that
+/// takes a name the document already gives (here the base's `getAccount`)
+/// is refused before anything serves, naming the platform and the name.
+#[test]
+fn a_name_the_api_document_already_has_is_refused() {
+    let scratch = paths::scratch_dir();
+    let taken = paths::description_copy(scratch.path(), |text| {
+        text.replacen(
+            "operation_id = \"getProfile\"",
+            "operation_id = \"getAccount\"",
+            1,
+        )
+    });
+    let config = ConfigBuilder::unreached()
+        .description("shortvideo", &taken)
+        .write();
+    assert_refused(
+        &config,
+        &standard_env(),
+        "the API document (GET /v1/openapi.json) cannot be made",
+        &[
+            "platform \"shortvideo\"",
+            "the operationId \"getAccount\" is already another's",
+            "openapi_prefix",
+        ],
+    );
+}
+
 #[test]
 fn an_unknown_key_in_the_config_is_refused_by_name() {
     let text = ConfigBuilder::unreached().to_toml().replace(

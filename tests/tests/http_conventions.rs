@@ -299,7 +299,7 @@ async fn a_preflight_from_an_allowed_origin_succeeds_and_others_get_no_cors_head
     )
     .await;
     assert_eq!(doc.header("access-control-allow-origin"), Some("*"));
-    assert_eq!(doc.header("cache-control"), Some("public, max-age=300"));
+    assert_eq!(doc.header("cache-control"), Some("no-cache"));
 }
 
 #[tokio::test]

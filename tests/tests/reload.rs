@@ -12,7 +12,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{json, Value};
 use socialgate_tests::config::{
     standard_env, toml_str, ConfigBuilder, FALLBACK, FALLBACK_KEY, FALLBACK_KEY_ENV, PRIMARY,
     PRIMARY_KEY,
@@ -33,6 +33,8 @@ use wiremock::{Mock, MockServer, ResponseTemplate};
 
 const PROFILE: &str = "/v1/shortvideo/profile?username=lunabakes";
 
+/// The API document, public.
+const DOCUMENT: &str = "/v1/openapi.json";
 /// A request that passes the key check and then fails on its parameters, so
 /// it tells an accepted key (400) from a refused one (401) with no upstream.
 const AUTH_PROBE: &str = "/v1/shortvideo/profile";
@@ -290,6 +292,76 @@ async fn a_bad_description_is_rejected_while_the_old_one_serves_and_a_good_one_a
             .contains("must be 1-5 characters of A-Z"),
         "{refused:?}"
     );
+}
+
+/// The API document is made anew at a reload: a description with another
+/// summary and another parameter rule is in the served document once
+/// applied, under another `ETag`, and the old tag no longer matches.
+#[tokio::test]
+async fn a_reloaded_description_changes_the_served_document_and_its_tag() {
+    let scratch = paths::scratch_dir();
+    let file = paths::description_copy(scratch.path(), |text| format!("# A copy.\n{text}"));
+    let (stack, applied) = serving_stack(Stack::builder().description(&file)).await;
+    let public = stack.api.with_key(None);
+    let before = public.get(DOCUMENT).await;
+    assert_eq!(before.status, 200, "{before:?}");
+    assert_eq!(before.header("cache-control"), Some("no-cache"));
+    let tag = before
+        .header("etag")
+        .expect("the document has an ETag")
+        .to_owned();
+    let profile = "/paths/~1v1~1shortvideo~1profile/get/summary";
+    let username = "/components/parameters/Username/schema/pattern";
+    assert_eq!(
+        before.json.pointer(username),
+        Some(&json!("^@?[A-Za-z0-9._]{1,64}$")),
+        "{before:?}"
+    );
+    // Unchanged while nothing changes, and revalidated with its tag.
+    let again = public
+        .request_with("GET", DOCUMENT, &[("if-none-match", tag.as_str())])
+        .await;
+    assert_eq!(again.status, 304, "{again:?}");
+
+    let shipped = std::fs::read_to_string(&file).unwrap();
+    let old_summary = before
+        .json
+        .pointer(profile)
+        .and_then(Value::as_str)
+        .unwrap();
+    let edited = paths::short_usernames(&shipped).replacen(
+        &format!("summary = \"{old_summary}\""),
+        "summary = \"A creator's profile, described anew\"",
+        1,
+    );
+    assert!(
+        edited.contains("described anew"),
+        "the summary edit applies"
+    );
+    replace_file(&file, edited);
+    wait_for_log(&stack.server, APPLIED, applied + 1).await;
+
+    let after = public.get(DOCUMENT).await;
+    assert_eq!(after.status, 200, "{after:?}");
+    assert_eq!(
+        after.json.pointer(profile),
+        Some(&json!("A creator's profile, described anew"))
+    );
+    assert_eq!(
+        after.json.pointer(username),
+        Some(&json!("^@?[A-Za-z0-9._]{1,5}$")),
+        "{after:?}"
+    );
+    let new_tag = after.header("etag").expect("the document has an ETag");
+    assert_ne!(new_tag, tag, "a changed document has another tag");
+    let stale = public
+        .request_with("GET", DOCUMENT, &[("if-none-match", tag.as_str())])
+        .await;
+    assert_eq!(
+        stale.status, 200,
+        "the old tag no longer matches: {stale:?}"
+    );
+    assert_eq!(stale.header("etag"), Some(new_tag));
 }
 
 #[tokio::test]

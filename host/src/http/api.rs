@@ -33,13 +33,13 @@ use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 use hyper::body::Incoming;
-use hyper::header::{HeaderMap, HeaderName, HeaderValue, CACHE_CONTROL, CONNECTION, ETAG};
+use hyper::header::{HeaderName, HeaderValue, CACHE_CONTROL, CONNECTION, ETAG};
 use hyper::{Method, Request, Response, StatusCode};
 use plugin_api::Call;
 use tracing::Instrument;
 
 use super::answer::{self, listing_of, Admitted, Ask, Report};
-use super::encoding::{self, NotModified};
+use super::encoding;
 use super::response::{self, Body};
 use super::{head, request_id};
 use crate::billing::{NoCredit, Reservation, Source};
@@ -62,9 +62,6 @@ const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy")
 const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 /// The path of a key's own account.
 const ACCOUNT_PATH: &str = "/v1/account";
-/// The OpenAPI document changes only with the binary: caches may keep it a
-/// while, and revalidate with its `ETag`.
-const DOCUMENT_CACHE_CONTROL: &str = "public, max-age=300";
 
 /// Answers one request; never fails, never panics out.
 pub async fn handle(app: &App, mut request: Request<Incoming>) -> Response<Body> {
@@ -148,32 +145,11 @@ pub async fn handle(app: &App, mut request: Request<Incoming>) -> Response<Body>
     response
 }
 
-/// The OpenAPI 3.1 description of this API, kept in the repository.
-const OPENAPI: &[u8] = include_bytes!("../../../openapi/openapi.json");
+/// The API document ([`super::openapi`]).
 const OPENAPI_PATH: &str = "/v1/openapi.json";
 
 fn is_public(path: &str) -> bool {
     matches!(path, "/healthz" | "/readyz" | OPENAPI_PATH)
-}
-
-/// `/v1/openapi.json`: cacheable, with an `ETag`; compressed, when asked,
-/// by [`encoding::represent`] as every answer is.
-fn openapi_document(request: &HeaderMap) -> Response<Body> {
-    // Hashed once: the document is the binary's (and 100 KiB).
-    static TAG: std::sync::LazyLock<HeaderValue> =
-        std::sync::LazyLock::new(|| encoding::etag(&[OPENAPI]));
-    let tag = &*TAG;
-    let mut response = response::json_response(StatusCode::OK, OPENAPI);
-    let headers = response.headers_mut();
-    headers.insert(ETAG, tag.clone());
-    headers.insert(
-        CACHE_CONTROL,
-        HeaderValue::from_static(DOCUMENT_CACHE_CONTROL),
-    );
-    if encoding::not_modified(request, tag) {
-        response.extensions_mut().insert(NotModified);
-    }
-    response
 }
 
 /// Admission: the gates, in the order of the module doc, then the answer.
@@ -246,7 +222,7 @@ fn unkeyed(
     Ok(Some(match path {
         "/healthz" => response::plain_json(StatusCode::OK, r#"{"status":"ok"}"#),
         "/readyz" => readiness(app, snapshot),
-        _ => openapi_document(request.headers()),
+        _ => snapshot.document.answer(request.headers()),
     }))
 }
 
