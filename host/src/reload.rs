@@ -468,9 +468,52 @@ pub async fn follow_shared_keys(app: Arc<App>, shared: Arc<Shared>, shutdown: Ca
                 }
             }
         }
-        let current = app.snapshot();
-        if !Arc::ptr_eq(&current.keys, &applied) {
-            app.replace(current.with_keys(applied.clone()));
+        if !Arc::ptr_eq(&app.snapshot().keys, &applied) {
+            swap_in(&app.snapshot, |current| current.with_keys(applied.clone()));
         }
+    }
+}
+
+/// Replaces what `cell` holds with `next` of it, by compare and swap: a
+/// reload that lands while `next` is built is built upon, not undone.
+fn swap_in<T>(cell: &arc_swap::ArcSwap<T>, mut next: impl FnMut(&T) -> T) {
+    cell.rcu(|current| next(current));
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arc_swap::ArcSwap;
+
+    use super::swap_in;
+
+    /// What the swap sees of a snapshot: its config generation and its keys.
+    #[derive(Clone, Debug, PartialEq)]
+    struct Held {
+        config: u32,
+        keys: u32,
+    }
+
+    #[test]
+    fn shared_keys_swap_keeps_a_reload_that_lands_while_it_builds() {
+        let cell = ArcSwap::from_pointee(Held { config: 1, keys: 1 });
+        let mut reloaded = false;
+        swap_in(&cell, |current| {
+            if !reloaded {
+                // A reload swaps in config 2 between the follower's read and
+                // its write.
+                reloaded = true;
+                cell.store(Arc::new(Held {
+                    config: 2,
+                    ..current.clone()
+                }));
+            }
+            Held {
+                keys: 2,
+                ..current.clone()
+            }
+        });
+        assert_eq!(**cell.load(), Held { config: 2, keys: 2 });
     }
 }
