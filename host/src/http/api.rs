@@ -575,6 +575,11 @@ fn readiness(app: &App, snapshot: &Snapshot) -> Response<Body> {
             return response::plain_json(StatusCode::OK, r#"{"status":"degraded"}"#);
         }
         response::plain_json(StatusCode::OK, r#"{"status":"ready"}"#)
+    } else if !snapshot.keys_are_current() {
+        response::plain_json(
+            StatusCode::SERVICE_UNAVAILABLE,
+            r#"{"status":"not_ready","reason":"keys_file_unusable"}"#,
+        )
     } else {
         response::plain_json(StatusCode::SERVICE_UNAVAILABLE, r#"{"status":"not_ready"}"#)
     }
