@@ -24,6 +24,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{Key, XChaCha20Poly1305, XNonce};
+use hkdf::hmac::{Hmac, Mac};
 use hkdf::Hkdf;
 use sha2::Sha256;
 
@@ -163,6 +164,8 @@ pub enum CursorError {
 struct SealingKey {
     id: [u8; KEY_ID_LEN],
     cipher: XChaCha20Poly1305,
+    /// Keys the entity tags of pages with a next cursor.
+    tag_key: [u8; 32],
 }
 
 impl SealingKey {
@@ -177,9 +180,13 @@ impl SealingKey {
             .expect("32 bytes is a valid HKDF length");
         hkdf.expand(b"socialgate cursor key id v2", &mut id)
             .expect("4 bytes is a valid HKDF length");
+        let mut tag_key = [0u8; 32];
+        hkdf.expand(b"socialgate page etag key v1", &mut tag_key)
+            .expect("32 bytes is a valid HKDF length");
         SealingKey {
             id,
             cipher: XChaCha20Poly1305::new(Key::from_slice(&key)),
+            tag_key,
         }
     }
 }
@@ -234,6 +241,23 @@ impl CursorSealer {
         epoch[..KEY_ID_LEN].copy_from_slice(&self.current.id);
         epoch[KEY_ID_LEN..].copy_from_slice(&(unix_now() / half).to_le_bytes());
         epoch
+    }
+
+    /// The entity tag's hash of a page with a next cursor: an HMAC over
+    /// `parts` (which hold the upstream cursor) and [`tag_epoch`](Self::tag_epoch),
+    /// keyed from the cursor secret, so that a caller who guesses the
+    /// hidden cursor cannot confirm the guess against the tag offline.
+    pub fn page_tag(&self, parts: &[&[u8]]) -> u128 {
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.current.tag_key)
+            .expect("HMAC takes a key of any length");
+        for part in parts.iter().copied().chain([&self.tag_epoch()[..]]) {
+            mac.update(&(part.len() as u64).to_le_bytes());
+            mac.update(part);
+        }
+        let digest = mac.finalize().into_bytes();
+        let mut first = [0u8; 16];
+        first.copy_from_slice(&digest[..16]);
+        u128::from_be_bytes(first)
     }
 
     pub fn seal(&self, listing: Listing<'_>, position: &Position) -> String {

@@ -184,10 +184,12 @@ pub async fn answer(
     // page starts, while its token lasts), not `meta`'s per-request facts.
     let etag = match &data.next_cursor {
         None => encoding::etag(&[platform.as_bytes(), &data.json]),
-        Some(position) => {
-            let epoch = app.cursors.tag_epoch();
-            encoding::etag(&[platform.as_bytes(), &data.json, position.as_bytes(), &epoch])
-        }
+        // Keyed: it covers the hidden upstream cursor.
+        Some(position) => encoding::etag_of(app.cursors.page_tag(&[
+            platform.as_bytes(),
+            &data.json,
+            position.as_bytes(),
+        ])),
     };
     // `If-Match` first (RFC 9110, 13.2.2), and before the charge: a `412`
     // delivers nothing, and the dropped reservation is refunded.
