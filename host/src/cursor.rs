@@ -123,6 +123,12 @@ const PAD_TO: usize = 256;
 /// (a 1 KiB upstream cursor makes about 1.8 KB).
 const MAX_TOKEN_LEN: usize = 2048;
 
+/// The most pages one listing has: the last has no next cursor.
+pub const MAX_PAGES: u16 = 1000;
+/// How many of a listing's latest upstream cursors it remembers: an
+/// upstream cycling through up to this many pages ends the listing.
+const TRAIL_LEN: usize = 8;
+
 /// What a token carries.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Position {
@@ -130,6 +136,46 @@ pub struct Position {
     pub provider: String,
     /// That provider's own cursor.
     pub upstream: String,
+    /// Where the listing has been, so a cycling upstream cannot page (and
+    /// charge) forever.
+    pub trail: Trail,
+}
+
+/// How far a listing has come: the pages delivered before the one a token
+/// asks for, and hashes of its latest upstream cursors, oldest first.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Trail {
+    pub pages: u16,
+    pub recent: Vec<u64>,
+}
+
+impl Trail {
+    /// The trail of the page that continues from `upstream`.
+    pub fn at(mut self, upstream: &str) -> Trail {
+        self.recent.push(cursor_hash(upstream));
+        if self.recent.len() > TRAIL_LEN {
+            self.recent.remove(0);
+        }
+        self
+    }
+
+    /// The trail to seal with `next`, the upstream cursor after this page;
+    /// `None` when the listing ends here instead: `next` is a cursor it
+    /// has lately been at (the upstream cycles), or it has [`MAX_PAGES`].
+    pub fn then(&self, next: &str) -> Option<Trail> {
+        let pages = self.pages.saturating_add(1);
+        if pages >= MAX_PAGES || self.recent.contains(&cursor_hash(next)) {
+            return None;
+        }
+        Some(Trail {
+            pages,
+            recent: self.recent.clone(),
+        })
+    }
+}
+
+fn cursor_hash(upstream: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(upstream.as_bytes())
 }
 
 /// Where a listing is: the token is only valid for the same one.
@@ -327,19 +373,28 @@ fn unix_now() -> u64 {
 }
 
 /// `issued (u64 BE) | provider length (u8) | provider | upstream length
-/// (u16 BE) | upstream | zeros`, padded to a multiple of [`PAD_TO`].
+/// (u16 BE) | upstream | pages (u16 BE) | recent count (u8) | recent (u64
+/// BE each) | zeros`, padded to a multiple of [`PAD_TO`]. A token sealed
+/// before the trail was added reads as pages 0, nothing recent.
 fn encode(position: &Position, issued: u64) -> Vec<u8> {
     // Provider names are at most 64 bytes (config) and upstream cursors at
     // most 1 KiB (the plugin boundary), far inside both length fields.
     let provider_len = u8::try_from(position.provider.len()).expect("a provider name fits");
     let upstream_len = u16::try_from(position.upstream.len()).expect("an upstream cursor fits");
-    let len = 8 + 1 + position.provider.len() + 2 + position.upstream.len();
+    let recent = &position.trail.recent[..position.trail.recent.len().min(TRAIL_LEN)];
+    let len =
+        8 + 1 + position.provider.len() + 2 + position.upstream.len() + 2 + 1 + 8 * recent.len();
     let mut plain = Vec::with_capacity(len.next_multiple_of(PAD_TO));
     plain.extend_from_slice(&issued.to_be_bytes());
     plain.push(provider_len);
     plain.extend_from_slice(position.provider.as_bytes());
     plain.extend_from_slice(&upstream_len.to_be_bytes());
     plain.extend_from_slice(position.upstream.as_bytes());
+    plain.extend_from_slice(&position.trail.pages.to_be_bytes());
+    plain.push(u8::try_from(recent.len()).expect("a short trail"));
+    for hash in recent {
+        plain.extend_from_slice(&hash.to_be_bytes());
+    }
     plain.resize(len.next_multiple_of(PAD_TO), 0);
     plain
 }
@@ -349,13 +404,27 @@ fn decode(plain: &[u8]) -> Option<(u64, Position)> {
     let (&provider_len, rest) = rest.split_first()?;
     let (provider, rest) = rest.split_at_checked(usize::from(provider_len))?;
     let (upstream_len, rest) = rest.split_first_chunk::<2>()?;
-    let (upstream, _padding) =
-        rest.split_at_checked(usize::from(u16::from_be_bytes(*upstream_len)))?;
+    let (upstream, rest) = rest.split_at_checked(usize::from(u16::from_be_bytes(*upstream_len)))?;
+    let (pages, rest) = rest.split_first_chunk::<2>()?;
+    let (&count, mut rest) = rest.split_first()?;
+    if usize::from(count) > TRAIL_LEN {
+        return None;
+    }
+    let mut recent = Vec::with_capacity(usize::from(count));
+    for _ in 0..count {
+        let (hash, after) = rest.split_first_chunk::<8>()?;
+        recent.push(u64::from_be_bytes(*hash));
+        rest = after;
+    }
     Some((
         u64::from_be_bytes(*issued),
         Position {
             provider: String::from_utf8(provider.to_vec()).ok()?,
             upstream: String::from_utf8(upstream.to_vec()).ok()?,
+            trail: Trail {
+                pages: u16::from_be_bytes(*pages),
+                recent,
+            },
         },
     ))
 }
@@ -385,6 +454,10 @@ mod tests {
         Position {
             provider: "shortvideo-primary".into(),
             upstream: "50".into(),
+            trail: Trail {
+                pages: 3,
+                recent: vec![1, 2],
+            },
         }
     }
 
@@ -416,9 +489,30 @@ mod tests {
         let longest = Position {
             provider: "p".repeat(64),
             upstream: "9".repeat(plugin_api::ffi::MAX_CURSOR_LEN),
+            trail: Trail {
+                pages: MAX_PAGES,
+                recent: vec![u64::MAX; TRAIL_LEN],
+            },
         };
         let token = sealer.seal(LISTING, &longest);
         assert!(token.len() <= MAX_TOKEN_LEN, "{}", token.len());
         assert_eq!(sealer.open(LISTING, &token), Ok(longest));
+    }
+
+    #[test]
+    fn a_listing_ends_at_a_recent_cursor_or_at_max_pages() {
+        let mut trail = Trail::default();
+        for i in 0..TRAIL_LEN {
+            trail = trail.at(&i.to_string());
+        }
+        for i in 0..TRAIL_LEN {
+            assert_eq!(trail.then(&i.to_string()), None, "cursor {i} is recent");
+        }
+        assert!(trail.then("new").is_some());
+        let last = Trail {
+            pages: MAX_PAGES - 1,
+            recent: Vec::new(),
+        };
+        assert_eq!(last.then("new"), None, "page {MAX_PAGES} is the last");
     }
 }

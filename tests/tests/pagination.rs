@@ -813,3 +813,37 @@ async fn a_listing_etag_does_not_confirm_a_guessed_upstream_cursor_offline() {
         .await;
     assert_eq!(again.status, 304, "{again:?}");
 }
+
+/// Audit finding 11: an upstream whose cursors cycle A -> B -> A ends the
+/// listing (no next cursor) when it comes back to A, rather than paging
+/// (and charging) forever.
+#[tokio::test]
+async fn an_upstream_cycling_its_cursors_a_b_a_ends_the_listing() {
+    let stack = Stack::start().await;
+    let p = &stack.primary;
+    let (a, b) = (POSTS_NEXT_CURSOR, "1762400000000");
+    let page_to = |next: &str| {
+        let mut body = fixtures::primary_user_posts();
+        body["max_cursor"] = json!(next.parse::<u64>().expect("digits"));
+        body["has_more"] = json!(1);
+        body
+    };
+    p.profile(LUNA, &fixtures::primary_user_profile()).await;
+    p.posts(LUNA_SEC_UID, 10, "0", &page_to(a)).await;
+    p.posts(LUNA_SEC_UID, 10, a, &page_to(b)).await;
+    p.posts(LUNA_SEC_UID, 10, b, &page_to(a)).await;
+
+    let first = stack.get(POSTS).await;
+    first.assert_success(true);
+    let to_b = first.next_cursor().expect("page A follows");
+    let second = stack.get(&with_cursor(POSTS, &to_b)).await;
+    second.assert_success(true);
+    let to_a = second.next_cursor().expect("page B follows");
+    let third = stack.get(&with_cursor(POSTS, &to_a)).await;
+    third.assert_success(true);
+    assert_eq!(
+        third.json["meta"]["next_cursor"],
+        serde_json::Value::Null,
+        "back at A: the listing ends {third:?}"
+    );
+}

@@ -19,7 +19,7 @@ use crate::cache::freshness::{self, Directives, Verdict};
 use crate::cache::status::{seconds_left, CacheStatus, Forward};
 use crate::cache::{CacheConfig, Data, Entry, Fetched, Key, Stored};
 use crate::chain::{self, ChainError, Job, Journal, Served};
-use crate::cursor::{Listing, Position};
+use crate::cursor::{Listing, Position, Trail};
 use crate::error::ApiError;
 use crate::metrics;
 use crate::resilience::concurrency::{InFlight, KeyInFlight};
@@ -134,6 +134,8 @@ pub struct Ask<'a> {
     pub providers: &'a [Arc<Provider>],
     /// For a later page: the provider whose cursor the call continues.
     pub issuer: Option<&'a str>,
+    /// Where the listing has been ([`Trail::then`] ends it).
+    pub trail: Trail,
     pub directives: Directives,
 }
 
@@ -172,12 +174,14 @@ pub async fn answer(
     report.cache = Some(found.status);
 
     let next_cursor = endpoint.is_list().then(|| {
-        data.next_cursor.as_ref().map(|upstream| {
+        data.next_cursor.as_ref().and_then(|upstream| {
+            let trail = ask.trail.then(upstream)?;
             let position = Position {
                 provider: data.provider.to_string(),
                 upstream: upstream.clone(),
+                trail,
             };
-            app.cursors.seal(listing_of(platform, call), &position)
+            Some(app.cursors.seal(listing_of(platform, call), &position))
         })
     });
     // The tag covers what the answer says (its data, and where its next

@@ -45,7 +45,7 @@ use super::{head, request_id};
 use crate::billing::{NoCredit, Reservation, Source};
 use crate::cache::freshness::Directives;
 use crate::cache::status::CacheStatus;
-use crate::cursor::Position;
+use crate::cursor::{Position, Trail};
 use crate::error::ApiError;
 use crate::logging::RequestLine;
 use crate::metrics::{self, RouteLabels};
@@ -388,13 +388,13 @@ fn parse<'a>(
         .iter()
         .find(|(k, v)| k == "cursor" && !v.is_empty())
         .map(|(_, v)| v.as_ref());
-    let (providers, issuer) = match token {
+    let (providers, issuer, trail) = match token {
         Some(token) if endpoint.is_list() => {
-            let (issuer, continued) = resume(app, chain, platform, &call, token)?;
+            let (issuer, continued, trail) = resume(app, chain, platform, &call, token)?;
             call = continued;
-            (issuer, Some(&*issuer[0].name))
+            (issuer, Some(&*issuer[0].name), trail)
         }
-        _ => (&chain[..], None),
+        _ => (&chain[..], None, Trail::default()),
     };
     let directives = Directives::parse(
         request
@@ -408,6 +408,7 @@ fn parse<'a>(
         call: Arc::new(call),
         providers,
         issuer,
+        trail,
         directives,
     })
 }
@@ -526,8 +527,12 @@ fn resume<'c>(
     platform: &str,
     call: &Call,
     token: &str,
-) -> Result<(&'c [Arc<Provider>], Call), ApiError> {
-    let Position { provider, upstream } = app
+) -> Result<(&'c [Arc<Provider>], Call, Trail), ApiError> {
+    let Position {
+        provider,
+        upstream,
+        trail,
+    } = app
         .cursors
         .open(listing_of(platform, call), token)
         .map_err(ApiError::from)?;
@@ -537,9 +542,11 @@ fn resume<'c>(
         .iter()
         .find(|p| *p.name == *provider)
         .ok_or_else(ApiError::expired_cursor)?;
+    let trail = trail.at(&upstream);
     Ok((
         std::slice::from_ref(issuer),
         call.clone().with_cursor(Some(upstream)),
+        trail,
     ))
 }
 
