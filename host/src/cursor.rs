@@ -24,6 +24,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{Key, XChaCha20Poly1305, XNonce};
+use hkdf::hmac::{Hmac, Mac};
 use hkdf::Hkdf;
 use sha2::Sha256;
 
@@ -122,6 +123,12 @@ const PAD_TO: usize = 256;
 /// (a 1 KiB upstream cursor makes about 1.8 KB).
 const MAX_TOKEN_LEN: usize = 2048;
 
+/// The most pages one listing has: the last has no next cursor.
+pub const MAX_PAGES: u16 = 1000;
+/// How many of a listing's latest upstream cursors it remembers: an
+/// upstream cycling through up to this many pages ends the listing.
+const TRAIL_LEN: usize = 8;
+
 /// What a token carries.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Position {
@@ -129,6 +136,46 @@ pub struct Position {
     pub provider: String,
     /// That provider's own cursor.
     pub upstream: String,
+    /// Where the listing has been, so a cycling upstream cannot page (and
+    /// charge) forever.
+    pub trail: Trail,
+}
+
+/// How far a listing has come: the pages delivered before the one a token
+/// asks for, and hashes of its latest upstream cursors, oldest first.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Trail {
+    pub pages: u16,
+    pub recent: Vec<u64>,
+}
+
+impl Trail {
+    /// The trail of the page that continues from `upstream`.
+    pub fn at(mut self, upstream: &str) -> Trail {
+        self.recent.push(cursor_hash(upstream));
+        if self.recent.len() > TRAIL_LEN {
+            self.recent.remove(0);
+        }
+        self
+    }
+
+    /// The trail to seal with `next`, the upstream cursor after this page;
+    /// `None` when the listing ends here instead: `next` is a cursor it
+    /// has lately been at (the upstream cycles), or it has [`MAX_PAGES`].
+    pub fn then(&self, next: &str) -> Option<Trail> {
+        let pages = self.pages.saturating_add(1);
+        if pages >= MAX_PAGES || self.recent.contains(&cursor_hash(next)) {
+            return None;
+        }
+        Some(Trail {
+            pages,
+            recent: self.recent.clone(),
+        })
+    }
+}
+
+fn cursor_hash(upstream: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(upstream.as_bytes())
 }
 
 /// Where a listing is: the token is only valid for the same one.
@@ -163,6 +210,8 @@ pub enum CursorError {
 struct SealingKey {
     id: [u8; KEY_ID_LEN],
     cipher: XChaCha20Poly1305,
+    /// Keys the entity tags of pages with a next cursor.
+    tag_key: [u8; 32],
 }
 
 impl SealingKey {
@@ -177,9 +226,13 @@ impl SealingKey {
             .expect("32 bytes is a valid HKDF length");
         hkdf.expand(b"socialgate cursor key id v2", &mut id)
             .expect("4 bytes is a valid HKDF length");
+        let mut tag_key = [0u8; 32];
+        hkdf.expand(b"socialgate page etag key v1", &mut tag_key)
+            .expect("32 bytes is a valid HKDF length");
         SealingKey {
             id,
             cipher: XChaCha20Poly1305::new(Key::from_slice(&key)),
+            tag_key,
         }
     }
 }
@@ -234,6 +287,23 @@ impl CursorSealer {
         epoch[..KEY_ID_LEN].copy_from_slice(&self.current.id);
         epoch[KEY_ID_LEN..].copy_from_slice(&(unix_now() / half).to_le_bytes());
         epoch
+    }
+
+    /// The entity tag's hash of a page with a next cursor: an HMAC over
+    /// `parts` (which hold the upstream cursor) and [`tag_epoch`](Self::tag_epoch),
+    /// keyed from the cursor secret, so that a caller who guesses the
+    /// hidden cursor cannot confirm the guess against the tag offline.
+    pub fn page_tag(&self, parts: &[&[u8]]) -> u128 {
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.current.tag_key)
+            .expect("HMAC takes a key of any length");
+        for part in parts.iter().copied().chain([&self.tag_epoch()[..]]) {
+            mac.update(&(part.len() as u64).to_le_bytes());
+            mac.update(part);
+        }
+        let digest = mac.finalize().into_bytes();
+        let mut first = [0u8; 16];
+        first.copy_from_slice(&digest[..16]);
+        u128::from_be_bytes(first)
     }
 
     pub fn seal(&self, listing: Listing<'_>, position: &Position) -> String {
@@ -303,19 +373,28 @@ fn unix_now() -> u64 {
 }
 
 /// `issued (u64 BE) | provider length (u8) | provider | upstream length
-/// (u16 BE) | upstream | zeros`, padded to a multiple of [`PAD_TO`].
+/// (u16 BE) | upstream | pages (u16 BE) | recent count (u8) | recent (u64
+/// BE each) | zeros`, padded to a multiple of [`PAD_TO`]. A token sealed
+/// before the trail was added reads as pages 0, nothing recent.
 fn encode(position: &Position, issued: u64) -> Vec<u8> {
     // Provider names are at most 64 bytes (config) and upstream cursors at
     // most 1 KiB (the plugin boundary), far inside both length fields.
     let provider_len = u8::try_from(position.provider.len()).expect("a provider name fits");
     let upstream_len = u16::try_from(position.upstream.len()).expect("an upstream cursor fits");
-    let len = 8 + 1 + position.provider.len() + 2 + position.upstream.len();
+    let recent = &position.trail.recent[..position.trail.recent.len().min(TRAIL_LEN)];
+    let len =
+        8 + 1 + position.provider.len() + 2 + position.upstream.len() + 2 + 1 + 8 * recent.len();
     let mut plain = Vec::with_capacity(len.next_multiple_of(PAD_TO));
     plain.extend_from_slice(&issued.to_be_bytes());
     plain.push(provider_len);
     plain.extend_from_slice(position.provider.as_bytes());
     plain.extend_from_slice(&upstream_len.to_be_bytes());
     plain.extend_from_slice(position.upstream.as_bytes());
+    plain.extend_from_slice(&position.trail.pages.to_be_bytes());
+    plain.push(u8::try_from(recent.len()).expect("a short trail"));
+    for hash in recent {
+        plain.extend_from_slice(&hash.to_be_bytes());
+    }
     plain.resize(len.next_multiple_of(PAD_TO), 0);
     plain
 }
@@ -325,13 +404,27 @@ fn decode(plain: &[u8]) -> Option<(u64, Position)> {
     let (&provider_len, rest) = rest.split_first()?;
     let (provider, rest) = rest.split_at_checked(usize::from(provider_len))?;
     let (upstream_len, rest) = rest.split_first_chunk::<2>()?;
-    let (upstream, _padding) =
-        rest.split_at_checked(usize::from(u16::from_be_bytes(*upstream_len)))?;
+    let (upstream, rest) = rest.split_at_checked(usize::from(u16::from_be_bytes(*upstream_len)))?;
+    let (pages, rest) = rest.split_first_chunk::<2>()?;
+    let (&count, mut rest) = rest.split_first()?;
+    if usize::from(count) > TRAIL_LEN {
+        return None;
+    }
+    let mut recent = Vec::with_capacity(usize::from(count));
+    for _ in 0..count {
+        let (hash, after) = rest.split_first_chunk::<8>()?;
+        recent.push(u64::from_be_bytes(*hash));
+        rest = after;
+    }
     Some((
         u64::from_be_bytes(*issued),
         Position {
             provider: String::from_utf8(provider.to_vec()).ok()?,
             upstream: String::from_utf8(upstream.to_vec()).ok()?,
+            trail: Trail {
+                pages: u16::from_be_bytes(*pages),
+                recent,
+            },
         },
     ))
 }
@@ -361,6 +454,10 @@ mod tests {
         Position {
             provider: "shortvideo-primary".into(),
             upstream: "50".into(),
+            trail: Trail {
+                pages: 3,
+                recent: vec![1, 2],
+            },
         }
     }
 
@@ -392,9 +489,30 @@ mod tests {
         let longest = Position {
             provider: "p".repeat(64),
             upstream: "9".repeat(plugin_api::ffi::MAX_CURSOR_LEN),
+            trail: Trail {
+                pages: MAX_PAGES,
+                recent: vec![u64::MAX; TRAIL_LEN],
+            },
         };
         let token = sealer.seal(LISTING, &longest);
         assert!(token.len() <= MAX_TOKEN_LEN, "{}", token.len());
         assert_eq!(sealer.open(LISTING, &token), Ok(longest));
+    }
+
+    #[test]
+    fn a_listing_ends_at_a_recent_cursor_or_at_max_pages() {
+        let mut trail = Trail::default();
+        for i in 0..TRAIL_LEN {
+            trail = trail.at(&i.to_string());
+        }
+        for i in 0..TRAIL_LEN {
+            assert_eq!(trail.then(&i.to_string()), None, "cursor {i} is recent");
+        }
+        assert!(trail.then("new").is_some());
+        let last = Trail {
+            pages: MAX_PAGES - 1,
+            recent: Vec::new(),
+        };
+        assert_eq!(last.then("new"), None, "page {MAX_PAGES} is the last");
     }
 }

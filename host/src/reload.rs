@@ -198,7 +198,11 @@ pub fn reload(app: &App, listening: SocketAddr) -> Result<(), ReloadError> {
         said.push("keys changed".to_owned());
     }
     if !next.keys_are_current() {
-        said.push("the last good keys kept (the keys file is unusable: see the error)".to_owned());
+        said.push(if next.serving.keys_fail_closed {
+            "every key refused (the keys file is unusable: see the error)".to_owned()
+        } else {
+            "the last good keys kept (the keys file is unusable: see the error)".to_owned()
+        });
     }
     if said.is_empty() {
         said.push("nothing changed".to_owned());
@@ -231,7 +235,8 @@ fn reload_keys_only(app: &App, current: &Snapshot) {
 /// A warning when the last key goes: a keys file deleted or emptied by
 /// mistake refuses every caller, and an info line would hide it.
 fn warn_if_no_keys_left(current: &Snapshot, next: &Snapshot) {
-    if next.keys.is_empty() && !current.keys.is_empty() {
+    // An unusable file has its own error line.
+    if next.keys.is_empty() && !current.keys.is_empty() && next.keys_are_current() {
         tracing::warn!(
             last_keys = current.keys.len(),
             keys_file = %next.serving.keys_file.display(),
@@ -244,6 +249,13 @@ fn warn_if_no_keys_left(current: &Snapshot, next: &Snapshot) {
 /// until it is fixed.
 fn log_keys_fault(snapshot: &Snapshot) {
     if let Some(e) = &snapshot.keys_fault {
+        if snapshot.serving.keys_fail_closed {
+            tracing::error!(
+                "keys file unusable, not ready until it is fixed; every key is refused \
+                 (keys_fail_closed): {e}"
+            );
+            return;
+        }
         tracing::error!(
             last_good_keys = snapshot.keys.len(),
             "keys file unusable, not ready until it is fixed; the last good keys still answer: {e}"
@@ -475,9 +487,52 @@ pub async fn follow_shared_keys(app: Arc<App>, shared: Arc<Shared>, shutdown: Ca
                 }
             }
         }
-        let current = app.snapshot();
-        if !Arc::ptr_eq(&current.keys, &applied) {
-            app.replace(current.with_keys(applied.clone()));
+        if !Arc::ptr_eq(&app.snapshot().keys, &applied) {
+            swap_in(&app.snapshot, |current| current.with_keys(applied.clone()));
         }
+    }
+}
+
+/// Replaces what `cell` holds with `next` of it, by compare and swap: a
+/// reload that lands while `next` is built is built upon, not undone.
+fn swap_in<T>(cell: &arc_swap::ArcSwap<T>, mut next: impl FnMut(&T) -> T) {
+    cell.rcu(|current| next(current));
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arc_swap::ArcSwap;
+
+    use super::swap_in;
+
+    /// What the swap sees of a snapshot: its config generation and its keys.
+    #[derive(Clone, Debug, PartialEq)]
+    struct Held {
+        config: u32,
+        keys: u32,
+    }
+
+    #[test]
+    fn shared_keys_swap_keeps_a_reload_that_lands_while_it_builds() {
+        let cell = ArcSwap::from_pointee(Held { config: 1, keys: 1 });
+        let mut reloaded = false;
+        swap_in(&cell, |current| {
+            if !reloaded {
+                // A reload swaps in config 2 between the follower's read and
+                // its write.
+                reloaded = true;
+                cell.store(Arc::new(Held {
+                    config: 2,
+                    ..current.clone()
+                }));
+            }
+            Held {
+                keys: 2,
+                ..current.clone()
+            }
+        });
+        assert_eq!(**cell.load(), Held { config: 2, keys: 2 });
     }
 }

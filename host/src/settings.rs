@@ -79,6 +79,7 @@ pub struct RawServer {
     pub max_concurrent_requests_per_key: Option<usize>,
     pub request_timeout_ms: Option<u64>,
     pub keys_file: Option<PathBuf>,
+    pub keys_fail_closed: Option<bool>,
     pub plugin_dir: Option<PathBuf>,
     pub state_dir: Option<PathBuf>,
     pub cursor_key_env: Option<String>,

@@ -71,7 +71,7 @@ impl Snapshot {
         let document = Arc::new(ApiDocument::build(&serving.platforms)?);
         let (keys, keys_fault) = match shared_keys {
             Some(keys) => (keys, None),
-            None => Snapshot::keys(&serving.keys_file, previous)?,
+            None => Snapshot::keys(&serving.keys_file, serving.keys_fail_closed, previous)?,
         };
         // Buckets survive a reload unless the limits changed.
         let rate_limiter = match (
@@ -95,7 +95,11 @@ impl Snapshot {
     /// This snapshot with the keys file read again, by the same rule as
     /// [`Snapshot::build`].
     pub fn with_keys_reread(&self) -> Snapshot {
-        let (keys, keys_fault) = match Snapshot::keys(&self.serving.keys_file, Some(self)) {
+        let (keys, keys_fault) = match Snapshot::keys(
+            &self.serving.keys_file,
+            self.serving.keys_fail_closed,
+            Some(self),
+        ) {
             Ok(read) => read,
             // Unreachable with a previous snapshot; keep what serves.
             Err(e) => (self.keys.clone(), Some(Arc::new(e))),
@@ -123,12 +127,18 @@ impl Snapshot {
     /// keep answering, with the fault (which makes the instance not ready):
     /// refusing every key would turn an operator's typo into an outage,
     /// and serving on silently would keep a revoked key alive unnoticed.
+    /// With `fail_closed` (`[server] keys_fail_closed`) no key answers
+    /// instead, until a good file is read.
     fn keys(
         path: &Path,
+        fail_closed: bool,
         previous: Option<&Snapshot>,
     ) -> Result<(Arc<KeyStore>, Option<Arc<KeysError>>), KeysError> {
         match (KeyStore::load(path), previous) {
             (Ok(keys), _) => Ok((Arc::new(keys), None)),
+            (Err(e), Some(_)) if fail_closed => {
+                Ok((Arc::new(KeyStore::default()), Some(Arc::new(e))))
+            }
             (Err(e), Some(previous)) => Ok((previous.keys.clone(), Some(Arc::new(e)))),
             (Err(e), None) => Err(e),
         }

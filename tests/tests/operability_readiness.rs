@@ -466,3 +466,40 @@ async fn revocation_fails_closed_an_unusable_keys_file_turns_not_ready_while_the
         "no key in the log"
     );
 }
+
+/// Audit finding 7: with `[server] keys_fail_closed = true`, a keys file
+/// that cannot be read or parsed refuses every key (401) until a good file
+/// is read, and `/readyz` names the keys file as why it is not ready.
+#[tokio::test]
+async fn keys_fail_closed_refuses_every_key_while_the_keys_file_is_unusable_and_readyz_says_why() {
+    let stack = Stack::builder()
+        .server_line("keys_fail_closed = true")
+        .start()
+        .await;
+    await_watching(&stack.server, &stack.config).await;
+    let contract = Contract::load();
+    let keys_file = stack.config.keys_file();
+    let good = std::fs::read(&keys_file).expect("the stack issued a key");
+    stack.get(AUTH_PROBE).await.assert_invalid("username");
+
+    replace_file(&keys_file, b"[[key]\nname = \"e2e\"\nsha256 = ");
+    wait_until("not ready with an unparseable keys file", || async {
+        readiness(&stack, &contract).await == (503, "not_ready".into())
+    })
+    .await;
+    let why = stack.api.with_key(None).get("/readyz").await;
+    assert_eq!(why.json["reason"], "keys_file_unusable", "{why:?}");
+    stack
+        .get(AUTH_PROBE)
+        .await
+        .assert_error(401, "INVALID_API_KEY");
+    log_line(&stack.server, &[KEYS_UNUSABLE, "every key is refused"]).await;
+
+    // A good file read again: the key answers, ready.
+    replace_file(&keys_file, &good);
+    wait_until("ready once the keys file is fixed", || async {
+        readiness(&stack, &contract).await == (200, "ready".into())
+    })
+    .await;
+    stack.get(AUTH_PROBE).await.assert_invalid("username");
+}

@@ -732,3 +732,118 @@ async fn cursor_crypto_for_long_lived_keys_tokens_of_either_provider_have_one_le
         "the length says nothing of the issuer: {primary} {fallback}"
     );
 }
+
+/// The first bytes of an URL-safe base64 string (no padding), enough to
+/// read a token's key ID.
+fn base64url_prefix(text: &str, bytes: usize) -> Vec<u8> {
+    let value = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'-' => 62,
+        b'_' => 63,
+        _ => panic!("not base64url: {c}"),
+    };
+    let (mut out, mut acc, mut bits) = (Vec::new(), 0u32, 0);
+    for c in text.bytes() {
+        acc = (acc << 6) | u32::from(value(c));
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            if out.len() == bytes {
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// Audit finding 9: a page's ETag is keyed, so a caller who guesses the
+/// hidden upstream cursor cannot confirm the guess offline by hashing what
+/// the answer shows (platform, data, the token's key ID, the time) with it.
+#[tokio::test]
+async fn a_listing_etag_does_not_confirm_a_guessed_upstream_cursor_offline() {
+    let stack = Stack::start().await;
+    serve_primary_posts(&stack).await;
+    let page = stack.get(POSTS).await;
+    page.assert_success(true);
+    let tag = page.header("etag").expect("an ETag").to_owned();
+    let token = page.next_cursor().expect("a next page");
+    let data = {
+        let start = page.text.find("\"data\":").expect("data") + "\"data\":".len();
+        let end = page.text.rfind(",\"meta\":").expect("meta");
+        &page.text[start..end]
+    };
+    let key_id = base64url_prefix(&token, 4);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs();
+    // The default cursor_ttl_s is a day; its half is the tag's epoch.
+    let half = 43_200;
+    let offline = |cursor: &str, epoch: u64| {
+        let mut stamp = key_id.clone();
+        stamp.extend_from_slice(&epoch.to_le_bytes());
+        let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+        for part in [
+            b"shortvideo".as_slice(),
+            data.as_bytes(),
+            cursor.as_bytes(),
+            &stamp,
+        ] {
+            hasher.update(&(part.len() as u64).to_le_bytes());
+            hasher.update(part);
+        }
+        format!("\"{:032x}\"", hasher.digest128())
+    };
+    for epoch in [now / half, now / half - 1] {
+        // The plugin's cursor: P2's `max_cursor` and the `sec_uid`.
+        let guess = format!("{POSTS_NEXT_CURSOR}:{LUNA_SEC_UID}");
+        assert_ne!(
+            offline(&guess, epoch),
+            tag,
+            "the upstream cursor is confirmed offline by the ETag"
+        );
+    }
+    // Revalidation is unchanged.
+    let again = stack
+        .api
+        .request_with("GET", POSTS, &[("if-none-match", &tag)])
+        .await;
+    assert_eq!(again.status, 304, "{again:?}");
+}
+
+/// Audit finding 11: an upstream whose cursors cycle A -> B -> A ends the
+/// listing (no next cursor) when it comes back to A, rather than paging
+/// (and charging) forever.
+#[tokio::test]
+async fn an_upstream_cycling_its_cursors_a_b_a_ends_the_listing() {
+    let stack = Stack::start().await;
+    let p = &stack.primary;
+    let (a, b) = (POSTS_NEXT_CURSOR, "1762400000000");
+    let page_to = |next: &str| {
+        let mut body = fixtures::primary_user_posts();
+        body["max_cursor"] = json!(next.parse::<u64>().expect("digits"));
+        body["has_more"] = json!(1);
+        body
+    };
+    p.profile(LUNA, &fixtures::primary_user_profile()).await;
+    p.posts(LUNA_SEC_UID, 10, "0", &page_to(a)).await;
+    p.posts(LUNA_SEC_UID, 10, a, &page_to(b)).await;
+    p.posts(LUNA_SEC_UID, 10, b, &page_to(a)).await;
+
+    let first = stack.get(POSTS).await;
+    first.assert_success(true);
+    let to_b = first.next_cursor().expect("page A follows");
+    let second = stack.get(&with_cursor(POSTS, &to_b)).await;
+    second.assert_success(true);
+    let to_a = second.next_cursor().expect("page B follows");
+    let third = stack.get(&with_cursor(POSTS, &to_a)).await;
+    third.assert_success(true);
+    assert_eq!(
+        third.json["meta"]["next_cursor"],
+        serde_json::Value::Null,
+        "back at A: the listing ends {third:?}"
+    );
+}

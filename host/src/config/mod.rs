@@ -90,6 +90,9 @@ pub struct ProcessConfig {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServingConfig {
     pub keys_file: PathBuf,
+    /// `keys_fail_closed`: an unusable keys file refuses every key rather
+    /// than keeping the last good ones answering.
+    pub keys_fail_closed: bool,
     /// All attempts of one request together.
     pub request_timeout: Duration,
     /// Requests one key may have in flight; `None`: no cap of its own.
@@ -137,6 +140,7 @@ impl ServingConfig {
     pub fn changed_settings(&self, new: &ServingConfig) -> Vec<String> {
         let ServingConfig {
             keys_file,
+            keys_fail_closed,
             request_timeout,
             max_concurrent_requests_per_key,
             platforms,
@@ -148,6 +152,10 @@ impl ServingConfig {
         } = self;
         let mut changed: Vec<String> = [
             ("[server] keys_file", *keys_file != new.keys_file),
+            (
+                "[server] keys_fail_closed",
+                *keys_fail_closed != new.keys_fail_closed,
+            ),
             (
                 "[server] request_timeout_ms",
                 *request_timeout != new.request_timeout,
@@ -370,6 +378,7 @@ impl Config {
         })?;
         let serving = ServingConfig {
             keys_file: crate::auth::keys_file_from_raw(server.keys_file.as_deref(), &cx),
+            keys_fail_closed: server.keys_fail_closed.unwrap_or(false),
             request_timeout: crate::resilience::deadline::request_timeout_from_raw(server, &cx)?,
             max_concurrent_requests_per_key: crate::resilience::concurrency::per_key_max_from_raw(
                 server, &cx,

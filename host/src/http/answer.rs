@@ -19,7 +19,7 @@ use crate::cache::freshness::{self, Directives, Verdict};
 use crate::cache::status::{seconds_left, CacheStatus, Forward};
 use crate::cache::{CacheConfig, Data, Entry, Fetched, Key, Stored};
 use crate::chain::{self, ChainError, Job, Journal, Served};
-use crate::cursor::{Listing, Position};
+use crate::cursor::{Listing, Position, Trail};
 use crate::error::ApiError;
 use crate::metrics;
 use crate::resilience::concurrency::{InFlight, KeyInFlight};
@@ -136,6 +136,8 @@ pub struct Ask<'a> {
     pub providers: &'a [Arc<Provider>],
     /// For a later page: the provider whose cursor the call continues.
     pub issuer: Option<&'a str>,
+    /// Where the listing has been ([`Trail::then`] ends it).
+    pub trail: Trail,
     pub directives: Directives,
 }
 
@@ -174,22 +176,26 @@ pub async fn answer(
     report.cache = Some(found.status);
 
     let next_cursor = endpoint.is_list().then(|| {
-        data.next_cursor.as_ref().map(|upstream| {
+        data.next_cursor.as_ref().and_then(|upstream| {
+            let trail = ask.trail.then(upstream)?;
             let position = Position {
                 provider: data.provider.to_string(),
                 upstream: upstream.clone(),
+                trail,
             };
-            app.cursors.seal(listing_of(platform, call), &position)
+            Some(app.cursors.seal(listing_of(platform, call), &position))
         })
     });
     // The tag covers what the answer says (its data, and where its next
     // page starts, while its token lasts), not `meta`'s per-request facts.
     let etag = match &data.next_cursor {
         None => encoding::etag(&[platform.as_bytes(), &data.json]),
-        Some(position) => {
-            let epoch = app.cursors.tag_epoch();
-            encoding::etag(&[platform.as_bytes(), &data.json, position.as_bytes(), &epoch])
-        }
+        // Keyed: it covers the hidden upstream cursor.
+        Some(position) => encoding::etag_of(app.cursors.page_tag(&[
+            platform.as_bytes(),
+            &data.json,
+            position.as_bytes(),
+        ])),
     };
     // `If-Match` first (RFC 9110, 13.2.2), and before the charge: a `412`
     // delivers nothing, and the dropped reservation is refunded.

@@ -45,7 +45,7 @@ use super::{head, request_id};
 use crate::billing::{NoCredit, Reservation, Source};
 use crate::cache::freshness::Directives;
 use crate::cache::status::CacheStatus;
-use crate::cursor::Position;
+use crate::cursor::{Position, Trail};
 use crate::error::ApiError;
 use crate::logging::RequestLine;
 use crate::metrics::{self, RouteLabels};
@@ -370,13 +370,13 @@ fn parse<'a>(
             .find(|(k, v)| k == cursor.name() && !v.is_empty())
             .map(|(_, v)| v.as_ref())
     });
-    let (providers, issuer) = match token {
+    let (providers, issuer, trail) = match token {
         Some(token) => {
-            let (issuer, continued) = resume(app, chain, platform, &call, token)?;
+            let (issuer, continued, trail) = resume(app, chain, platform, &call, token)?;
             call = continued;
-            (issuer, Some(&*issuer[0].name))
+            (issuer, Some(&*issuer[0].name), trail)
         }
-        _ => (&chain[..], None),
+        _ => (&chain[..], None, Trail::default()),
     };
     let directives = Directives::parse(
         request
@@ -391,6 +391,7 @@ fn parse<'a>(
         call: Arc::new(call),
         providers,
         issuer,
+        trail,
         directives,
     })
 }
@@ -512,8 +513,12 @@ fn resume<'c>(
     platform: &str,
     call: &Call,
     token: &str,
-) -> Result<(&'c [Arc<Provider>], Call), ApiError> {
-    let Position { provider, upstream } = app
+) -> Result<(&'c [Arc<Provider>], Call, Trail), ApiError> {
+    let Position {
+        provider,
+        upstream,
+        trail,
+    } = app
         .cursors
         .open(listing_of(platform, call), token)
         .map_err(ApiError::from)?;
@@ -523,9 +528,11 @@ fn resume<'c>(
         .iter()
         .find(|p| *p.name == *provider)
         .ok_or_else(ApiError::expired_cursor)?;
+    let trail = trail.at(&upstream);
     Ok((
         std::slice::from_ref(issuer),
         call.clone().with_cursor(Some(upstream)),
+        trail,
     ))
 }
 
@@ -561,6 +568,11 @@ fn readiness(app: &App, snapshot: &Snapshot) -> Response<Body> {
             return response::plain_json(StatusCode::OK, r#"{"status":"degraded"}"#);
         }
         response::plain_json(StatusCode::OK, r#"{"status":"ready"}"#)
+    } else if !snapshot.keys_are_current() {
+        response::plain_json(
+            StatusCode::SERVICE_UNAVAILABLE,
+            r#"{"status":"not_ready","reason":"keys_file_unusable"}"#,
+        )
     } else {
         response::plain_json(StatusCode::SERVICE_UNAVAILABLE, r#"{"status":"not_ready"}"#)
     }

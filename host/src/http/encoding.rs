@@ -146,8 +146,13 @@ pub fn etag(parts: &[&[u8]]) -> HeaderValue {
         hasher.update(&(part.len() as u64).to_le_bytes());
         hasher.update(part);
     }
-    // `"`, the 128 bits as 32 hex digits (most significant first), `"`.
-    let tag = format!("\"{:032x}\"", hasher.digest128());
+    etag_of(hasher.digest128())
+}
+
+/// A strong entity tag of a 128-bit `hash`: `"`, 32 hex digits (most
+/// significant first), `"`.
+pub fn etag_of(hash: u128) -> HeaderValue {
+    let tag = format!("\"{hash:032x}\"");
     HeaderValue::try_from(tag).expect("hex digits are a valid header value")
 }
 
