@@ -1,7 +1,8 @@
 //! The HTTP conventions clients, browsers and uptime checkers assume, on the
 //! real server: gzip and br answers that decode to the same JSON, a strong
 //! `ETag` with `304` for a matching `If-None-Match` and `412` for an
-//! `If-Match` that names another tag (both at no cost), CORS for
+//! `If-Match` that names another tag (both at no cost from the cache, at
+//! the fetch's when they needed one), CORS for
 //! allowed origins only, `HEAD`, HTTP/2 with prior knowledge and over TLS
 //! with ALPN, a TLS certificate replaced on disk served without a restart,
 //! `WWW-Authenticate` on 401, a repeated `X-API-Key` refused,
@@ -198,6 +199,49 @@ async fn if_match_without_the_etag_gets_412_first_and_costs_no_credit() {
     // Two credits: the first answer and the one If-Match let through.
     let spent = raw(&stack, "GET", PROFILE, &[]).await;
     assert_eq!(spent.status, 402, "{:?}", json_of(&spent.body));
+}
+
+/// Issue 51, finding 5: `no-cache` with `If-None-Match: *` or a failing
+/// `If-Match` made an upstream call, answered `304`/`412` and refunded it,
+/// so one credit bought fetches forever. A `304` or `412` that needed a
+/// fetch costs what the fetch does; from the cache it stays free (above).
+#[tokio::test]
+async fn a_304_or_412_that_needed_a_fetch_costs_the_fetch() {
+    let stack = Stack::builder()
+        .cache("enabled = true")
+        .raw("[billing]\nenforce = true\nfree_credits = 3")
+        .start()
+        .await;
+    stack.primary.serve_fixtures().await;
+    let first = raw(&stack, "GET", PROFILE, &[]).await;
+    assert_eq!(first.status, 200);
+    assert_eq!(
+        first.header("cache-status"),
+        Some("socialgate; fwd=miss; stored; ttl=300")
+    );
+    let calls = stack.primary.request_count().await;
+
+    let forced_304 = [("cache-control", "no-cache"), ("if-none-match", "*")];
+    let again = raw(&stack, "GET", PROFILE, &forced_304).await;
+    assert_eq!(again.status, 304, "{:?}", again.headers);
+    assert_eq!(stack.primary.request_count().await, calls + 1, "fetched");
+    assert_eq!(again.header("x-credits-remaining"), Some("1"), "charged");
+
+    let forced_412 = [("cache-control", "no-cache"), ("if-match", "\"other\"")];
+    let refused = raw(&stack, "GET", PROFILE, &forced_412).await;
+    assert_eq!(refused.status, 412, "{:?}", refused.headers);
+    assert_eq!(stack.primary.request_count().await, calls + 2, "fetched");
+    assert_eq!(refused.header("x-credits-remaining"), Some("0"), "charged");
+    let body = json_of(&refused.body);
+    assert_eq!(body["error"]["code"], "PRECONDITION_FAILED", "{body}");
+    assert_eq!(body["meta"]["credits_used"], 1, "{body}");
+
+    // Spent: the next forced one is refused before any upstream is asked.
+    for asked in [&forced_304[..], &forced_412[..]] {
+        let spent = raw(&stack, "GET", PROFILE, asked).await;
+        assert_eq!(spent.status, 402, "{asked:?}: {:?}", spent.headers);
+    }
+    assert_eq!(stack.primary.request_count().await, calls + 2, "no more");
 }
 
 #[tokio::test]

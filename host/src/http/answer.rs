@@ -143,8 +143,9 @@ pub struct Ask<'a> {
 
 /// The answer to an admitted request: found (`find`) while `admitted`
 /// is held, then its `ETag`, the preconditions (`If-Match`, then
-/// `If-None-Match`), the charge (none for a `304`, whose reservation is
-/// refunded) and its headers; or the error it came to, with what the
+/// `If-None-Match`), the charge (none for a `304` or `412`, whose
+/// reservation is refunded, unless the request forced a fetch) and its
+/// headers; or the error it came to, with what the
 /// cache did.
 pub async fn answer(
     app: &App,
@@ -197,14 +198,30 @@ pub async fn answer(
             position.as_bytes(),
         ])),
     };
+    let (age, cached) = (found.age, found.age.is_some());
+    // The request's `Cache-Control` refused the stored answer and had it
+    // fetched anew: its `304` or `412` costs that fetch, or one credit
+    // would buy fetches forever.
+    let fetched_on_demand = matches!(
+        found.status,
+        CacheStatus::Fetched {
+            forward: Forward::Request,
+            ..
+        }
+    );
     // `If-Match` first (RFC 9110, 13.2.2), and before the charge: a `412`
     // delivers nothing, and the dropped reservation is refunded.
     if !encoding::if_match_holds(request, Some(&etag)) {
-        return Err(ApiError::PreconditionFailed);
+        if !fetched_on_demand {
+            return Err(ApiError::PreconditionFailed);
+        }
+        let charge = admitted.credits.commit(cached);
+        report.remaining = Some(charge.remaining);
+        let refused = ApiError::PreconditionFailed;
+        return Ok(response::error_costing(&refused, id, charge.credits));
     }
-    let (age, cached) = (found.age, found.age.is_some());
     let not_modified = encoding::not_modified(request, &etag);
-    let credits_used = if not_modified {
+    let credits_used = if not_modified && !fetched_on_demand {
         // Nothing is delivered: the reservation is refunded when dropped.
         drop(admitted.credits);
         0

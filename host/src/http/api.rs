@@ -16,7 +16,8 @@
 //! what the `GET` would. A data answer carries a strong `ETag` over its
 //! data; a request whose `If-None-Match` matches it gets `304` and is not
 //! charged, and one whose `If-Match` does not gets `412` and is not charged
-//! either (`If-Match` is evaluated on every answer that would be a `2xx`).
+//! either (`If-Match` is evaluated on every answer that would be a `2xx`),
+//! unless its `Cache-Control` had the answer fetched anew.
 //!
 //! `GET /v1/account` answers right after the key's slot, with what the key
 //! may read of its own account; it costs nothing.

@@ -172,6 +172,10 @@ pub fn account(account: &Account<'_>, request_id: &str) -> Response<Body> {
 
 /// The error envelope of `error`, serialized.
 pub fn error_json(error: &ApiError, request_id: &str) -> Vec<u8> {
+    failure_json(error, Meta::free(request_id))
+}
+
+fn failure_json(error: &ApiError, meta: Meta<'_>) -> Vec<u8> {
     let body = Failure {
         success: false,
         error: ErrorBody {
@@ -179,14 +183,24 @@ pub fn error_json(error: &ApiError, request_id: &str) -> Vec<u8> {
             message: error.to_string(),
             param: error.param(),
         },
-        meta: Meta::free(request_id),
+        meta,
     };
     serde_json::to_vec(&body).expect("error envelopes always serialize")
 }
 
 /// An error answer; failures cost no credits.
 pub fn error(error: &ApiError, request_id: &str) -> Response<Body> {
-    let mut response = json_response(error.status(), error_json(error, request_id));
+    error_costing(error, request_id, 0)
+}
+
+/// An error answer that cost `credits_used`: a `412` whose answer was
+/// fetched on the request's demand (see [`crate::http::answer::answer`]).
+pub fn error_costing(error: &ApiError, request_id: &str, credits_used: u32) -> Response<Body> {
+    let meta = Meta {
+        credits_used,
+        ..Meta::free(request_id)
+    };
+    let mut response = json_response(error.status(), failure_json(error, meta));
     match error {
         ApiError::MethodNotAllowed => {
             response
